@@ -1,0 +1,26 @@
+//! helloworld.Greeter on `--addr` (default [::1]:50051).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+use host_tests::{greeter, serve, BoxError};
+use tonic::transport::Server;
+
+#[derive(Parser)]
+#[command(about = "helloworld.Greeter: SayHello answers \"Hello {name}!\"")]
+struct Args {
+    /// Address to listen on; port 0 picks a free port (printed on stdout).
+    #[arg(long, default_value = "[::1]:50051")]
+    addr: SocketAddr,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    serve::exit_code(run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let router = Server::builder().add_service(greeter::service());
+    serve::serve(router, args.addr).await
+}

@@ -1,0 +1,324 @@
+//! The descriptor pool: `.proto` sources compiled at run time with protox, or
+//! binary `FileDescriptorSet`s, plus the files every user expects to import
+//! without supplying them.
+
+use std::collections::HashMap;
+
+use prost::Message;
+use prost_reflect::{DescriptorPool, MessageDescriptor, MethodDescriptor};
+use protox::file::{File, FileResolver, GoogleFileResolver};
+
+use crate::error::Error;
+
+/// google/api and google/rpc files, written for this project and bundled so
+/// that `import "google/api/annotations.proto"` just works. The well-known
+/// google/protobuf types come with protox.
+const BUNDLED: [(&str, &str); 5] = [
+    ("google/api/http.proto", include_str!("../../protos/google/api/http.proto")),
+    ("google/api/annotations.proto", include_str!("../../protos/google/api/annotations.proto")),
+    ("google/rpc/status.proto", include_str!("../../protos/google/rpc/status.proto")),
+    ("google/rpc/code.proto", include_str!("../../protos/google/rpc/code.proto")),
+    ("google/rpc/error_details.proto", include_str!("../../protos/google/rpc/error_details.proto")),
+];
+
+/// Loaded up front: status details are decoded with them whatever the user loads.
+const PRELOADED: [&str; 2] = ["google/rpc/status.proto", "google/rpc/error_details.proto"];
+
+/// How a method streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamingKind {
+    Unary,
+    ServerStreaming,
+    ClientStreaming,
+    Bidirectional,
+}
+
+/// A method found by its path.
+#[derive(Debug, Clone)]
+pub struct Method {
+    descriptor: MethodDescriptor,
+}
+
+impl Method {
+    /// `/pkg.Service/Method`, the HTTP/2 `:path` of a call.
+    pub fn path(&self) -> String {
+        format!("/{}/{}", self.service_name(), self.name())
+    }
+
+    /// `pkg.Service`.
+    pub fn service_name(&self) -> &str {
+        self.descriptor.parent_service().full_name()
+    }
+
+    /// The bare method name.
+    pub fn name(&self) -> &str {
+        self.descriptor.name()
+    }
+
+    pub fn input(&self) -> MessageDescriptor {
+        self.descriptor.input()
+    }
+
+    pub fn output(&self) -> MessageDescriptor {
+        self.descriptor.output()
+    }
+
+    pub fn streaming(&self) -> StreamingKind {
+        match (self.descriptor.is_client_streaming(), self.descriptor.is_server_streaming()) {
+            (false, false) => StreamingKind::Unary,
+            (false, true) => StreamingKind::ServerStreaming,
+            (true, false) => StreamingKind::ClientStreaming,
+            (true, true) => StreamingKind::Bidirectional,
+        }
+    }
+
+    pub fn descriptor(&self) -> &MethodDescriptor {
+        &self.descriptor
+    }
+}
+
+/// Every message, service and method a host has loaded.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    pool: DescriptorPool,
+}
+
+impl Registry {
+    /// A registry holding only the bundled status and error-detail types.
+    pub fn new() -> Result<Self, Error> {
+        let mut registry = Registry { pool: DescriptorPool::new() };
+        let none: [(&str, &str); 0] = [];
+        registry.compile(none, PRELOADED)?;
+        Ok(registry)
+    }
+
+    /// Compiles `.proto` sources given as (file name, contents). Imports are
+    /// resolved among these files, files loaded before, and the bundled
+    /// google/protobuf, google/api and google/rpc files.
+    pub fn add_sources<'a>(
+        &mut self,
+        files: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<(), Error> {
+        let files: Vec<(&str, &str)> = files.into_iter().collect();
+        let names: Vec<&str> = files.iter().map(|(name, _)| *name).collect();
+        self.compile(files, names)
+    }
+
+    /// Adds the files of a binary `google.protobuf.FileDescriptorSet`.
+    pub fn add_descriptor_set(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let set = prost_types::FileDescriptorSet::decode(bytes)
+            .map_err(|e| Error::DescriptorSet(e.to_string()))?;
+        self.add_new_files(set.file)
+            .map_err(|e| Error::DescriptorSet(e.to_string()))
+    }
+
+    /// Looks up `/pkg.Service/Method` (the leading slash is optional).
+    pub fn method(&self, path: &str) -> Result<Method, Error> {
+        let trimmed = path.strip_prefix('/').unwrap_or(path);
+        let (service, method) = trimmed
+            .rsplit_once('/')
+            .filter(|(s, m)| !s.is_empty() && !m.is_empty())
+            .ok_or_else(|| Error::InvalidMethodPath(path.to_string()))?;
+        let service = self
+            .pool
+            .get_service_by_name(service)
+            .ok_or_else(|| Error::UnknownService(service.to_string()))?;
+        let descriptor = service
+            .methods()
+            .find(|m| m.name() == method)
+            .ok_or_else(|| Error::UnknownMethod(format!("/{}/{}", service.full_name(), method)))?;
+        Ok(Method { descriptor })
+    }
+
+    /// Looks up a message type by its full name, e.g. `routeguide.Point`.
+    pub fn message(&self, full_name: &str) -> Result<MessageDescriptor, Error> {
+        let name = full_name.strip_prefix('.').unwrap_or(full_name);
+        self.pool
+            .get_message_by_name(name)
+            .ok_or_else(|| Error::UnknownMessage(full_name.to_string()))
+    }
+
+    pub fn pool(&self) -> &DescriptorPool {
+        &self.pool
+    }
+
+    /// Everything loaded, as a binary `FileDescriptorSet`.
+    pub fn encode_descriptor_set(&self) -> Vec<u8> {
+        let set = prost_types::FileDescriptorSet {
+            file: self.pool.files().map(|f| f.file_descriptor_proto().clone()).collect(),
+        };
+        set.encode_to_vec()
+    }
+
+    fn compile<'a>(
+        &mut self,
+        files: impl IntoIterator<Item = (&'a str, &'a str)>,
+        open: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), Error> {
+        let sources: HashMap<String, String> =
+            files.into_iter().map(|(n, s)| (n.to_string(), s.to_string())).collect();
+        // The resolver must own what it reads; a pool clone is a reference count.
+        let resolver = Resolver { sources, pool: self.pool.clone(), google: GoogleFileResolver::new() };
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        // Source info gives checker errors (unknown types, duplicate names)
+        // their line and column.
+        compiler.include_source_info(true).include_imports(true);
+        for name in open {
+            compiler.open_file(name).map_err(compile_error)?;
+        }
+        let set = compiler.file_descriptor_set();
+        self.add_new_files(set.file)
+            .map_err(|e| Error::Proto(e.to_string()))
+    }
+
+    /// Adds the files the pool does not have yet; files loaded twice (a
+    /// shared import) are kept once.
+    fn add_new_files(
+        &mut self,
+        files: Vec<prost_types::FileDescriptorProto>,
+    ) -> Result<(), prost_reflect::DescriptorError> {
+        let fresh: Vec<_> = files
+            .into_iter()
+            .filter(|f| self.pool.get_file_by_name(f.name()).is_none())
+            .map(strip_source_info)
+            .collect();
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        self.pool.add_file_descriptor_protos(fresh)
+    }
+}
+
+/// Source info is only needed for compile errors; dropping it keeps the
+/// pool (and the wasm module's memory) small.
+fn strip_source_info(mut file: prost_types::FileDescriptorProto) -> prost_types::FileDescriptorProto {
+    file.source_code_info = None;
+    file
+}
+
+/// protox's Debug output is `file:line:column: message`, the form users can act on.
+fn compile_error(err: protox::Error) -> Error {
+    Error::Proto(format!("{err:?}"))
+}
+
+struct Resolver {
+    sources: HashMap<String, String>,
+    pool: DescriptorPool,
+    google: GoogleFileResolver,
+}
+
+impl FileResolver for Resolver {
+    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+        if let Some(source) = self.sources.get(name) {
+            return File::from_source(name, source);
+        }
+        if let Some(file) = self.pool.get_file_by_name(name) {
+            return Ok(File::from_file_descriptor_proto(file.file_descriptor_proto().clone()));
+        }
+        if let Some((_, source)) = BUNDLED.iter().find(|(n, _)| *n == name) {
+            return File::from_source(name, source);
+        }
+        self.google.open_file(name)
+    }
+}
+
+impl Default for Registry {
+    /// Infallible in practice: the bundled files are part of the build and
+    /// covered by tests. Should they ever fail, an empty pool is returned.
+    fn default() -> Self {
+        Registry::new().unwrap_or(Registry { pool: DescriptorPool::new() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELLO: &str = include_str!("../../protos/helloworld.proto");
+    const ROUTE: &str = include_str!("../../protos/route_guide.proto");
+
+    #[test]
+    fn looks_up_methods_and_streaming_kinds() {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("helloworld.proto", HELLO), ("route_guide.proto", ROUTE)]).unwrap();
+        let m = r.method("/helloworld.Greeter/SayHello").unwrap();
+        assert_eq!(m.input().full_name(), "helloworld.HelloRequest");
+        assert_eq!(m.output().full_name(), "helloworld.HelloReply");
+        assert_eq!(m.streaming(), StreamingKind::Unary);
+        assert_eq!(m.path(), "/helloworld.Greeter/SayHello");
+        assert_eq!(m.service_name(), "helloworld.Greeter");
+        let kinds: Vec<_> = ["GetFeature", "ListFeatures", "RecordRoute", "RouteChat"]
+            .iter()
+            .map(|n| r.method(&format!("/routeguide.RouteGuide/{n}")).unwrap().streaming())
+            .collect();
+        assert_eq!(
+            kinds,
+            [StreamingKind::Unary, StreamingKind::ServerStreaming, StreamingKind::ClientStreaming, StreamingKind::Bidirectional]
+        );
+    }
+
+    #[test]
+    fn unknown_names_are_named_in_the_error() {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("helloworld.proto", HELLO)]).unwrap();
+        assert_eq!(
+            r.method("/helloworld.Greeter/SayBye").unwrap_err().to_string(),
+            "unknown method '/helloworld.Greeter/SayBye'"
+        );
+        assert_eq!(
+            r.method("/helloworld.Nope/SayHello").unwrap_err().to_string(),
+            "unknown service 'helloworld.Nope'"
+        );
+        assert_eq!(
+            r.method("SayHello").unwrap_err().to_string(),
+            "invalid method path 'SayHello': expected /package.Service/Method"
+        );
+        assert_eq!(r.message("helloworld.Nope").unwrap_err().to_string(), "unknown message type 'helloworld.Nope'");
+    }
+
+    #[test]
+    fn syntax_errors_carry_file_line_and_column() {
+        let mut r = Registry::new().unwrap();
+        let bad = "syntax = \"proto3\";\nmessage A {\n  int32 x = ;\n}\n";
+        let err = r.add_sources([("bad.proto", bad)]).unwrap_err().to_string();
+        assert!(err.starts_with("bad.proto:3:13: "), "{err}");
+        let unknown_type = "syntax = \"proto3\";\nmessage A {\n  Missing x = 1;\n}\n";
+        let err = r.add_sources([("types.proto", unknown_type)]).unwrap_err().to_string();
+        assert!(err.starts_with("types.proto:3:3: "), "{err}");
+        assert!(err.contains("Missing"), "{err}");
+    }
+
+    #[test]
+    fn missing_imports_are_named() {
+        let mut r = Registry::new().unwrap();
+        let src = "syntax = \"proto3\";\nimport \"other.proto\";\n";
+        let err = r.add_sources([("a.proto", src)]).unwrap_err().to_string();
+        assert_eq!(err, "a.proto:2:1: import 'other.proto' not found");
+    }
+
+    #[test]
+    fn bundled_and_well_known_imports_resolve_and_files_load_incrementally() {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("library.proto", include_str!("../../protos/library.proto"))]).unwrap();
+        assert!(r.message("google.api.HttpRule").is_ok());
+        assert!(r.message("google.protobuf.FieldMask").is_ok());
+        r.add_sources([("helloworld.proto", HELLO)]).unwrap();
+        // Loading the same file again is harmless.
+        r.add_sources([("helloworld.proto", HELLO)]).unwrap();
+        // A later file may import an earlier one.
+        let user = "syntax = \"proto3\";\nimport \"helloworld.proto\";\nmessage W { helloworld.HelloRequest r = 1; }\n";
+        r.add_sources([("user.proto", user)]).unwrap();
+        assert!(r.message("W").is_ok());
+    }
+
+    #[test]
+    fn descriptor_sets_round_trip() {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("helloworld.proto", HELLO)]).unwrap();
+        let bytes = r.encode_descriptor_set();
+        let mut other = Registry::new().unwrap();
+        other.add_descriptor_set(&bytes).unwrap();
+        assert!(other.method("/helloworld.Greeter/SayHello").is_ok());
+        assert!(other.add_descriptor_set(b"\xff\xff").unwrap_err().to_string().starts_with("invalid file descriptor set: "));
+    }
+}

@@ -1,0 +1,140 @@
+//! `grpc-status-details-bin`: a `google.rpc.Status` whose details are `Any`s,
+//! rendered as JSON for people and JSON clients.
+
+use prost_reflect::{DynamicMessage, Value};
+use serde_json::{json, Map, Value as Json};
+
+use crate::error::Error;
+use crate::json::{decode_message, message_to_json, JsonOptions};
+use crate::metadata::encode_binary;
+use crate::status::Status;
+use crate::descriptors::Registry;
+
+/// The status as a `google.rpc.Status` JSON object `{code, message, details}`.
+/// Details come from `grpc-status-details-bin` when present and decodable;
+/// each detail of a known type is written as that type (with `@type`), an
+/// unknown one as `{"@type": url, "value": base64}` so nothing is lost.
+pub fn status_to_json(registry: &Registry, status: &Status, options: &JsonOptions) -> Json {
+    let details = status
+        .details
+        .as_deref()
+        .and_then(|bytes| decode_details(registry, bytes, options).ok())
+        .unwrap_or_default();
+    json!({
+        "code": status.code.as_i32(),
+        "message": status.message,
+        "details": details,
+    })
+}
+
+/// The details of an encoded `google.rpc.Status`, as JSON values.
+pub fn decode_details(registry: &Registry, bytes: &[u8], options: &JsonOptions) -> Result<Vec<Json>, Error> {
+    let status_type = registry.message("google.rpc.Status")?;
+    let status = decode_message(&status_type, bytes)?;
+    let Some(Value::List(anys)) = status.get_field_by_name("details").map(|v| v.into_owned()) else {
+        return Ok(Vec::new());
+    };
+    Ok(anys
+        .iter()
+        .filter_map(Value::as_message)
+        .map(|any| any_to_json(registry, any, options))
+        .collect())
+}
+
+fn any_to_json(registry: &Registry, any: &DynamicMessage, options: &JsonOptions) -> Json {
+    let type_url = field_str(any, "type_url");
+    let value = any
+        .get_field_by_name("value")
+        .and_then(|v| v.as_bytes().map(|b| b.to_vec()))
+        .unwrap_or_default();
+    known_detail(registry, &type_url, &value, options).unwrap_or_else(|| {
+        json!({ "@type": type_url, "value": encode_binary(&value) })
+    })
+}
+
+fn known_detail(registry: &Registry, type_url: &str, value: &[u8], options: &JsonOptions) -> Option<Json> {
+    let name = type_url.rsplit('/').next()?;
+    let desc = registry.message(name).ok()?;
+    let message = decode_message(&desc, value).ok()?;
+    let text = message_to_json(&message, options).ok()?;
+    let Json::Object(fields) = serde_json::from_str::<Json>(&text).ok()? else {
+        // Well-known types with a scalar JSON form (Duration, ...) nest under "value".
+        return Some(json!({ "@type": type_url, "value": serde_json::from_str::<Json>(&text).ok()? }));
+    };
+    let mut object = Map::new();
+    object.insert("@type".into(), Json::String(type_url.to_string()));
+    object.extend(fields);
+    Some(Json::Object(object))
+}
+
+fn field_str(message: &DynamicMessage, name: &str) -> String {
+    message
+        .get_field_by_name(name)
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::code::Code;
+    use prost::Message;
+
+    fn any(type_url: &str, value: Vec<u8>) -> prost_types::Any {
+        prost_types::Any { type_url: type_url.into(), value }
+    }
+
+    #[test]
+    fn known_and_unknown_details() {
+        let registry = Registry::new().unwrap();
+        let error_info = registry.message("google.rpc.ErrorInfo").unwrap();
+        let info = crate::json::json_to_protobuf(
+            &error_info,
+            br#"{"reason":"NO_BOOK","domain":"library","metadata":{"id":"7"}}"#,
+            &JsonOptions::default(),
+        )
+        .unwrap();
+        // google.rpc.Status { code = 5, message = "gone", details = [...] }, by hand.
+        #[derive(Message)]
+        struct RpcStatus {
+            #[prost(int32, tag = "1")]
+            code: i32,
+            #[prost(string, tag = "2")]
+            message: String,
+            #[prost(message, repeated, tag = "3")]
+            details: Vec<prost_types::Any>,
+        }
+        let bytes = RpcStatus {
+            code: 5,
+            message: "gone".into(),
+            details: vec![
+                any("type.googleapis.com/google.rpc.ErrorInfo", info),
+                any("type.googleapis.com/acme.Secret", vec![1, 2, 3]),
+            ],
+        }
+        .encode_to_vec();
+        let status = Status { code: Code::NotFound, message: "gone".into(), details: Some(bytes) };
+        let got = status_to_json(&registry, &status, &JsonOptions::default());
+        assert_eq!(
+            got,
+            json!({
+                "code": 5,
+                "message": "gone",
+                "details": [
+                    {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "NO_BOOK", "domain": "library", "metadata": {"id": "7"}},
+                    {"@type": "type.googleapis.com/acme.Secret", "value": "AQID"}
+                ]
+            })
+        );
+    }
+
+    #[test]
+    fn garbage_details_leave_the_status_intact() {
+        let registry = Registry::new().unwrap();
+        let status = Status { code: Code::Internal, message: "x".into(), details: Some(vec![0xff]) };
+        assert_eq!(
+            status_to_json(&registry, &status, &JsonOptions::default()),
+            json!({"code": 13, "message": "x", "details": []})
+        );
+    }
+}

@@ -1,0 +1,297 @@
+//! gRPC message framing: a one-byte compressed flag, a four-byte big-endian
+//! length, then the message.
+//!
+//! Written here rather than taken from tonic because tonic's codec is bound to
+//! its own body and runtime types, which the wasm module cannot use; this one
+//! works on plain byte chunks as proxies hand them over.
+
+use std::io::Read;
+
+use flate2::{read::GzDecoder, write::GzEncoder};
+
+/// The default limit on one message, after decompression: 4 MiB, as in gRPC.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
+
+const HEADER_LEN: usize = 5;
+
+/// A message encoding named by `grpc-encoding` / `grpc-accept-encoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    Identity,
+    Gzip,
+}
+
+impl Compression {
+    /// The encoding for a `grpc-encoding` value; `None` when unsupported.
+    pub fn from_header(value: &str) -> Option<Compression> {
+        match value.trim() {
+            "" | "identity" => Some(Compression::Identity),
+            "gzip" => Some(Compression::Gzip),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::Identity => "identity",
+            Compression::Gzip => "gzip",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("grpc: received message larger than max ({size} vs. {limit})")]
+    MessageTooLarge { size: usize, limit: usize },
+    #[error("grpc: invalid compressed flag {0} (must be 0 or 1)")]
+    InvalidFlag(u8),
+    #[error("grpc: compressed message received but grpc-encoding is identity or absent")]
+    CompressedWithoutEncoding,
+    #[error("grpc: unsupported grpc-encoding '{0}'")]
+    UnsupportedEncoding(String),
+    #[error("grpc: failed to decompress message: {0}")]
+    Decompress(String),
+    #[error("grpc: failed to compress message: {0}")]
+    Compress(String),
+    #[error("grpc: stream ended inside a message ({buffered} bytes buffered)")]
+    Truncated { buffered: usize },
+}
+
+/// Frames one message. With `Gzip` the message is compressed and flagged.
+pub fn encode_frame(message: &[u8], compression: Compression) -> Result<Vec<u8>, FrameError> {
+    match compression {
+        Compression::Identity => frame(0, message),
+        Compression::Gzip => frame(1, &gzip(message)?),
+    }
+}
+
+/// Appends one uncompressed frame to `out`, avoiding a copy of the message
+/// into an intermediate buffer.
+pub fn encode_frame_into(message: &[u8], out: &mut Vec<u8>) -> Result<(), FrameError> {
+    let len = frame_len(message)?;
+    out.reserve(HEADER_LEN + message.len());
+    out.push(0);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(message);
+    Ok(())
+}
+
+fn frame(flag: u8, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
+    let len = frame_len(payload)?;
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    out.push(flag);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+fn frame_len(payload: &[u8]) -> Result<u32, FrameError> {
+    u32::try_from(payload.len()).map_err(|_| FrameError::MessageTooLarge {
+        size: payload.len(),
+        limit: u32::MAX as usize,
+    })
+}
+
+fn gzip(message: &[u8]) -> Result<Vec<u8>, FrameError> {
+    use std::io::Write;
+    let mut encoder = GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder
+        .write_all(message)
+        .and_then(|_| encoder.finish())
+        .map_err(|e| FrameError::Compress(e.to_string()))
+}
+
+/// Reassembles messages from body chunks of any size: a byte at a time or
+/// many frames at once.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+    // Bytes before `start` are consumed; compacting lazily keeps decoding of
+    // many small frames in one chunk linear.
+    start: usize,
+    max_message_size: usize,
+    encoding: Compression,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> Self {
+        FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, Compression::Identity)
+    }
+}
+
+impl FrameDecoder {
+    /// A decoder for a stream whose `grpc-encoding` is `encoding`.
+    pub fn new(max_message_size: usize, encoding: Compression) -> Self {
+        FrameDecoder { buf: Vec::new(), start: 0, max_message_size, encoding }
+    }
+
+    /// Adds the next chunk of the body.
+    pub fn push(&mut self, chunk: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start > 4096 && self.start * 2 > self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next complete message, if one is buffered. Limits are checked on
+    /// the length prefix, before anything is allocated for the message.
+    pub fn next_message(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let pending = &self.buf[self.start..];
+        if pending.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let flag = pending[0];
+        let len = u32::from_be_bytes([pending[1], pending[2], pending[3], pending[4]]) as usize;
+        if flag > 1 {
+            return Err(FrameError::InvalidFlag(flag));
+        }
+        if len > self.max_message_size {
+            return Err(FrameError::MessageTooLarge { size: len, limit: self.max_message_size });
+        }
+        if pending.len() < HEADER_LEN + len {
+            return Ok(None);
+        }
+        let payload = &pending[HEADER_LEN..HEADER_LEN + len];
+        let message = if flag == 1 { self.decompress(payload)? } else { payload.to_vec() };
+        self.start += HEADER_LEN + len;
+        Ok(Some(message))
+    }
+
+    /// Bytes received but not yet returned as a message.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Call at the end of the body: a partial frame is an error.
+    pub fn finish(&self) -> Result<(), FrameError> {
+        match self.buffered() {
+            0 => Ok(()),
+            buffered => Err(FrameError::Truncated { buffered }),
+        }
+    }
+
+    fn decompress(&self, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
+        match self.encoding {
+            Compression::Identity => Err(FrameError::CompressedWithoutEncoding),
+            Compression::Gzip => gunzip(payload, self.max_message_size),
+        }
+    }
+}
+
+/// Inflates at most `limit` bytes, so that a small compressed frame cannot
+/// expand past the message size limit.
+fn gunzip(payload: &[u8], limit: usize) -> Result<Vec<u8>, FrameError> {
+    let mut out = Vec::new();
+    let mut reader = GzDecoder::new(payload).take(limit as u64 + 1);
+    reader
+        .read_to_end(&mut out)
+        .map_err(|e| FrameError::Decompress(e.to_string()))?;
+    if out.len() > limit {
+        return Err(FrameError::MessageTooLarge { size: out.len(), limit });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(decoder: &mut FrameDecoder) -> Result<Vec<Vec<u8>>, FrameError> {
+        let mut out = Vec::new();
+        while let Some(m) = decoder.next_message()? {
+            out.push(m);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn encodes_the_five_byte_header() {
+        assert_eq!(encode_frame(b"abc", Compression::Identity).unwrap(), b"\0\0\0\0\x03abc");
+        assert_eq!(encode_frame(b"", Compression::Identity).unwrap(), b"\0\0\0\0\0");
+        let mut out = Vec::new();
+        encode_frame_into(b"xy", &mut out).unwrap();
+        assert_eq!(out, b"\0\0\0\0\x02xy");
+    }
+
+    #[test]
+    fn decodes_byte_by_byte_and_many_per_chunk() {
+        let mut wire = Vec::new();
+        for m in [&b"one"[..], b"", b"three"] {
+            wire.extend(encode_frame(m, Compression::Identity).unwrap());
+        }
+        let mut d = FrameDecoder::default();
+        let mut got = Vec::new();
+        for b in &wire {
+            d.push(std::slice::from_ref(b));
+            got.extend(decode_all(&mut d).unwrap());
+        }
+        assert_eq!(got, vec![b"one".to_vec(), vec![], b"three".to_vec()]);
+        d.finish().unwrap();
+
+        let mut d = FrameDecoder::default();
+        d.push(&wire);
+        assert_eq!(decode_all(&mut d).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn rejects_oversize_from_the_prefix_alone() {
+        let mut d = FrameDecoder::new(10, Compression::Identity);
+        d.push(&[0, 0, 0, 0, 11]);
+        assert_eq!(
+            d.next_message(),
+            Err(FrameError::MessageTooLarge { size: 11, limit: 10 })
+        );
+        let mut d = FrameDecoder::default();
+        d.push(&[0, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(
+            d.next_message().unwrap_err().to_string(),
+            "grpc: received message larger than max (4294967295 vs. 4194304)"
+        );
+    }
+
+    #[test]
+    fn gzip_round_trip_and_flag_checks() {
+        let message = b"hello hello hello hello".repeat(10);
+        let wire = encode_frame(&message, Compression::Gzip).unwrap();
+        assert_eq!(wire[0], 1);
+        let mut d = FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, Compression::Gzip);
+        d.push(&wire);
+        assert_eq!(d.next_message().unwrap(), Some(message.clone()));
+
+        let mut d = FrameDecoder::default();
+        d.push(&wire);
+        assert_eq!(d.next_message(), Err(FrameError::CompressedWithoutEncoding));
+
+        let mut d = FrameDecoder::default();
+        d.push(&[2, 0, 0, 0, 0]);
+        assert_eq!(d.next_message(), Err(FrameError::InvalidFlag(2)));
+    }
+
+    #[test]
+    fn gzip_bomb_stops_at_the_limit() {
+        let message = vec![0u8; 100_000];
+        let wire = encode_frame(&message, Compression::Gzip).unwrap();
+        let mut d = FrameDecoder::new(1000, Compression::Gzip);
+        d.push(&wire);
+        assert_eq!(d.next_message(), Err(FrameError::MessageTooLarge { size: 1001, limit: 1000 }));
+    }
+
+    #[test]
+    fn truncated_stream_is_reported() {
+        let mut d = FrameDecoder::default();
+        d.push(&[0, 0, 0, 0, 5, b'a']);
+        assert_eq!(d.next_message(), Ok(None));
+        assert_eq!(d.finish(), Err(FrameError::Truncated { buffered: 6 }));
+    }
+
+    #[test]
+    fn encoding_names() {
+        assert_eq!(Compression::from_header("gzip"), Some(Compression::Gzip));
+        assert_eq!(Compression::from_header("identity"), Some(Compression::Identity));
+        assert_eq!(Compression::from_header("br"), None);
+    }
+}

@@ -1,0 +1,33 @@
+//! grpc-wasm's core: everything a gRPC client needs that is not transport.
+//!
+//! - [`descriptors`]: `.proto` sources compiled at run time, or descriptor sets;
+//! - [`json`]: JSON ⇄ protobuf for any message;
+//! - [`framing`]: the gRPC length-prefixed message framing, with gzip;
+//! - [`status`], [`code`], [`details`]: call outcomes;
+//! - [`metadata`], [`timeout`]: custom metadata and `grpc-timeout`.
+//!
+//! The same code builds natively and for `wasm32-wasip1`; hosts reach it in
+//! wasm through the exports of [`abi`] (only on wasm32).
+
+pub mod code;
+pub mod descriptors;
+mod deterministic;
+pub mod details;
+pub mod error;
+pub mod framing;
+pub mod json;
+pub mod metadata;
+pub mod status;
+pub mod timeout;
+
+#[cfg(target_arch = "wasm32")]
+pub mod abi;
+
+pub use code::Code;
+pub use descriptors::{Method, Registry, StreamingKind};
+pub use deterministic::encode_deterministic;
+pub use error::Error;
+pub use framing::{Compression, FrameDecoder, FrameError};
+pub use json::JsonOptions;
+pub use metadata::{Metadata, MetadataValue};
+pub use status::Status;

@@ -1,0 +1,208 @@
+//! Custom metadata: ASCII values, and binary values under `-bin` keys that
+//! travel base64-encoded.
+
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
+
+/// Emits unpadded base64, as gRPC implementations do, and accepts both forms
+/// on input, as the gRPC spec requires.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Headers that the transport or the gRPC protocol own; a user may not set them.
+const RESERVED: [&str; 10] = [
+    "content-type",
+    "te",
+    "host",
+    "connection",
+    "transfer-encoding",
+    "upgrade",
+    "keep-alive",
+    "proxy-connection",
+    "content-length",
+    "user-agent",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataError {
+    #[error("invalid metadata key '{0}': keys are lower-case letters, digits, '-', '_' and '.'")]
+    InvalidKey(String),
+    #[error("metadata key '{0}' is reserved for the gRPC protocol")]
+    ReservedKey(String),
+    #[error("invalid value for metadata key '{0}': ASCII values must be printable (0x20-0x7E)")]
+    InvalidAsciiValue(String),
+    #[error("invalid value for metadata key '{0}': not valid base64")]
+    InvalidBase64(String),
+}
+
+/// One metadata value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetadataValue {
+    Ascii(String),
+    Binary(Vec<u8>),
+}
+
+/// Request or response metadata in arrival order; keys may repeat.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metadata {
+    entries: Vec<(String, MetadataValue)>,
+}
+
+impl Metadata {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a value a user supplied. The key is lower-cased; `-bin` keys take
+    /// raw bytes, all other keys printable ASCII.
+    pub fn append(&mut self, key: &str, value: MetadataValue) -> Result<(), MetadataError> {
+        let key = validate_user_key(key)?;
+        match (&value, is_binary_key(&key)) {
+            (MetadataValue::Ascii(text), false) => check_ascii(&key, text.as_bytes())?,
+            (MetadataValue::Ascii(text), true) => {
+                // A string for a -bin key is the raw value, not base64.
+                let bytes = text.clone().into_bytes();
+                self.entries.push((key, MetadataValue::Binary(bytes)));
+                return Ok(());
+            }
+            (MetadataValue::Binary(_), false) => return Err(MetadataError::InvalidAsciiValue(key)),
+            (MetadataValue::Binary(_), true) => {}
+        }
+        self.entries.push((key, value));
+        Ok(())
+    }
+
+    /// Adds a header as it came off the wire (no reserved-name check: the
+    /// peer's own headers are reported, not refused).
+    pub fn append_wire(&mut self, key: &str, value: &[u8]) -> Result<(), MetadataError> {
+        let key = key.to_ascii_lowercase();
+        let value = if is_binary_key(&key) {
+            MetadataValue::Binary(decode_binary(&key, value)?)
+        } else {
+            check_ascii(&key, value)?;
+            MetadataValue::Ascii(String::from_utf8_lossy(value).into_owned())
+        };
+        self.entries.push((key, value));
+        Ok(())
+    }
+
+    /// The first value for a key.
+    pub fn get(&self, key: &str) -> Option<&MetadataValue> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &MetadataValue)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries as HTTP/2 header pairs, binary values base64-encoded.
+    pub fn to_headers(&self) -> Vec<(String, String)> {
+        self.entries
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    MetadataValue::Ascii(text) => text.clone(),
+                    MetadataValue::Binary(bytes) => BASE64.encode(bytes),
+                };
+                (k.clone(), value)
+            })
+            .collect()
+    }
+}
+
+pub fn is_binary_key(key: &str) -> bool {
+    key.ends_with("-bin")
+}
+
+/// Decodes a `-bin` header value, padded or not.
+pub fn decode_binary(key: &str, value: &[u8]) -> Result<Vec<u8>, MetadataError> {
+    let trimmed = value.trim_ascii();
+    BASE64
+        .decode(trimmed)
+        .map_err(|_| MetadataError::InvalidBase64(key.to_string()))
+}
+
+/// Encodes bytes for a `-bin` header.
+pub fn encode_binary(value: &[u8]) -> String {
+    BASE64.encode(value)
+}
+
+fn validate_user_key(key: &str) -> Result<String, MetadataError> {
+    let lower = key.to_ascii_lowercase();
+    let valid_char = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
+    if lower.is_empty() || !lower.bytes().all(valid_char) {
+        return Err(MetadataError::InvalidKey(key.to_string()));
+    }
+    if lower.starts_with("grpc-") || RESERVED.contains(&lower.as_str()) {
+        return Err(MetadataError::ReservedKey(lower));
+    }
+    Ok(lower)
+}
+
+fn check_ascii(key: &str, value: &[u8]) -> Result<(), MetadataError> {
+    if value.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        Ok(())
+    } else {
+        Err(MetadataError::InvalidAsciiValue(key.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ascii_and_binary_values() {
+        let mut md = Metadata::new();
+        md.append("X-User", MetadataValue::Ascii("alice".into())).unwrap();
+        md.append("trace-bin", MetadataValue::Binary(vec![0, 1, 2, 0xff])).unwrap();
+        assert_eq!(
+            md.to_headers(),
+            vec![("x-user".to_string(), "alice".to_string()), ("trace-bin".to_string(), "AAEC/w".to_string())]
+        );
+    }
+
+    #[test]
+    fn binary_input_accepts_padding_or_not() {
+        assert_eq!(decode_binary("k-bin", b"AAEC/w==").unwrap(), vec![0, 1, 2, 0xff]);
+        assert_eq!(decode_binary("k-bin", b"AAEC/w").unwrap(), vec![0, 1, 2, 0xff]);
+        assert_eq!(
+            decode_binary("k-bin", b"***").unwrap_err().to_string(),
+            "invalid value for metadata key 'k-bin': not valid base64"
+        );
+        let mut md = Metadata::new();
+        md.append_wire("Trace-Bin", b"aGk").unwrap();
+        assert_eq!(md.get("trace-bin"), Some(&MetadataValue::Binary(b"hi".to_vec())));
+    }
+
+    #[test]
+    fn reserved_and_invalid_keys_are_refused() {
+        let mut md = Metadata::new();
+        for key in ["grpc-timeout", "content-type", "te", "Grpc-Status"] {
+            let err = md.append(key, MetadataValue::Ascii("x".into())).unwrap_err();
+            assert!(matches!(err, MetadataError::ReservedKey(_)), "{key}: {err}");
+        }
+        assert_eq!(
+            md.append(":path", MetadataValue::Ascii("/".into())).unwrap_err().to_string(),
+            "invalid metadata key ':path': keys are lower-case letters, digits, '-', '_' and '.'"
+        );
+        assert_eq!(
+            md.append("x-a", MetadataValue::Ascii("line\nbreak".into())).unwrap_err(),
+            MetadataError::InvalidAsciiValue("x-a".into())
+        );
+        assert!(md.is_empty());
+    }
+}
