@@ -24,8 +24,8 @@ if ((${#need[@]})); then
 fi
 
 # Let cargo fetch the crate (it knows the registry); we only need its source.
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The build tree lives in the cache too, so an interrupted build resumes.
+work="$CACHE/work"
 mkdir -p "$work/fetch/src"
 cat >"$work/fetch/Cargo.toml" <<TOML
 [package]
@@ -47,10 +47,12 @@ cmake -S "$src/protobuf" -B "$work/build" \
   -Dprotobuf_BUILD_TESTS=OFF \
   -Dprotobuf_ABSL_PROVIDER=module \
   -DABSL_PROPAGATE_CXX_STD=ON \
-  -DCMAKE_CXX_STANDARD=17 >&2
+  -DCMAKE_CXX_STANDARD=17 \
+  -DCMAKE_CXX_FLAGS="-I/usr/include/jsoncpp" >&2
 cmake --build "$work/build" --target conformance_test_runner -j "$(nproc)" >&2
 
 mkdir -p "$CACHE"
 cp "$work/build/conformance_test_runner" "$RUNNER.tmp"
 mv "$RUNNER.tmp" "$RUNNER"
+rm -rf "$work"
 echo "$RUNNER"

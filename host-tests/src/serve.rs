@@ -27,10 +27,13 @@ pub async fn bind_and_announce(addr: SocketAddr) -> Result<TcpListener, BoxError
     Ok(listener)
 }
 
-/// Binds, announces and serves `router` until SIGTERM or ctrl-c.
+/// Binds, announces and serves `router` until SIGTERM or SIGINT.
 pub async fn serve(router: Router, addr: SocketAddr) -> Result<(), BoxError> {
+    // Handlers go in before the announcement: a harness may send SIGTERM as
+    // soon as it has read the line, and the default action would kill us.
+    let shutdown = Shutdown::install()?;
     let listener = bind_and_announce(addr).await?;
-    serve_on(router, listener, shutdown_signal()).await
+    serve_on(router, listener, shutdown.wait()).await
 }
 
 /// Serves `router` on an already bound listener until `signal` completes,
@@ -59,21 +62,39 @@ pub async fn serve_on(
     }
 }
 
-/// Completes on SIGTERM (what harnesses send) or ctrl-c (a person at a
-/// terminal).
-pub async fn shutdown_signal() {
+/// SIGTERM (what harnesses send) and SIGINT (ctrl-c at a terminal), caught
+/// from the moment [`Shutdown::install`] returns.
+pub struct Shutdown {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    pub fn install() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Shutdown {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Shutdown {})
     }
-    let _ = tokio::signal::ctrl_c().await;
+
+    /// Completes when either signal arrives.
+    pub async fn wait(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Turns a binary's result into its exit code, printing the error with

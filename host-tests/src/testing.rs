@@ -34,6 +34,9 @@ pub const MAX_PAYLOAD: usize = 64 << 20;
 pub const MAX_MESSAGE: usize = MAX_PAYLOAD + 16;
 /// Sleep refuses longer naps, so a typo cannot park a task for days.
 const MAX_SLEEP: Duration = Duration::from_secs(3600);
+/// How long before the caller's deadline Sleep gives up, so that its
+/// DEADLINE_EXCEEDED wins the race against tonic's timeout layer.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
 /// Request headers with this prefix are echoed by EchoMetadata.
 const ECHO_PREFIX: &str = "x-echo-";
 
@@ -67,9 +70,21 @@ impl testing_server::Testing for Testing {
         Err(Status::new(code, req.message))
     }
 
+    /// Past the caller's deadline this answers DEADLINE_EXCEEDED itself,
+    /// [`DEADLINE_MARGIN`] early: tonic's own timeout would answer CANCELLED,
+    /// which is not what a gRPC server should send.
     async fn sleep(&self, request: Request<SleepRequest>) -> Result<Response<SleepReply>, Status> {
+        let budget = request_timeout(request.metadata());
         let nap = sleep_duration(request.into_inner().millis)?;
         let started = Instant::now();
+        if let Some(budget) = budget.map(|b| b.saturating_sub(DEADLINE_MARGIN)) {
+            if nap >= budget {
+                tokio::time::sleep(budget).await;
+                return Err(Status::deadline_exceeded(
+                    "deadline exceeded while sleeping",
+                ));
+            }
+        }
         tokio::time::sleep(nap).await;
         let slept = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
         Ok(Response::new(SleepReply {
@@ -150,6 +165,29 @@ fn sleep_duration(millis: i64) -> Result<Duration, Status> {
         return Err(Status::invalid_argument("millis must be <= 3600000"));
     }
     Ok(nap)
+}
+
+/// The caller's timeout from grpc-timeout: up to 8 digits and a unit.
+fn request_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    parse_grpc_timeout(value)
+}
+
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let (digits, unit) = value.split_at_checked(value.len().checked_sub(1)?)?;
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
 }
 
 fn payload_size(size: i32) -> Result<usize, Status> {
@@ -383,6 +421,19 @@ mod tests {
         assert_eq!(failure_code(16).unwrap(), Code::Unauthenticated);
         assert!(final_status(0, String::new()).unwrap().is_none());
         assert!(sleep_duration(-5).is_err());
+    }
+
+    #[test]
+    fn grpc_timeout_header() {
+        assert_eq!(parse_grpc_timeout("50m"), Some(Duration::from_millis(50)));
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(
+            parse_grpc_timeout("99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        for bad in ["", "m", "123456789m", "5x", "-5m", "+5m", "5"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! prost-reflect keeps map fields in a `HashMap`, so their wire order changes
 //! from run to run. Rather than re-implement the encoder, the encoded bytes
 //! are walked with the descriptor and each run of map entries is sorted.
-//! Only messages that contain a map somewhere pay for this.
+//! Entries are also written with both key and value, defaults included, as
+//! Google's runtimes write them. Only messages that contain a map somewhere
+//! pay for this.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -78,7 +80,13 @@ fn canonicalize(desc: &MessageDescriptor, mut buf: &[u8]) -> Result<Vec<u8>, Mal
             (WireType::LengthDelimited, Some(field)) if field.is_map() || is_message(&field) => {
                 let payload = take_len_delimited(&mut buf)?;
                 let Kind::Message(inner) = field.kind() else { return Err(Malformed) };
-                let canonical = if contains_map(&inner) { canonicalize(&inner, payload)? } else { payload.to_vec() };
+                let canonical = if field.is_map() {
+                    map_entry(&inner, payload)?
+                } else if contains_map(&inner) {
+                    canonicalize(&inner, payload)?
+                } else {
+                    payload.to_vec()
+                };
                 let mut record = Vec::with_capacity(canonical.len() + 10);
                 encode_key(number, WireType::LengthDelimited, &mut record);
                 encode_varint(canonical.len() as u64, &mut record);
@@ -101,6 +109,66 @@ fn canonicalize(desc: &MessageDescriptor, mut buf: &[u8]) -> Result<Vec<u8>, Mal
     }
     flush(&mut run, &mut out);
     Ok(out)
+}
+
+/// Rewrites one map entry as key then value, each present even when default.
+fn map_entry(entry: &MessageDescriptor, mut buf: &[u8]) -> Result<Vec<u8>, Malformed> {
+    let (key_field, value_field) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+    let (mut key, mut value) = (None, None);
+    while !buf.is_empty() {
+        let before = buf;
+        let (number, wire_type) = decode_key(&mut buf).map_err(|_| Malformed)?;
+        let body_start = buf;
+        skip_value(wire_type, number, &mut buf)?;
+        let record = &before[..before.len() - buf.len()];
+        match number {
+            1 => key = Some(record.to_vec()),
+            2 => {
+                let body = &body_start[..body_start.len() - buf.len()];
+                value = Some(match value_field.kind() {
+                    Kind::Message(m) if wire_type == WireType::LengthDelimited && contains_map(&m) => {
+                        let mut inner = body;
+                        let payload = take_len_delimited(&mut inner)?;
+                        let canonical = canonicalize(&m, payload)?;
+                        let mut record = Vec::with_capacity(canonical.len() + 6);
+                        encode_key(2, WireType::LengthDelimited, &mut record);
+                        encode_varint(canonical.len() as u64, &mut record);
+                        record.extend_from_slice(&canonical);
+                        record
+                    }
+                    _ => record.to_vec(),
+                });
+            }
+            _ => {}
+        }
+    }
+    let mut out = key.unwrap_or_else(|| default_record(1, &key_field.kind()));
+    out.extend(value.unwrap_or_else(|| default_record(2, &value_field.kind())));
+    Ok(out)
+}
+
+/// The encoding of a field holding its type's default value.
+fn default_record(number: u32, kind: &Kind) -> Vec<u8> {
+    let mut out = Vec::with_capacity(10);
+    match kind {
+        Kind::Double | Kind::Fixed64 | Kind::Sfixed64 => {
+            encode_key(number, WireType::SixtyFourBit, &mut out);
+            out.extend_from_slice(&[0; 8]);
+        }
+        Kind::Float | Kind::Fixed32 | Kind::Sfixed32 => {
+            encode_key(number, WireType::ThirtyTwoBit, &mut out);
+            out.extend_from_slice(&[0; 4]);
+        }
+        Kind::String | Kind::Bytes | Kind::Message(_) => {
+            encode_key(number, WireType::LengthDelimited, &mut out);
+            out.push(0);
+        }
+        _ => {
+            encode_key(number, WireType::Varint, &mut out);
+            out.push(0);
+        }
+    }
+    out
 }
 
 fn is_message(field: &FieldDescriptor) -> bool {

@@ -295,3 +295,56 @@ mod tests {
         assert_eq!(Compression::from_header("br"), None);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn split_points(len: usize, cuts: &[usize]) -> Vec<usize> {
+        let mut points: Vec<usize> = cuts.iter().map(|c| c % (len + 1)).collect();
+        points.push(0);
+        points.push(len);
+        points.sort_unstable();
+        points.dedup();
+        points
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip_under_any_chunking(
+            messages in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..8),
+            cuts in proptest::collection::vec(any::<usize>(), 0..20),
+            gzip in any::<bool>(),
+        ) {
+            let compression = if gzip { Compression::Gzip } else { Compression::Identity };
+            let mut wire = Vec::new();
+            for m in &messages {
+                wire.extend(encode_frame(m, compression).unwrap());
+            }
+            let mut decoder = FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, compression);
+            let mut got = Vec::new();
+            let points = split_points(wire.len(), &cuts);
+            for pair in points.windows(2) {
+                decoder.push(&wire[pair[0]..pair[1]]);
+                while let Some(m) = decoder.next_message().unwrap() {
+                    got.push(m);
+                }
+            }
+            prop_assert_eq!(got, messages);
+            prop_assert_eq!(decoder.finish(), Ok(()));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..2000),
+            gzip in any::<bool>(),
+        ) {
+            let compression = if gzip { Compression::Gzip } else { Compression::Identity };
+            let mut decoder = FrameDecoder::new(1024, compression);
+            decoder.push(&bytes);
+            while let Ok(Some(_)) = decoder.next_message() {}
+            let _ = decoder.finish();
+        }
+    }
+}

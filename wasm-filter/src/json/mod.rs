@@ -1,6 +1,11 @@
 //! JSON ⇄ protobuf for any message type, following the proto3 JSON mapping.
 
-use prost_reflect::{DeserializeOptions, DynamicMessage, ReflectMessage, MessageDescriptor, SerializeOptions};
+mod parse;
+mod print;
+mod tree;
+mod wkt;
+
+use prost_reflect::{DynamicMessage, MessageDescriptor, ReflectMessage};
 
 use crate::deterministic::encode_deterministic;
 use crate::error::Error;
@@ -16,33 +21,50 @@ pub struct JsonOptions {
     pub enums_as_numbers: bool,
     /// Write the `.proto` field names instead of lowerCamelCase.
     pub proto_field_names: bool,
-    /// Skip unknown fields in input JSON instead of failing.
+    /// Skip unknown fields (and unknown enum names) in input JSON instead of failing.
     pub ignore_unknown_fields: bool,
 }
 
-impl JsonOptions {
-    fn serialize_options(&self) -> SerializeOptions {
-        SerializeOptions::new()
-            .skip_default_fields(!self.emit_defaults)
-            .stringify_64_bit_integers(!self.int64_as_number)
-            .use_enum_numbers(self.enums_as_numbers)
-            .use_proto_field_name(self.proto_field_names)
-    }
+/// The google.protobuf types whose JSON form is not an object of fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WellKnown {
+    Any,
+    Timestamp,
+    Duration,
+    FieldMask,
+    Struct,
+    Value,
+    ListValue,
+    Wrapper,
+}
 
-    fn deserialize_options(&self) -> DeserializeOptions {
-        DeserializeOptions::new().deny_unknown_fields(!self.ignore_unknown_fields)
+impl WellKnown {
+    pub(crate) fn of(desc: &MessageDescriptor) -> Option<WellKnown> {
+        let name = desc.full_name().strip_prefix("google.protobuf.")?;
+        Some(match name {
+            "Any" => WellKnown::Any,
+            "Timestamp" => WellKnown::Timestamp,
+            "Duration" => WellKnown::Duration,
+            "FieldMask" => WellKnown::FieldMask,
+            "Struct" => WellKnown::Struct,
+            "Value" => WellKnown::Value,
+            "ListValue" => WellKnown::ListValue,
+            "DoubleValue" | "FloatValue" | "Int64Value" | "UInt64Value" | "Int32Value" | "UInt32Value"
+            | "BoolValue" | "StringValue" | "BytesValue" => WellKnown::Wrapper,
+            _ => return None,
+        })
     }
 }
 
 /// Parses JSON into a message of type `desc`.
 pub fn json_to_message(desc: &MessageDescriptor, json: &[u8], options: &JsonOptions) -> Result<DynamicMessage, Error> {
-    let mut de = serde_json::Deserializer::from_slice(json);
-    let mut track = serde_path_to_error::Track::new();
-    let tracked = serde_path_to_error::Deserializer::new(&mut de, &mut track);
-    let message = DynamicMessage::deserialize_with_options(desc.clone(), tracked, &options.deserialize_options())
-        .map_err(|e| json_error(track.path().to_string(), &e))?;
-    de.end().map_err(|e| json_error(String::new(), &e))?;
-    Ok(message)
+    let tree: tree::Json = serde_json::from_slice(json).map_err(|e| Error::Json {
+        path: String::new(),
+        message: format!("invalid JSON: {e}"),
+    })?;
+    parse::Parser { options }
+        .message(desc, tree)
+        .map_err(|e| Error::Json { path: e.path(), message: e.message })
 }
 
 /// Parses JSON and encodes it as protobuf (deterministically: map entries
@@ -61,62 +83,17 @@ pub fn decode_message(desc: &MessageDescriptor, bytes: &[u8]) -> Result<DynamicM
 
 /// Writes a message as JSON text.
 pub fn message_to_json(message: &DynamicMessage, options: &JsonOptions) -> Result<String, Error> {
-    let mut out = Vec::with_capacity(128);
-    let mut ser = serde_json::Serializer::new(&mut out);
-    message
-        .serialize_with_options(&mut ser, &options.serialize_options())
-        .map_err(|e| Error::Encode {
-            message_type: message.descriptor().full_name().to_string(),
-            reason: e.to_string(),
-        })?;
-    // serde_json writes only valid UTF-8.
-    String::from_utf8(out).map_err(|e| Error::Encode {
+    let mut printer = print::Printer { options, out: String::with_capacity(128) };
+    printer.message(message).map_err(|reason| Error::Encode {
         message_type: message.descriptor().full_name().to_string(),
-        reason: e.to_string(),
-    })
+        reason,
+    })?;
+    Ok(printer.out)
 }
 
 /// Decodes protobuf bytes of type `desc` and writes them as JSON text.
 pub fn protobuf_to_json(desc: &MessageDescriptor, bytes: &[u8], options: &JsonOptions) -> Result<String, Error> {
     message_to_json(&decode_message(desc, bytes)?, options)
-}
-
-/// Turns serde's wording into what a user of a JSON API expects:
-/// `expected <what>, got <what>`, without serde's line/column (the path says
-/// where).
-fn json_error(path: String, err: &serde_json::Error) -> Error {
-    let text = err.to_string();
-    if matches!(err.classify(), serde_json::error::Category::Syntax | serde_json::error::Category::Eof) {
-        // Not JSON at all: the position in the text is what helps.
-        return Error::Json { path: String::new(), message: format!("invalid JSON: {text}") };
-    }
-    let path = if path == "." || path == "?" { String::new() } else { path };
-    let text = match text.rfind(" at line ") {
-        Some(i) => text[..i].to_string(),
-        _ => text,
-    };
-    let message = match text.strip_prefix("invalid type: ").and_then(|rest| rest.split_once(", expected ")) {
-        Some((got, expected)) => format!("expected {expected}, got {got}"),
-        None => plain_parse_error(&text).map(str::to_string).unwrap_or(text),
-    };
-    Error::Json { path, message }
-}
-
-/// Quoted numbers are parsed with Rust's number parsers, whose messages do
-/// not say what was expected.
-fn plain_parse_error(text: &str) -> Option<&'static str> {
-    Some(match text {
-        "invalid digit found in string" | "cannot parse integer from empty string" => {
-            "expected an integer, got a string that is not one"
-        }
-        "number too large to fit in target type"
-        | "number too small to fit in target type"
-        | "out of range integral type conversion attempted" => {
-            "integer out of range"
-        }
-        "invalid float literal" => "expected a number, got a string that is not one",
-        _ => return None,
-    })
 }
 
 #[cfg(test)]
@@ -127,8 +104,8 @@ mod tests {
     fn registry() -> Registry {
         let mut r = Registry::new().unwrap();
         r.add_sources([
-            ("route_guide.proto", include_str!("../../protos/route_guide.proto")),
-            ("library.proto", include_str!("../../protos/library.proto")),
+            ("route_guide.proto", include_str!("../../../protos/route_guide.proto")),
+            ("library.proto", include_str!("../../../protos/library.proto")),
         ])
         .unwrap();
         r
@@ -153,16 +130,21 @@ mod tests {
         let r = registry();
         let desc = r.message("routeguide.Feature").unwrap();
         let err = json_to_protobuf(&desc, br#"{"location":{"latitude":true}}"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "location.latitude: expected a 32-bit signed integer, got boolean `true`");
+        assert_eq!(err.to_string(), "location.latitude: expected integer, got boolean");
         let err = json_to_protobuf(&desc, br#"{"location":{"latitude":"north"}}"#, &JsonOptions::default()).unwrap_err();
         assert_eq!(err.to_string(), "location.latitude: expected an integer, got a string that is not one");
         let err = json_to_protobuf(&desc, br#"{"location":{"longitude":3000000000}}"#, &JsonOptions::default()).unwrap_err();
         assert_eq!(err.to_string(), "location.longitude: integer out of range");
         let err = json_to_protobuf(&desc, br#"{"nam":"x"}"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "unrecognized field name 'nam'");
+        assert_eq!(err.to_string(), "unknown field 'nam' in routeguide.Feature");
         let err = json_to_protobuf(&desc, br#"{"location":{"lat":1}}"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "location: unrecognized field name 'lat'");
+        assert_eq!(err.to_string(), "location: unknown field 'lat' in routeguide.Point");
         let desc = r.message("routeguide.RouteSummary").unwrap();
+        let err = json_to_protobuf(&desc, br#"{"pointCount": 1, "point_count": 2}"#, &JsonOptions::default()).unwrap_err();
+        assert_eq!(err.to_string(), "point_count: field 'point_count' is given more than once");
+        let desc = r.message("example.library.v1.ListBooksResponse").unwrap();
+        let err = json_to_protobuf(&desc, br#"{"books": [{}, {"genre": "POETRY"}]}"#, &JsonOptions::default()).unwrap_err();
+        assert_eq!(err.to_string(), "books[1].genre: unknown value 'POETRY' of enum example.library.v1.Genre");
         let err = json_to_protobuf(&desc, br#"{"pointCount": 1,"#, &JsonOptions::default()).unwrap_err();
         assert_eq!(err.to_string(), "invalid JSON: EOF while parsing a value at line 1 column 17");
     }

@@ -1,0 +1,162 @@
+//! The core's own exports, for hosts that call it directly rather than as a
+//! proxy-wasm filter (the smoke test, the benchmark, embedders).
+//!
+//! Memory contract: the host allocates input buffers with `grpc_wasm_alloc`
+//! and frees them with `grpc_wasm_free`. Each call returns 0 on success or 1
+//! on error; either way its output (result bytes, or the UTF-8 error text) is
+//! read with `grpc_wasm_result_ptr` / `grpc_wasm_result_len` and stays valid
+//! until the next call. Nothing here panics on bad input: every name and
+//! payload the host passes is checked and reported as an error.
+
+use std::cell::RefCell;
+
+use crate::json::{json_to_protobuf, protobuf_to_json, JsonOptions};
+use crate::Registry;
+
+struct State {
+    registry: Registry,
+    options: JsonOptions,
+    result: Vec<u8>,
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State {
+        registry: Registry::default(),
+        options: JsonOptions::default(),
+        result: Vec::new(),
+    });
+}
+
+/// Allocates `len` bytes for the host to write an input into.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_alloc(len: usize) -> *mut u8 {
+    let mut buf = Vec::<u8>::with_capacity(len.max(1));
+    let ptr = buf.as_mut_ptr();
+    std::mem::forget(buf);
+    ptr
+}
+
+/// Frees a buffer from `grpc_wasm_alloc`, given the same length.
+///
+/// # Safety
+/// `ptr` and `len` must come from one `grpc_wasm_alloc` call.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_free(ptr: *mut u8, len: usize) {
+    if !ptr.is_null() {
+        drop(Vec::from_raw_parts(ptr, 0, len.max(1)));
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn grpc_wasm_result_ptr() -> *const u8 {
+    STATE.with(|s| s.borrow().result.as_ptr())
+}
+
+#[no_mangle]
+pub extern "C" fn grpc_wasm_result_len() -> usize {
+    STATE.with(|s| s.borrow().result.len())
+}
+
+/// Compiles one `.proto` file (name and source, both UTF-8).
+///
+/// # Safety
+/// The pointers must address `len` readable bytes of this module's memory.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_load_proto(
+    name: *const u8,
+    name_len: usize,
+    source: *const u8,
+    source_len: usize,
+) -> u32 {
+    let (name, source) = (bytes(name, name_len), bytes(source, source_len));
+    run(|state| {
+        let name = utf8(name, "file name")?;
+        let source = utf8(source, "file source")?;
+        state.registry.add_sources([(name, source)]).map_err(|e| e.to_string())?;
+        Ok(Vec::new())
+    })
+}
+
+/// Sets the JSON options from a bit set: 1 emit defaults, 2 int64 as
+/// number, 4 enums as numbers, 8 proto field names, 16 ignore unknown fields.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_set_json_options(flags: u32) -> u32 {
+    run(|state| {
+        state.options = JsonOptions {
+            emit_defaults: flags & 1 != 0,
+            int64_as_number: flags & 2 != 0,
+            enums_as_numbers: flags & 4 != 0,
+            proto_field_names: flags & 8 != 0,
+            ignore_unknown_fields: flags & 16 != 0,
+        };
+        Ok(Vec::new())
+    })
+}
+
+/// JSON → protobuf for the message type named by `type_name`.
+///
+/// # Safety
+/// The pointers must address `len` readable bytes of this module's memory.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_json_to_proto(
+    type_name: *const u8,
+    type_len: usize,
+    json: *const u8,
+    json_len: usize,
+) -> u32 {
+    let (type_name, json) = (bytes(type_name, type_len), bytes(json, json_len));
+    run(|state| {
+        let desc = state
+            .registry
+            .message(utf8(type_name, "type name")?)
+            .map_err(|e| e.to_string())?;
+        json_to_protobuf(&desc, json, &state.options).map_err(|e| e.to_string())
+    })
+}
+
+/// protobuf → JSON for the message type named by `type_name`.
+///
+/// # Safety
+/// The pointers must address `len` readable bytes of this module's memory.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_proto_to_json(
+    type_name: *const u8,
+    type_len: usize,
+    message: *const u8,
+    message_len: usize,
+) -> u32 {
+    let (type_name, message) = (bytes(type_name, type_len), bytes(message, message_len));
+    run(|state| {
+        let desc = state
+            .registry
+            .message(utf8(type_name, "type name")?)
+            .map_err(|e| e.to_string())?;
+        protobuf_to_json(&desc, message, &state.options)
+            .map(String::into_bytes)
+            .map_err(|e| e.to_string())
+    })
+}
+
+fn run(f: impl FnOnce(&mut State) -> Result<Vec<u8>, String>) -> u32 {
+    STATE.with(|cell| {
+        let mut state = cell.borrow_mut();
+        let (code, result) = match f(&mut state) {
+            Ok(out) => (0, out),
+            Err(message) => (1, message.into_bytes()),
+        };
+        state.result = result;
+        code
+    })
+}
+
+unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if ptr.is_null() || len == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(ptr, len)
+    }
+}
+
+fn utf8<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, String> {
+    std::str::from_utf8(bytes).map_err(|_| format!("{what} is not valid UTF-8"))
+}

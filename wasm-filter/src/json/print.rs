@@ -1,0 +1,298 @@
+//! Message → JSON, by the proto3 JSON mapping, written straight into a
+//! string (no intermediate tree).
+
+use std::fmt::Write;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use prost::Message;
+use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value};
+
+use super::parse::any_type;
+use super::wkt;
+use super::{JsonOptions, WellKnown};
+
+pub(crate) struct Printer<'a> {
+    pub(crate) options: &'a JsonOptions,
+    pub(crate) out: String,
+}
+
+type Result = std::result::Result<(), String>;
+
+impl Printer<'_> {
+    pub(crate) fn message(&mut self, message: &DynamicMessage) -> Result {
+        let desc = message.descriptor();
+        if let Some(wkt) = WellKnown::of(&desc) {
+            return self.well_known(&desc, wkt, message);
+        }
+        self.out.push('{');
+        let mut first = true;
+        self.fields(&desc, message, &mut first)?;
+        self.out.push('}');
+        Ok(())
+    }
+
+    fn fields(&mut self, desc: &MessageDescriptor, message: &DynamicMessage, first: &mut bool) -> Result {
+        for field in desc.fields() {
+            if !message.has_field(&field) && !(self.options.emit_defaults && !field.supports_presence()) {
+                continue;
+            }
+            let name = if self.options.proto_field_names { field.name() } else { field.json_name() };
+            self.key(name, first);
+            self.field_value(&field, &message.get_field(&field))?;
+        }
+        for (ext, value) in message.extensions() {
+            self.key(&format!("[{}]", ext.full_name()), first);
+            if ext.is_list() {
+                self.list(&ext.kind(), value)?;
+            } else {
+                self.single(&ext.kind(), value)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn key(&mut self, name: &str, first: &mut bool) {
+        if !*first {
+            self.out.push(',');
+        }
+        *first = false;
+        self.string(name);
+        self.out.push(':');
+    }
+
+    fn field_value(&mut self, field: &FieldDescriptor, value: &Value) -> Result {
+        if field.is_map() {
+            let Kind::Message(entry) = field.kind() else { return Err("malformed map field".into()) };
+            return self.map(&entry.map_entry_value_field().kind(), value);
+        }
+        if field.is_list() {
+            return self.list(&field.kind(), value);
+        }
+        self.single(&field.kind(), value)
+    }
+
+    fn list(&mut self, kind: &Kind, value: &Value) -> Result {
+        let Value::List(items) = value else { return Err("expected a list value".into()) };
+        self.out.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            self.single(kind, item)?;
+        }
+        self.out.push(']');
+        Ok(())
+    }
+
+    /// Map entries in key order, so that the same message always prints the
+    /// same text.
+    fn map(&mut self, value_kind: &Kind, value: &Value) -> Result {
+        let Value::Map(map) = value else { return Err("expected a map value".into()) };
+        let mut entries: Vec<(&MapKey, &Value)> = map.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        self.out.push('{');
+        let mut first = true;
+        for (key, v) in entries {
+            let text = match key {
+                MapKey::Bool(b) => b.to_string(),
+                MapKey::I32(n) => n.to_string(),
+                MapKey::I64(n) => n.to_string(),
+                MapKey::U32(n) => n.to_string(),
+                MapKey::U64(n) => n.to_string(),
+                MapKey::String(s) => s.clone(),
+            };
+            self.key(&text, &mut first);
+            self.single(value_kind, v)?;
+        }
+        self.out.push('}');
+        Ok(())
+    }
+
+    fn single(&mut self, kind: &Kind, value: &Value) -> Result {
+        match value {
+            Value::Bool(b) => self.out.push_str(if *b { "true" } else { "false" }),
+            Value::I32(n) => self.integer(*n, false),
+            Value::U32(n) => self.integer(*n, false),
+            Value::I64(n) => self.integer(*n, !self.options.int64_as_number),
+            Value::U64(n) => self.integer(*n, !self.options.int64_as_number),
+            Value::F32(f) => self.float32(*f),
+            Value::F64(f) => self.float64(*f),
+            Value::String(s) => self.string(s),
+            Value::Bytes(b) => {
+                self.out.push('"');
+                STANDARD.encode_string(b, &mut self.out);
+                self.out.push('"');
+            }
+            Value::EnumNumber(n) => self.enumeration(kind, *n),
+            Value::Message(m) => self.message(m)?,
+            Value::List(_) | Value::Map(_) => return Err("nested list or map value".into()),
+        }
+        Ok(())
+    }
+
+    fn integer(&mut self, n: impl itoa::Integer, quoted: bool) {
+        let mut buf = itoa::Buffer::new();
+        if quoted {
+            self.out.push('"');
+        }
+        self.out.push_str(buf.format(n));
+        if quoted {
+            self.out.push('"');
+        }
+    }
+
+    fn float64(&mut self, f: f64) {
+        if f.is_finite() {
+            self.out.push_str(ryu::Buffer::new().format_finite(f));
+        } else {
+            self.non_finite(f.is_nan(), f.is_sign_negative());
+        }
+    }
+
+    /// The shortest text that reads back as the same f32, as Google's
+    /// runtimes print float fields.
+    fn float32(&mut self, f: f32) {
+        if f.is_finite() {
+            self.out.push_str(ryu::Buffer::new().format_finite(f));
+        } else {
+            self.non_finite(f.is_nan(), f.is_sign_negative());
+        }
+    }
+
+    fn non_finite(&mut self, nan: bool, negative: bool) {
+        self.out.push_str(match (nan, negative) {
+            (true, _) => "\"NaN\"",
+            (false, true) => "\"-Infinity\"",
+            (false, false) => "\"Infinity\"",
+        });
+    }
+
+    fn enumeration(&mut self, kind: &Kind, n: i32) {
+        let Kind::Enum(desc) = kind else { return self.integer(n, false) };
+        if desc.full_name() == "google.protobuf.NullValue" {
+            return self.out.push_str("null");
+        }
+        match desc.get_value(n) {
+            Some(v) if !self.options.enums_as_numbers => self.string(v.name()),
+            _ => self.integer(n, false),
+        }
+    }
+
+    fn string(&mut self, s: &str) {
+        self.out.reserve(s.len() + 2);
+        self.out.push('"');
+        let mut start = 0;
+        for (i, b) in s.bytes().enumerate() {
+            let escape = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..=0x1f => "",
+                _ => continue,
+            };
+            self.out.push_str(&s[start..i]);
+            if escape.is_empty() {
+                let _ = write!(self.out, "\\u{:04x}", b);
+            } else {
+                self.out.push_str(escape);
+            }
+            start = i + 1;
+        }
+        self.out.push_str(&s[start..]);
+        self.out.push('"');
+    }
+
+    fn well_known(&mut self, desc: &MessageDescriptor, wkt: WellKnown, message: &DynamicMessage) -> Result {
+        let number = |n: u32| message.get_field_by_number(n).map(|v| v.into_owned());
+        match wkt {
+            WellKnown::Timestamp => {
+                let (s, n) = seconds_nanos(message);
+                let text = wkt::format_timestamp(s, n).ok_or_else(|| format!("timestamp out of range: {s}s {n}ns"))?;
+                self.string(&text);
+            }
+            WellKnown::Duration => {
+                let (s, n) = seconds_nanos(message);
+                let text = wkt::format_duration(s, n).ok_or_else(|| format!("duration out of range: {s}s {n}ns"))?;
+                self.string(&text);
+            }
+            WellKnown::FieldMask => {
+                let paths = match number(1) {
+                    Some(Value::List(paths)) => paths,
+                    _ => Vec::new(),
+                };
+                let mut joined = Vec::with_capacity(paths.len());
+                for p in paths.iter().filter_map(Value::as_str) {
+                    joined.push(wkt::path_to_json(p).ok_or_else(|| format!("field mask path '{p}' has no JSON form"))?);
+                }
+                self.string(&joined.join(","));
+            }
+            WellKnown::Struct => {
+                let Kind::Message(entry) = desc.get_field(1).map(|f| f.kind()).ok_or("malformed Struct")? else {
+                    return Err("malformed Struct".into());
+                };
+                self.map(&entry.map_entry_value_field().kind(), &number(1).unwrap_or(Value::Map(Default::default())))?;
+            }
+            WellKnown::ListValue => {
+                let Some(field) = desc.get_field(1) else { return Err("malformed ListValue".into()) };
+                self.list(&field.kind(), &message.get_field(&field))?;
+            }
+            WellKnown::Value => self.value(message)?,
+            WellKnown::Wrapper => {
+                let Some(field) = desc.get_field(1) else { return Err("malformed wrapper".into()) };
+                self.single(&field.kind(), &message.get_field(&field))?;
+            }
+            WellKnown::Any => self.any(message)?,
+        }
+        Ok(())
+    }
+
+    fn value(&mut self, message: &DynamicMessage) -> Result {
+        let Some((field, value)) = message.fields().next() else {
+            return Err("google.protobuf.Value has no kind set".into());
+        };
+        match (field.number(), value) {
+            (1, _) => self.out.push_str("null"),
+            (2, Value::F64(f)) if f.is_finite() => self.float64(*f),
+            (2, _) => return Err("google.protobuf.Value cannot hold NaN or Infinity".into()),
+            (_, v) => self.single(&field.kind(), v)?,
+        }
+        Ok(())
+    }
+
+    fn any(&mut self, message: &DynamicMessage) -> Result {
+        let type_url = message.get_field_by_number(1).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let bytes = message.get_field_by_number(2).and_then(|v| v.as_bytes().cloned()).unwrap_or_default();
+        if type_url.is_empty() && bytes.is_empty() {
+            self.out.push_str("{}");
+            return Ok(());
+        }
+        let inner_desc = any_type(&message.descriptor(), &type_url).map_err(|e| e.message)?;
+        let inner = DynamicMessage::decode(inner_desc.clone(), bytes.as_ref())
+            .map_err(|e| format!("Any of {type_url} does not decode: {e}"))?;
+        self.out.push('{');
+        let mut first = true;
+        self.key("@type", &mut first);
+        self.string(&type_url);
+        if WellKnown::of(&inner_desc).is_some() {
+            self.key("value", &mut first);
+            self.message(&inner)?;
+        } else {
+            self.fields(&inner_desc, &inner, &mut first)?;
+        }
+        self.out.push('}');
+        Ok(())
+    }
+}
+
+fn seconds_nanos(message: &DynamicMessage) -> (i64, i32) {
+    let seconds = message.get_field_by_number(1).and_then(|v| v.as_i64()).unwrap_or(0);
+    let nanos = message.get_field_by_number(2).and_then(|v| v.as_i32()).unwrap_or(0);
+    (seconds, nanos)
+}
+
+// Keeps `Message` in scope for `DynamicMessage::decode`.
+#[allow(dead_code)]
+fn _assert_message<T: Message>() {}

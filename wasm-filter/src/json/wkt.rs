@@ -1,0 +1,256 @@
+//! The string forms of Timestamp, Duration and FieldMask in the proto3 JSON
+//! mapping. Written here because their rules (RFC 3339 with 0/3/6/9
+//! fractional digits, the ±10000-year duration bound, camelCase paths) are
+//! the mapping's own; no date crate implements exactly these.
+
+const MIN_TIMESTAMP: i64 = -62_135_596_800; // 0001-01-01T00:00:00Z
+const MAX_TIMESTAMP: i64 = 253_402_300_799; // 9999-12-31T23:59:59Z
+const MAX_DURATION: i64 = 315_576_000_000;
+const NANOS: i32 = 1_000_000_000;
+
+/// Formats a Timestamp; `None` when it is outside years 1..=9999.
+pub(crate) fn format_timestamp(seconds: i64, nanos: i32) -> Option<String> {
+    if !(MIN_TIMESTAMP..=MAX_TIMESTAMP).contains(&seconds) || !(0..NANOS).contains(&nanos) {
+        return None;
+    }
+    let days = seconds.div_euclid(86_400);
+    let secs_of_day = seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    Some(format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{}Z",
+        secs_of_day / 3600,
+        secs_of_day / 60 % 60,
+        secs_of_day % 60,
+        fraction(nanos as u32)
+    ))
+}
+
+/// Parses an RFC 3339 timestamp (upper-case `T` and `Z`, or an offset).
+pub(crate) fn parse_timestamp(text: &str) -> Option<(i64, i32)> {
+    let b = text.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let year = digits(&b[0..4])?;
+    let month = digits(&b[5..7])?;
+    let day = digits(&b[8..10])?;
+    let (hour, minute, second) = (digits(&b[11..13])?, digits(&b[14..16])?, digits(&b[17..19])?);
+    if year == 0 || !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    if hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let (nanos, rest) = parse_fraction(&b[19..])?;
+    let offset = match rest {
+        [b'Z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let (h, m) = (digits(&[*h1, *h2])?, digits(&[*m1, *m2])?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let offset = (h * 3600 + m * 60) as i64;
+            if *sign == b'+' { offset } else { -offset }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year as i64, month, day);
+    let seconds = days * 86_400 + (hour * 3600 + minute * 60 + second) as i64 - offset;
+    (MIN_TIMESTAMP..=MAX_TIMESTAMP).contains(&seconds).then_some((seconds, nanos))
+}
+
+/// Formats a Duration as `[-]S[.fff]s`; `None` when out of range or the
+/// signs of seconds and nanos disagree.
+pub(crate) fn format_duration(seconds: i64, nanos: i32) -> Option<String> {
+    if seconds.abs() > MAX_DURATION || nanos.abs() >= NANOS || (seconds != 0 && nanos != 0 && (seconds < 0) != (nanos < 0)) {
+        return None;
+    }
+    let sign = if seconds < 0 || nanos < 0 { "-" } else { "" };
+    Some(format!("{sign}{}{}s", seconds.unsigned_abs(), fraction(nanos.unsigned_abs())))
+}
+
+/// Parses `[-]S[.f{1,9}]s`.
+pub(crate) fn parse_duration(text: &str) -> Option<(i64, i32)> {
+    let body = text.strip_suffix('s')?;
+    let (negative, body) = match body.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, body),
+    };
+    let (whole, frac) = match body.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (body, None),
+    };
+    if whole.is_empty() || !whole.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let seconds: i64 = whole.parse().ok()?;
+    let nanos = match frac {
+        None => 0,
+        Some(f) if !f.is_empty() && f.len() <= 9 && f.bytes().all(|c| c.is_ascii_digit()) => {
+            f.parse::<i32>().ok()? * 10i32.pow(9 - f.len() as u32)
+        }
+        Some(_) => return None,
+    };
+    if seconds > MAX_DURATION {
+        return None;
+    }
+    Some(if negative { (-seconds, -nanos) } else { (seconds, nanos) })
+}
+
+/// `foo_bar.baz` → `fooBar.baz`; `None` when the path would not come back
+/// the same way (upper case, or `_` not followed by a lower-case letter).
+pub(crate) fn path_to_json(path: &str) -> Option<String> {
+    let mut out = String::with_capacity(path.len());
+    let mut upper_next = false;
+    for c in path.chars() {
+        if c.is_ascii_uppercase() {
+            return None;
+        }
+        if c == '_' {
+            if upper_next {
+                return None;
+            }
+            upper_next = true;
+            continue;
+        }
+        if upper_next {
+            if !c.is_ascii_lowercase() {
+                return None;
+            }
+            out.push(c.to_ascii_uppercase());
+            upper_next = false;
+        } else {
+            out.push(c);
+        }
+    }
+    (!upper_next).then_some(out)
+}
+
+/// `fooBar.baz` → `foo_bar.baz`; `None` for a path with `_` (not a JSON path).
+pub(crate) fn path_from_json(path: &str) -> Option<String> {
+    let mut out = String::with_capacity(path.len() + 4);
+    for c in path.chars() {
+        if c == '_' {
+            return None;
+        }
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    Some(out)
+}
+
+fn fraction(nanos: u32) -> String {
+    if nanos == 0 {
+        String::new()
+    } else if nanos % 1_000_000 == 0 {
+        format!(".{:03}", nanos / 1_000_000)
+    } else if nanos % 1_000 == 0 {
+        format!(".{:06}", nanos / 1_000)
+    } else {
+        format!(".{nanos:09}")
+    }
+}
+
+/// Optional `.d{1,9}` at the start of `b`: the nanoseconds and the rest.
+fn parse_fraction(b: &[u8]) -> Option<(i32, &[u8])> {
+    let Some(rest) = b.strip_prefix(b".") else { return Some((0, b)) };
+    let n = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 || n > 9 {
+        return None;
+    }
+    let value = digits(&rest[..n])? as i32 * 10i32.pow(9 - n as u32);
+    Some((value, &rest[n..]))
+}
+
+fn digits(b: &[u8]) -> Option<u32> {
+    b.iter().try_fold(0u32, |acc, c| c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0')))
+}
+
+fn is_leap(year: u32) -> bool {
+    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+}
+
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if is_leap(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (era arithmetic:
+/// 400-year cycles of 146097 days, years starting in March).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = month as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(format_timestamp(0, 0).unwrap(), "1970-01-01T00:00:00Z");
+        assert_eq!(format_timestamp(1_709_210_096, 789_000_000).unwrap(), "2024-02-29T12:34:56.789Z");
+        assert_eq!(format_timestamp(-1, 500_000_000).unwrap(), "1969-12-31T23:59:59.500Z");
+        assert_eq!(format_timestamp(MIN_TIMESTAMP, 0).unwrap(), "0001-01-01T00:00:00Z");
+        assert_eq!(format_timestamp(MAX_TIMESTAMP, 999_999_999).unwrap(), "9999-12-31T23:59:59.999999999Z");
+        assert_eq!(format_timestamp(MAX_TIMESTAMP + 1, 0), None);
+        assert_eq!(parse_timestamp("2024-02-29T12:34:56.789Z"), Some((1_709_210_096, 789_000_000)));
+        assert_eq!(parse_timestamp("2024-02-29T13:34:56+01:00"), Some((1_709_210_096, 0)));
+        assert_eq!(parse_timestamp("0001-01-01T00:00:00Z"), Some((MIN_TIMESTAMP, 0)));
+        for bad in ["2024-13-01T00:00:00Z", "2023-02-29T00:00:00Z", "2024-01-01t00:00:00Z", "2024-01-01T00:00:00z",
+                    "2024-01-01T00:00:00", "2024-01-01T00:00:00.Z", "2024-01-01T00:00:00.1234567890Z", "0000-01-01T00:00:00Z"] {
+            assert_eq!(parse_timestamp(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(format_duration(1, 500_000_000).unwrap(), "1.500s");
+        assert_eq!(format_duration(0, -1).unwrap(), "-0.000000001s");
+        assert_eq!(format_duration(-5, -10_000).unwrap(), "-5.000010s");
+        assert_eq!(format_duration(MAX_DURATION + 1, 0), None);
+        assert_eq!(format_duration(1, -1), None);
+        assert_eq!(parse_duration("1.5s"), Some((1, 500_000_000)));
+        assert_eq!(parse_duration("-0.000000001s"), Some((0, -1)));
+        assert_eq!(parse_duration("315576000000s"), Some((MAX_DURATION, 0)));
+        for bad in ["315576000001s", "1m", "1", ".5s", "1.s", "+1s", "1.0000000001s", "--1s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn field_mask_paths() {
+        assert_eq!(path_to_json("foo_bar.baz_qux").unwrap(), "fooBar.bazQux");
+        assert_eq!(path_to_json("foo__bar"), None);
+        assert_eq!(path_to_json("foo_3"), None);
+        assert_eq!(path_to_json("fooBar"), None);
+        assert_eq!(path_from_json("fooBar.bazQux").unwrap(), "foo_bar.baz_qux");
+        assert_eq!(path_from_json("foo_bar"), None);
+    }
+}
