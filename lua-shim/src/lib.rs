@@ -1,3 +1,10 @@
-//! The OpenResty host for the grpc-wasm core. Its wasmtime host, transport and
-//! Lua API arrive with their own issue; the crate exists now so that the
-//! workspace has its final shape.
+//! The native side of grpc-wasm for OpenResty.
+//!
+//! For now it holds the wasmtime host of the core module: the WASI subset a
+//! proxy gives its modules ([`wasm::wasi`]) and a typed client of the core's
+//! own exports ([`wasm::CoreModule`]). The Lua API and the HTTP/2 transport
+//! come with their own issue.
+
+pub mod wasm;
+
+pub use wasm::{CoreModule, HostError};

@@ -1,7 +1,8 @@
 //! A testee for protobuf's conformance suite, built on the core alone.
 //!
-//! Usage: conformance_testee PROTOBUF_SOURCE_DIR
-//! (the protobuf source tree, for conformance.proto and the test messages).
+//! The protobuf source tree (for conformance.proto and the test messages) is
+//! named by the PROTOBUF_SRC environment variable or the first argument; the
+//! runner starts the testee without arguments, so `make conformance` sets it.
 //! The runner speaks on stdin/stdout: a little-endian u32 length, then a
 //! ConformanceRequest; we answer the same way with a ConformanceResponse.
 //! The request and response are themselves handled as dynamic messages.
@@ -25,7 +26,10 @@ const JSON: i32 = 2;
 const JSON_IGNORE_UNKNOWN_PARSING_TEST: i32 = 3;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::env::args().nth(1).ok_or("usage: conformance_testee PROTOBUF_SOURCE_DIR")?;
+    let root = std::env::args()
+        .nth(1)
+        .or_else(|| std::env::var("PROTOBUF_SRC").ok())
+        .ok_or("set PROTOBUF_SRC to the protobuf source tree")?;
     let registry = load(Path::new(&root))?;
     let request_type = registry.message("conformance.ConformanceRequest")?;
     let response_type = registry.message("conformance.ConformanceResponse")?;

@@ -1,12 +1,16 @@
 //! The core's own exports, for hosts that call it directly rather than as a
 //! proxy-wasm filter (the smoke test, the benchmark, embedders).
 //!
-//! Memory contract: the host allocates input buffers with `grpc_wasm_alloc`
-//! and frees them with `grpc_wasm_free`. Each call returns 0 on success or 1
-//! on error; either way its output (result bytes, or the UTF-8 error text) is
-//! read with `grpc_wasm_result_ptr` / `grpc_wasm_result_len` and stays valid
-//! until the next call. Nothing here panics on bad input: every name and
-//! payload the host passes is checked and reported as an error.
+//! Memory contract: the host writes its inputs into the module's scratch
+//! buffer (`grpc_wasm_buffer(len)` returns its address, valid until the next
+//! `grpc_wasm_buffer` call), or into buffers of its own from
+//! `grpc_wasm_alloc` / `grpc_wasm_free`. Each operation returns 0 on success
+//! or 1 on error; either way its output (result bytes, or the UTF-8 error
+//! text) is found with `grpc_wasm_result` (address << 32 | length) and stays
+//! valid until the next operation. One scratch buffer and one packed result
+//! keep a call to three boundary crossings. Nothing here panics on bad
+//! input: every name and payload the host passes is checked and reported as
+//! an error.
 
 use std::cell::RefCell;
 
@@ -25,6 +29,28 @@ thread_local! {
         options: JsonOptions::default(),
         result: Vec::new(),
     });
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The scratch input buffer, grown to at least `len` bytes.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_buffer(len: usize) -> *mut u8 {
+    SCRATCH.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        buf.as_mut_ptr()
+    })
+}
+
+/// The last operation's output: address in the high 32 bits, length in the low.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_result() -> u64 {
+    STATE.with(|s| {
+        let state = s.borrow();
+        ((state.result.as_ptr() as usize as u64) << 32) | state.result.len() as u64
+    })
 }
 
 /// Allocates `len` bytes for the host to write an input into.
@@ -45,16 +71,6 @@ pub unsafe extern "C" fn grpc_wasm_free(ptr: *mut u8, len: usize) {
     if !ptr.is_null() {
         drop(Vec::from_raw_parts(ptr, 0, len.max(1)));
     }
-}
-
-#[no_mangle]
-pub extern "C" fn grpc_wasm_result_ptr() -> *const u8 {
-    STATE.with(|s| s.borrow().result.as_ptr())
-}
-
-#[no_mangle]
-pub extern "C" fn grpc_wasm_result_len() -> usize {
-    STATE.with(|s| s.borrow().result.len())
 }
 
 /// Compiles one `.proto` file (name and source, both UTF-8).

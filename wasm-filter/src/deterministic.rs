@@ -31,6 +31,10 @@ pub fn encode_deterministic(message: &DynamicMessage) -> Vec<u8> {
 /// Whether a map field is reachable from `desc`; cached per type because the
 /// walk is per call otherwise.
 fn contains_map(desc: &MessageDescriptor) -> bool {
+    // Flat messages (the common case) need no cache look-up at all.
+    if !desc.fields().any(|f| matches!(f.kind(), Kind::Message(_))) {
+        return false;
+    }
     static CACHE: Mutex<Option<HashMap<String, bool>>> = Mutex::new(None);
     let mut guard = match CACHE.lock() {
         Ok(guard) => guard,

@@ -1,5 +1,6 @@
 //! JSON → message, by the proto3 JSON mapping.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
@@ -16,7 +17,9 @@ use crate::deterministic::encode_deterministic;
 /// URL-safe characters are mapped to standard ones before decoding.
 const BASE64: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
 );
 
 /// An error and where it happened, innermost segment first.
@@ -74,7 +77,7 @@ impl Parser<'_> {
         self.fields(desc, entries)
     }
 
-    fn fields(&self, desc: &MessageDescriptor, entries: Vec<(String, Json)>) -> Result<DynamicMessage> {
+    fn fields(&self, desc: &MessageDescriptor, entries: Vec<(Cow<'_, str>, Json)>) -> Result<DynamicMessage> {
         let mut message = DynamicMessage::new(desc.clone());
         let mut seen: Vec<u32> = Vec::with_capacity(entries.len());
         let mut oneofs: Vec<String> = Vec::new();
@@ -84,7 +87,7 @@ impl Parser<'_> {
                 continue;
             };
             if seen.contains(&field.number()) {
-                return Err(ParseError::new(format!("field '{}' is given more than once", field.name()))).at(|| key);
+                return Err(ParseError::new(format!("field '{}' is given more than once", field.name()))).at(|| key.into_owned());
             }
             seen.push(field.number());
             if value == Json::Null && !takes_null(&field) {
@@ -92,11 +95,11 @@ impl Parser<'_> {
             }
             if let Some(oneof) = field.containing_oneof() {
                 if oneofs.iter().any(|o| o == oneof.name()) {
-                    return Err(ParseError::new(format!("more than one field of oneof '{}' is set", oneof.name()))).at(|| key);
+                    return Err(ParseError::new(format!("more than one field of oneof '{}' is set", oneof.name()))).at(|| key.into_owned());
                 }
                 oneofs.push(oneof.name().to_string());
             }
-            if let Some(v) = self.field_value(&field, value).at(|| key)? {
+            if let Some(v) = self.field_value(&field, value).at(|| key.into_owned())? {
                 message.set_field(&field, v);
             }
         }
@@ -191,7 +194,7 @@ impl Parser<'_> {
                 other => return expected("boolean", &other),
             },
             Kind::String => match json {
-                Json::String(s) => Value::String(s),
+                Json::String(s) => Value::String(s.into_owned()),
                 other => return expected("string", &other),
             },
             Kind::Bytes => Value::Bytes(parse_bytes(&json)?.into()),
@@ -259,8 +262,8 @@ impl Parser<'_> {
                 let value_desc = struct_value_desc(desc)?;
                 let mut fields = HashMap::with_capacity(entries.len());
                 for (key, value) in entries {
-                    let v = self.message(&value_desc, value).at(|| key.clone())?;
-                    fields.insert(MapKey::String(key), Value::Message(v));
+                    let v = self.message(&value_desc, value).at(|| key.to_string())?;
+                    fields.insert(MapKey::String(key.into_owned()), Value::Message(v));
                 }
                 message.set_field_by_number(1, Value::Map(fields));
             }
@@ -291,7 +294,7 @@ impl Parser<'_> {
         let (number, value) = match json {
             Json::Null => (1, Value::EnumNumber(0)),
             Json::Unsigned(_) | Json::Signed(_) | Json::Float(_) => (2, Value::F64(parse_f64(&json)?)),
-            Json::String(s) => (3, Value::String(s)),
+            Json::String(s) => (3, Value::String(s.into_owned())),
             Json::Bool(b) => (4, Value::Bool(b)),
             Json::Object(_) => {
                 let s = pool.get_message_by_name("google.protobuf.Struct").ok_or_else(|| ParseError::new("google.protobuf.Struct is not loaded"))?;
@@ -330,7 +333,7 @@ impl Parser<'_> {
         } else {
             self.fields(&inner_desc, entries)?
         };
-        message.set_field_by_number(1, Value::String(type_url));
+        message.set_field_by_number(1, Value::String(type_url.into_owned()));
         message.set_field_by_number(2, Value::Bytes(encode_deterministic(&inner).into()));
         Ok(message)
     }
@@ -378,7 +381,7 @@ fn kind_takes_null(kind: &Kind) -> bool {
 }
 
 fn map_key(kind: &Kind, key: &str) -> Result<MapKey> {
-    let as_json = Json::String(key.to_string());
+    let as_json = Json::String(Cow::Borrowed(key));
     Ok(match kind {
         Kind::String => MapKey::String(key.to_string()),
         Kind::Bool => match key {
@@ -450,48 +453,48 @@ fn out_of_range() -> ParseError {
 
 /// A signed integer from a JSON number or a string holding one.
 fn parse_int(json: &Json, min: i64, max: i64) -> Result<i64> {
-    let value: i128 = match json {
-        Json::Signed(v) => *v as i128,
-        Json::Unsigned(v) => *v as i128,
-        Json::Float(f) => float_to_int(integral(*f)?)?,
-        Json::String(s) => match s.parse::<i64>() {
-            Ok(v) if !s.starts_with('+') => v as i128,
-            _ => match numeric_string(s) {
-                Some(f) => float_to_int(integral(f)?)?,
-                None => return Err(ParseError::new("expected an integer, got a string that is not one")),
-            },
-        },
-        other => return expected("integer", other),
-    };
+    let value = integer(json)?;
     if value < min as i128 || value > max as i128 {
         return Err(out_of_range());
     }
     Ok(value as i64)
 }
 
-fn parse_uint(json: &Json, max: u64) -> Result<u64> {
-    let value: i128 = match json {
+/// The integer a JSON value holds, exactly; wider than any field so that
+/// range checks see the true value.
+fn integer(json: &Json) -> Result<i128> {
+    Ok(match json {
         Json::Signed(v) => *v as i128,
         Json::Unsigned(v) => *v as i128,
         Json::Float(f) => float_to_int(integral(*f)?)?,
-        Json::String(s) => match s.parse::<u64>() {
-            Ok(v) if !s.starts_with('+') => v as i128,
-            _ => match numeric_string(s) {
-                Some(f) => float_to_int(integral(f)?)?,
-                None => return Err(ParseError::new("expected an integer, got a string that is not one")),
-            },
+        Json::String(s) if is_plain_integer(s) => s.parse::<i128>().map_err(|_| out_of_range())?,
+        Json::String(s) => match numeric_string(s) {
+            Some(f) => float_to_int(integral(f)?)?,
+            None => return Err(ParseError::new("expected an integer, got a string that is not one")),
         },
         other => return expected("integer", other),
-    };
+    })
+}
+
+/// `-?[0-9]+`: parsed exactly, never through a float.
+fn is_plain_integer(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn parse_uint(json: &Json, max: u64) -> Result<u64> {
+    let value = integer(json)?;
     if value < 0 || value > max as i128 {
         return Err(out_of_range());
     }
     Ok(value as u64)
 }
 
+/// A JSON number that was too long for an exact integer arrives as a float;
+/// at ±2^63 and beyond its true value is uncertain, so only magnitudes below
+/// 2^63 (or below 2^64 when positive) are taken.
 fn float_to_int(f: f64) -> Result<i128> {
-    // Beyond ±2^64 nothing fits any field; checking here keeps the cast exact.
-    if f.abs() >= 18_446_744_073_709_551_616.0 {
+    if f <= -9_223_372_036_854_775_808.0 || f >= 18_446_744_073_709_551_616.0 {
         return Err(out_of_range());
     }
     Ok(f as i128)
@@ -502,7 +505,7 @@ fn parse_f64(json: &Json) -> Result<f64> {
         Json::Float(f) => Ok(*f),
         Json::Signed(v) => Ok(*v as f64),
         Json::Unsigned(v) => Ok(*v as f64),
-        Json::String(s) => match s.as_str() {
+        Json::String(s) => match s.as_ref() {
             "NaN" => Ok(f64::NAN),
             "Infinity" => Ok(f64::INFINITY),
             "-Infinity" => Ok(f64::NEG_INFINITY),

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need on a fresh machine. Idempotent:
+# each step runs only when its tool is missing.
+set -euo pipefail
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
+  rustup target add wasm32-wasip1
+fi
+
+apt_pkgs=()
+command -v wasm-opt >/dev/null || apt_pkgs+=(binaryen)
+command -v cmake >/dev/null || apt_pkgs+=(cmake)
+command -v g++ >/dev/null || apt_pkgs+=(g++)
+[[ -f /usr/include/jsoncpp/json/json.h ]] || apt_pkgs+=(libjsoncpp-dev)
+if ((${#apt_pkgs[@]})); then
+  echo "installing ${apt_pkgs[*]} with apt-get" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
+fi
+
+if ! python3 -c 'import google.protobuf, grpc_tools, pytest' 2>/dev/null; then
+  echo "installing protobuf, grpcio-tools and pytest with pip" >&2
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore protobuf grpcio-tools pytest
+fi
