@@ -173,21 +173,9 @@ fn request_timeout(metadata: &MetadataMap) -> Option<Duration> {
     parse_grpc_timeout(value)
 }
 
+/// The one grpc-timeout parser of the project lives in the core.
 fn parse_grpc_timeout(value: &str) -> Option<Duration> {
-    let (digits, unit) = value.split_at_checked(value.len().checked_sub(1)?)?;
-    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let amount: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(amount * 3600),
-        "M" => Duration::from_secs(amount * 60),
-        "S" => Duration::from_secs(amount),
-        "m" => Duration::from_millis(amount),
-        "u" => Duration::from_micros(amount),
-        "n" => Duration::from_nanos(amount),
-        _ => return None,
-    })
+    grpc_wasm::timeout::parse_timeout(value).ok()
 }
 
 fn payload_size(size: i32) -> Result<usize, Status> {

@@ -188,3 +188,45 @@ mod tests {
         assert!(err.to_string().starts_with("invalid routeguide.Point message: "), "{err}");
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use crate::descriptors::Registry;
+    use proptest::prelude::*;
+
+    fn registry() -> Registry {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("library.proto", include_str!("../../../protos/library.proto"))]).unwrap();
+        r
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_json_text_never_panics(text in "\\PC{0,200}") {
+            let r = registry();
+            let desc = r.message("example.library.v1.UpdateBookRequest").unwrap();
+            let _ = json_to_protobuf(&desc, text.as_bytes(), &JsonOptions::default());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let r = registry();
+            let desc = r.message("example.library.v1.ListBooksResponse").unwrap();
+            let _ = protobuf_to_json(&desc, &bytes, &JsonOptions::default());
+        }
+
+        #[test]
+        fn printed_json_parses_back_to_the_same_bytes(
+            title in "\\PC{0,20}", pages in any::<i64>(), tags in proptest::collection::vec("[a-z]{0,5}", 0..4)
+        ) {
+            let r = registry();
+            let desc = r.message("example.library.v1.Book").unwrap();
+            let json = serde_json::json!({"title": title, "pages": pages.to_string(), "tags": tags}).to_string();
+            let bytes = json_to_protobuf(&desc, json.as_bytes(), &JsonOptions::default()).unwrap();
+            let printed = protobuf_to_json(&desc, &bytes, &JsonOptions::default()).unwrap();
+            let again = json_to_protobuf(&desc, printed.as_bytes(), &JsonOptions::default()).unwrap();
+            prop_assert_eq!(bytes, again);
+        }
+    }
+}

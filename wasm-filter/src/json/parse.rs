@@ -231,16 +231,12 @@ impl Parser<'_> {
         let mut message = DynamicMessage::new(desc.clone());
         match wkt {
             WellKnown::Timestamp => {
-                let Json::String(text) = &json else { return expected("RFC 3339 timestamp string", &json) };
-                let (seconds, nanos) = wkt::parse_timestamp(text)
-                    .ok_or_else(|| ParseError::new(format!("invalid timestamp '{text}'")))?;
+                let (seconds, nanos) = time_string(&json, "RFC 3339 timestamp string", "timestamp", wkt::parse_timestamp)?;
                 message.set_field_by_number(1, Value::I64(seconds));
                 message.set_field_by_number(2, Value::I32(nanos));
             }
             WellKnown::Duration => {
-                let Json::String(text) = &json else { return expected("duration string such as \"1.5s\"", &json) };
-                let (seconds, nanos) = wkt::parse_duration(text)
-                    .ok_or_else(|| ParseError::new(format!("invalid duration '{text}'")))?;
+                let (seconds, nanos) = time_string(&json, "duration string such as \"1.5s\"", "duration", wkt::parse_duration)?;
                 message.set_field_by_number(1, Value::I64(seconds));
                 message.set_field_by_number(2, Value::I32(nanos));
             }
@@ -337,6 +333,12 @@ impl Parser<'_> {
         message.set_field_by_number(2, Value::Bytes(encode_deterministic(&inner).into()));
         Ok(message)
     }
+}
+
+/// Seconds and nanos from the string form of a Timestamp or Duration.
+fn time_string(json: &Json, expecting: &str, what: &str, parse: fn(&str) -> Option<(i64, i32)>) -> Result<(i64, i32)> {
+    let Json::String(text) = json else { return expected(expecting, json) };
+    parse(text).ok_or_else(|| ParseError::new(format!("invalid {what} '{text}'")))
 }
 
 /// The message type an Any's type URL names: the part after the last '/'.
