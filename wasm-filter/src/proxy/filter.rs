@@ -1,0 +1,293 @@
+//! The exported proxy-wasm callbacks: one root context per plugin
+//! configuration, one stream context per HTTP exchange.
+//!
+//! Request: JSON for a known method is held until its end, then replaced by
+//! one gRPC frame (headers: `content-type: application/grpc`, `te:
+//! trailers`, no `content-length`; the original path is kept in
+//! `x-grpc-wasm-original-path`). Response: a trailers-only status (the
+//! usual form of a gRPC error) becomes a JSON error with the HTTP status
+//! mapped from `grpc-status`; otherwise the gRPC body is held until the
+//! trailers and replaced by JSON. Hosts send response headers before the
+//! body can be held, so a status that only arrives in trailers after data
+//! changes the body (a `google.rpc.Status` object) but not the HTTP status.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::code::Code;
+use crate::descriptors::Method;
+use crate::framing::Compression;
+use crate::status::Status;
+
+use super::config::FilterConfig;
+use super::host::{self, *};
+use super::transcoder::{self, Plan, Reply};
+
+const CONTINUE: u32 = 0;
+const PAUSE: u32 = 1;
+
+struct Stream {
+    config: Rc<FilterConfig>,
+    method: Option<Method>,
+    /// The reply was already decided (a trailers-only error); drop the rest.
+    answered: bool,
+}
+
+thread_local! {
+    static ROOTS: RefCell<HashMap<u32, Rc<FilterConfig>>> = RefCell::new(HashMap::new());
+    static STREAMS: RefCell<HashMap<u32, Stream>> = RefCell::new(HashMap::new());
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_abi_version_0_2_1() {}
+
+/// The host's allocator for buffers it hands to the module; `host::take`
+/// turns them back into `Vec`s, so capacity must equal the size.
+#[no_mangle]
+pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
+    let mut buf = Vec::<u8>::with_capacity(size);
+    let ptr = buf.as_mut_ptr();
+    std::mem::forget(buf);
+    ptr
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
+    if parent_id == 0 {
+        return;
+    }
+    if let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) {
+        STREAMS.with(|s| s.borrow_mut().insert(context_id, Stream { config, method: None, answered: false }));
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_vm_start(_root_id: u32, _size: u32) -> u32 {
+    1
+}
+
+/// A bad configuration is refused here, with one log line naming the
+/// problem, so that it never fails later at request time.
+#[no_mangle]
+pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
+    let bytes = match host::buffer(BUFFER_PLUGIN_CONFIGURATION, 0, size as usize) {
+        Ok(bytes) => bytes,
+        Err(status) => {
+            log(LOG_ERROR, &format!("grpc-wasm: cannot read the plugin configuration (host status {})", status.0));
+            return 0;
+        }
+    };
+    match FilterConfig::from_json(&bytes) {
+        Ok(config) => {
+            ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
+            log(LOG_INFO, "grpc-wasm: configured");
+            1
+        }
+        Err(e) => {
+            log(LOG_ERROR, &format!("grpc-wasm: bad configuration: {e}"));
+            0
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: u32, end_of_stream: u32) -> u32 {
+    with_stream(context_id, CONTINUE, |stream| {
+        let method = header(MAP_REQUEST_HEADERS, ":method").unwrap_or_default();
+        let path = header(MAP_REQUEST_HEADERS, ":path").unwrap_or_default();
+        let content_type = header(MAP_REQUEST_HEADERS, "content-type");
+        match transcoder::plan(&stream.config, &method, &path, content_type.as_deref()) {
+            Plan::PassThrough => CONTINUE,
+            Plan::Reply(reply) => answer(stream, &reply),
+            Plan::Transcode(m) => {
+                if end_of_stream != 0 {
+                    // No body to replace: answer as gRPC would for an empty
+                    // request, which the host cannot do from here.
+                    let status = Status::new(Code::InvalidArgument, "a JSON request body is required (use {} for an empty message)");
+                    return answer(stream, &Reply::error(&stream.config, &status));
+                }
+                let rewritten = [
+                    set_header(MAP_REQUEST_HEADERS, "content-type", "application/grpc"),
+                    set_header(MAP_REQUEST_HEADERS, "te", "trailers"),
+                    set_header(MAP_REQUEST_HEADERS, "x-grpc-wasm-original-path", &path),
+                    set_header(MAP_REQUEST_HEADERS, ":path", &m.path()),
+                    remove_header(MAP_REQUEST_HEADERS, "content-length"),
+                ];
+                if rewritten.iter().any(Result::is_err) {
+                    log(LOG_WARN, "grpc-wasm: the host refused a request header change");
+                }
+                stream.method = Some(m);
+                // Pausing headers would hold the body back from this filter
+                // too (hosts map it to "stop all"); the body callback holds
+                // the request instead.
+                CONTINUE
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_request_body(context_id: u32, body_size: u32, end_of_stream: u32) -> u32 {
+    with_stream(context_id, CONTINUE, |stream| {
+        let Some(method) = stream.method.clone() else { return CONTINUE };
+        let size = body_size as usize;
+        if size > stream.config.max_request_bytes {
+            let reply = transcoder::too_large(&stream.config, "request", size, stream.config.max_request_bytes);
+            return answer(stream, &reply);
+        }
+        if end_of_stream == 0 {
+            return PAUSE;
+        }
+        let body = match host::buffer(BUFFER_REQUEST_BODY, 0, size) {
+            Ok(body) => body,
+            Err(s) => {
+                let reply = internal(&stream.config, &format!("cannot read the request body (host status {})", s.0));
+                return answer(stream, &reply);
+            }
+        };
+        match transcoder::encode_request(&stream.config, &method, &body) {
+            // Some hosts cut the new body to `size`: pass the larger length.
+            Ok(frame) => match set_buffer(BUFFER_REQUEST_BODY, size.max(frame.len()), &frame) {
+                Ok(()) => CONTINUE,
+                Err(s) => {
+                    let reply = internal(&stream.config, &format!("cannot replace the request body (host status {})", s.0));
+                    answer(stream, &reply)
+                }
+            },
+            Err(reply) => answer(stream, &reply),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: u32, end_of_stream: u32) -> u32 {
+    with_stream(context_id, CONTINUE, |stream| {
+        let Some(method) = stream.method.clone() else { return CONTINUE };
+        if stream.answered {
+            return CONTINUE;
+        }
+        let grpc_status = header(MAP_RESPONSE_HEADERS, "grpc-status");
+        let http_status = header(MAP_RESPONSE_HEADERS, ":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+        let is_grpc = header(MAP_RESPONSE_HEADERS, "content-type").is_some_and(|ct| ct.starts_with("application/grpc"));
+        if grpc_status.is_some() || !is_grpc || end_of_stream != 0 {
+            // Trailers-only (the status is in these headers), or not gRPC at all.
+            let status = response_status(MAP_RESPONSE_HEADERS)
+                .unwrap_or_else(|| Status::from_http_status(http_status));
+            let reply = transcoder::decode_response(&stream.config, &method, &[], Compression::Identity, &status);
+            return answer(stream, &reply);
+        }
+        // The headers leave now (a paused header block would also hold the
+        // body back from this filter): a status that arrives in trailers
+        // after data can change the body, not the HTTP status.
+        let _ = set_header(MAP_RESPONSE_HEADERS, "content-type", "application/json");
+        let _ = remove_header(MAP_RESPONSE_HEADERS, "content-length");
+        CONTINUE
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_response_body(context_id: u32, body_size: u32, end_of_stream: u32) -> u32 {
+    with_stream(context_id, CONTINUE, |stream| {
+        if stream.method.is_none() || stream.answered {
+            return CONTINUE;
+        }
+        let size = body_size as usize;
+        if size > stream.config.max_response_bytes {
+            let reply = transcoder::too_large(&stream.config, "response", size, stream.config.max_response_bytes);
+            return answer(stream, &reply);
+        }
+        if end_of_stream == 0 {
+            return PAUSE;
+        }
+        // A gRPC body that ends without trailers: the status is missing.
+        let body = host::buffer(BUFFER_RESPONSE_BODY, 0, size);
+        finish(stream, body, Status::new(Code::Internal, "the upstream ended the response without grpc-status"))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) -> u32 {
+    with_stream(context_id, CONTINUE, |stream| {
+        if stream.method.is_none() || stream.answered {
+            return CONTINUE;
+        }
+        let status = response_status(MAP_RESPONSE_TRAILERS)
+            .unwrap_or_else(|| Status::new(Code::Internal, "the upstream sent trailers without grpc-status"));
+        // The whole buffered body: the host stops at its end.
+        let body = host::buffer(BUFFER_RESPONSE_BODY, 0, u32::MAX as usize);
+        let action = finish(stream, body, status);
+        for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
+            let _ = remove_header(MAP_RESPONSE_TRAILERS, name);
+        }
+        action
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_done(_context_id: u32) -> u32 {
+    1
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_delete(context_id: u32) {
+    STREAMS.with(|s| s.borrow_mut().remove(&context_id));
+    ROOTS.with(|r| r.borrow_mut().remove(&context_id));
+}
+
+/// Replaces the buffered gRPC body with the JSON reply and fixes the headers.
+fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status_if_missing: Status) -> u32 {
+    let Some(method) = stream.method.clone() else { return CONTINUE };
+    stream.answered = true;
+    let body = match body {
+        Ok(body) => body,
+        Err(s) => {
+            let reply = internal(&stream.config, &format!("cannot read the response body (host status {})", s.0));
+            return answer(stream, &reply);
+        }
+    };
+    let status = response_status(MAP_RESPONSE_TRAILERS).unwrap_or(status_if_missing);
+    let encoding = header(MAP_RESPONSE_HEADERS, "grpc-encoding")
+        .and_then(|e| Compression::from_header(&e))
+        .unwrap_or(Compression::Identity);
+    let reply = transcoder::decode_response(&stream.config, &method, &body, encoding, &status);
+    match set_buffer(BUFFER_RESPONSE_BODY, body.len().max(reply.body.len()), reply.body.as_bytes()) {
+        Ok(()) => CONTINUE,
+        Err(s) => {
+            log(LOG_ERROR, &format!("grpc-wasm: cannot replace the response body (host status {})", s.0));
+            CONTINUE
+        }
+    }
+}
+
+fn response_status(map: u32) -> Option<Status> {
+    let grpc_status = header(map, "grpc-status")?;
+    let message = header(map, "grpc-message");
+    let details = header(map, "grpc-status-details-bin");
+    Status::from_header_values(Some(grpc_status.as_bytes()), message.as_deref().map(str::as_bytes), details.as_deref().map(str::as_bytes))
+}
+
+fn internal(config: &FilterConfig, message: &str) -> Reply {
+    Reply::error(config, &Status::new(Code::Internal, message))
+}
+
+/// Sends `reply` as the response; the stream stops here, and the filter
+/// leaves its own reply alone when it passes the response callbacks.
+fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
+    stream.answered = true;
+    let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+    if let Err(s) = send_reply(reply.http_status, &reply.body, &headers) {
+        log(LOG_ERROR, &format!("grpc-wasm: the host refused a local reply (status {})", s.0));
+        return CONTINUE;
+    }
+    PAUSE
+}
+
+fn with_stream(context_id: u32, default: u32, f: impl FnOnce(&mut Stream) -> u32) -> u32 {
+    // Taken out of the map while in use, so that a re-entrant host callback
+    // finds no borrowed RefCell.
+    let Some(mut stream) = STREAMS.with(|s| s.borrow_mut().remove(&context_id)) else { return default };
+    let action = f(&mut stream);
+    STREAMS.with(|s| s.borrow_mut().insert(context_id, stream));
+    action
+}

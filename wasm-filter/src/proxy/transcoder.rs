@@ -1,0 +1,195 @@
+//! What the filter does with one HTTP exchange, free of any host: decide
+//! whether to transcode, turn the JSON request into a gRPC frame, and turn
+//! the gRPC response (frames + status) into JSON with an HTTP status.
+
+use crate::code::Code;
+use crate::descriptors::{Method, StreamingKind};
+use crate::details::status_to_json;
+use crate::error::Error;
+use crate::framing::{encode_frame, Compression, FrameDecoder};
+use crate::json::{json_to_protobuf, protobuf_to_json};
+use crate::status::Status;
+
+use super::config::FilterConfig;
+
+/// A response the filter writes itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub http_status: u16,
+    /// A JSON document: the response message(s), or a `google.rpc.Status`.
+    pub body: String,
+}
+
+impl Reply {
+    /// An error as `{code, message, details}` with the HTTP status of its code.
+    pub fn error(config: &FilterConfig, status: &Status) -> Reply {
+        Reply::error_with_http(config, status, status.code.to_http_status())
+    }
+
+    fn error_with_http(config: &FilterConfig, status: &Status, http_status: u16) -> Reply {
+        Reply { http_status, body: status_to_json(&config.registry, status, &config.json) }
+    }
+}
+
+/// What to do with a request.
+#[derive(Debug)]
+pub enum Plan {
+    /// Not ours (already gRPC, or a path that names no method): leave it alone.
+    PassThrough,
+    /// JSON for this method: transcode both ways.
+    Transcode(Method),
+    /// Answer at once.
+    Reply(Reply),
+}
+
+/// Decides from the request line and content type.
+pub fn plan(config: &FilterConfig, http_method: &str, path: &str, content_type: Option<&str>) -> Plan {
+    if content_type.is_some_and(|ct| ct.starts_with("application/grpc")) {
+        return Plan::PassThrough;
+    }
+    if http_method != "POST" {
+        return Plan::PassThrough;
+    }
+    let path = path.split('?').next().unwrap_or(path);
+    match config.registry.method(path) {
+        Ok(method) if !config.exposes(method.service_name()) => not_found(config, path),
+        Ok(method) => match method.streaming() {
+            StreamingKind::Unary | StreamingKind::ServerStreaming => Plan::Transcode(method),
+            _ => Plan::Reply(Reply::error_with_http(
+                config,
+                &Status::new(Code::Unimplemented, format!("{path} is a client-streaming method; JSON transcoding needs unary or server streaming")),
+                501,
+            )),
+        },
+        Err(Error::UnknownService(_) | Error::UnknownMethod(_)) if config.reject_unknown_methods => not_found(config, path),
+        Err(_) => Plan::PassThrough,
+    }
+}
+
+fn not_found(config: &FilterConfig, path: &str) -> Plan {
+    Plan::Reply(Reply::error_with_http(config, &Status::new(Code::NotFound, format!("unknown method '{path}'")), 404))
+}
+
+/// The request body (JSON; empty means `{}`) as one gRPC frame.
+pub fn encode_request(config: &FilterConfig, method: &Method, body: &[u8]) -> Result<Vec<u8>, Reply> {
+    if body.len() > config.max_request_bytes {
+        return Err(too_large(config, "request", body.len(), config.max_request_bytes));
+    }
+    let json = if body.iter().all(u8::is_ascii_whitespace) { &b"{}"[..] } else { body };
+    let message = json_to_protobuf(&method.input(), json, &config.json).map_err(|e| {
+        Reply::error_with_http(config, &Status::new(Code::InvalidArgument, e.to_string()), 400)
+    })?;
+    encode_frame(&message, Compression::Identity)
+        .map_err(|e| Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500))
+}
+
+pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -> Reply {
+    let status = Status::new(Code::ResourceExhausted, format!("{what} body of {size} bytes exceeds the limit of {limit} bytes"));
+    Reply::error_with_http(config, &status, 413)
+}
+
+/// The whole gRPC response body and its final status as the JSON reply:
+/// the message for a unary method, an array of messages for a streaming one.
+/// A streaming error after messages keeps them and ends the array with
+/// `{"error": {code, message, details}}`.
+pub fn decode_response(config: &FilterConfig, method: &Method, body: &[u8], encoding: Compression, status: &Status) -> Reply {
+    if !status.is_ok() {
+        if method.streaming() == StreamingKind::ServerStreaming && !body.is_empty() {
+            if let Ok(mut messages) = decode_messages(config, method, body, encoding) {
+                messages.push(format!("{{\"error\":{}}}", status_to_json(&config.registry, status, &config.json)));
+                return Reply { http_status: status.code.to_http_status(), body: format!("[{}]", messages.join(",")) };
+            }
+        }
+        return Reply::error(config, status);
+    }
+    match decode_messages(config, method, body, encoding) {
+        Ok(messages) if method.streaming() == StreamingKind::ServerStreaming => {
+            Reply { http_status: 200, body: format!("[{}]", messages.join(",")) }
+        }
+        Ok(mut messages) if messages.len() == 1 => Reply { http_status: 200, body: messages.remove(0) },
+        Ok(messages) => Reply::error(
+            config,
+            &Status::new(Code::Internal, format!("expected one response message, got {}", messages.len())),
+        ),
+        Err(status) => Reply::error(config, &status),
+    }
+}
+
+fn decode_messages(config: &FilterConfig, method: &Method, body: &[u8], encoding: Compression) -> Result<Vec<String>, Status> {
+    let mut decoder = FrameDecoder::new(config.max_response_bytes, encoding);
+    decoder.push(body);
+    let output = method.output();
+    let mut out = Vec::new();
+    while let Some(message) = decoder.next_message().map_err(|e| Status::new(Code::Internal, e.to_string()))? {
+        out.push(protobuf_to_json(&output, &message, &config.json).map_err(|e| Status::new(Code::Internal, e.to_string()))?);
+    }
+    decoder.finish().map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> FilterConfig {
+        let cfg = serde_json::json!({"protos": {
+            "helloworld.proto": include_str!("../../../protos/helloworld.proto"),
+            "route_guide.proto": include_str!("../../../protos/route_guide.proto"),
+        }, "max_request_bytes": 64});
+        FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap()
+    }
+
+    fn transcode(plan: Plan) -> Method {
+        match plan {
+            Plan::Transcode(m) => m,
+            other => panic!("expected transcoding, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plans() {
+        let c = config();
+        assert_eq!(transcode(plan(&c, "POST", "/helloworld.Greeter/SayHello", Some("application/json"))).name(), "SayHello");
+        assert!(matches!(plan(&c, "POST", "/helloworld.Greeter/SayHello", Some("application/grpc+proto")), Plan::PassThrough));
+        assert!(matches!(plan(&c, "GET", "/healthz", None), Plan::PassThrough));
+        assert!(matches!(plan(&c, "POST", "/upload", None), Plan::PassThrough));
+        let Plan::Reply(r) = plan(&c, "POST", "/helloworld.Greeter/SayBye", None) else { panic!() };
+        assert_eq!(r.http_status, 404);
+        assert_eq!(r.body, r#"{"code":5,"message":"unknown method '/helloworld.Greeter/SayBye'","details":[]}"#);
+        let Plan::Reply(r) = plan(&c, "POST", "/routeguide.RouteGuide/RecordRoute", None) else { panic!() };
+        assert_eq!(r.http_status, 501);
+    }
+
+    #[test]
+    fn requests() {
+        let c = config();
+        let m = transcode(plan(&c, "POST", "/helloworld.Greeter/SayHello", None));
+        assert_eq!(encode_request(&c, &m, br#"{"name":"x"}"#).unwrap(), b"\0\0\0\0\x03\x0a\x01x");
+        assert_eq!(encode_request(&c, &m, b"").unwrap(), b"\0\0\0\0\0");
+        let r = encode_request(&c, &m, br#"{"name":1}"#).unwrap_err();
+        assert_eq!((r.http_status, r.body.as_str()), (400, r#"{"code":3,"message":"name: expected string, got number","details":[]}"#));
+        let r = encode_request(&c, &m, &[b' '; 65]).unwrap_err();
+        assert_eq!(r.http_status, 413);
+        assert!(r.body.contains("request body of 65 bytes exceeds the limit of 64 bytes"), "{}", r.body);
+    }
+
+    #[test]
+    fn responses() {
+        let c = config();
+        let m = transcode(plan(&c, "POST", "/helloworld.Greeter/SayHello", None));
+        let ok = decode_response(&c, &m, b"\0\0\0\0\x03\x0a\x01y", Compression::Identity, &Status::ok());
+        assert_eq!(ok, Reply { http_status: 200, body: r#"{"message":"y"}"#.into() });
+        let err = decode_response(&c, &m, b"", Compression::Identity, &Status::new(Code::NotFound, "gone"));
+        assert_eq!(err, Reply { http_status: 404, body: r#"{"code":5,"message":"gone","details":[]}"#.into() });
+        let truncated = decode_response(&c, &m, b"\0\0\0\0\x09\x0a", Compression::Identity, &Status::ok());
+        assert_eq!(truncated.http_status, 500);
+        let s = transcode(plan(&c, "POST", "/routeguide.RouteGuide/ListFeatures", None));
+        let two = [&b"\0\0\0\0\x03\x0a\x01a"[..], b"\0\0\0\0\x03\x0a\x01b"].concat();
+        assert_eq!(
+            decode_response(&c, &s, &two, Compression::Identity, &Status::ok()).body,
+            r#"[{"name":"a"},{"name":"b"}]"#
+        );
+        let failed = decode_response(&c, &s, &two, Compression::Identity, &Status::new(Code::Aborted, "late"));
+        assert_eq!(failed.body, r#"[{"name":"a"},{"name":"b"},{"error":{"code":10,"message":"late","details":[]}}]"#);
+    }
+}
