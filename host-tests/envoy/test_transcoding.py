@@ -107,3 +107,21 @@ def test_bad_configuration_is_refused_with_the_reason():
     code, out = validate({"protos": read_protos("helloworld.proto"), "services": ["helloworld.Nope"]})
     assert code != 0
     assert "grpc-wasm: bad configuration: services: unknown service 'helloworld.Nope'" in out, out
+
+
+def test_oversize_bodies_are_413_and_500(servers):
+    config = {"protos": read_protos("helloworld.proto", "testing.proto"), "max_request_bytes": 1000,
+              "max_response_bytes": 2000}
+    proxy = Envoy(config, [("/helloworld.", "greeter", servers["greeter"].port),
+                           ("/grpcwasm.testing.", "testing", servers["testing"].port)])
+    try:
+        status, body, _ = proxy.post("/helloworld.Greeter/SayHello", {"name": "x" * 2000})
+        assert status == 413, proxy.log()
+        assert body["code"] == 8
+        assert body["message"].startswith("request body of 2") and body["message"].endswith("exceeds the limit of 1000 bytes")
+        status, body, _ = proxy.post("/grpcwasm.testing.Testing/Large", {"size": 5000})
+        # The 200 has left before the body shows its size: the body says why.
+        assert status == 200, proxy.log()
+        assert body["code"] == 8 and "exceeds the limit of 2000 bytes" in body["message"], body
+    finally:
+        proxy.stop()

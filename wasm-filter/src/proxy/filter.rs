@@ -32,6 +32,8 @@ struct Stream {
     method: Option<Method>,
     /// The reply was already decided (a trailers-only error); drop the rest.
     answered: bool,
+    /// The response outgrew max_response_bytes after its headers had left.
+    overflowed: bool,
 }
 
 thread_local! {
@@ -58,7 +60,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
         return;
     }
     if let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) {
-        STREAMS.with(|s| s.borrow_mut().insert(context_id, Stream { config, method: None, answered: false }));
+        STREAMS.with(|s| s.borrow_mut().insert(context_id, Stream { config, method: None, answered: false, overflowed: false }));
     }
 }
 
@@ -189,13 +191,26 @@ pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: u32, end_
 #[no_mangle]
 pub extern "C" fn proxy_on_response_body(context_id: u32, body_size: u32, end_of_stream: u32) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        if stream.method.is_none() || stream.answered {
+        if stream.method.is_none() {
             return CONTINUE;
         }
         let size = body_size as usize;
+        if stream.overflowed {
+            // The error is already written; what follows is dropped.
+            let _ = set_buffer(BUFFER_RESPONSE_BODY, size, b"");
+            return CONTINUE;
+        }
+        if stream.answered {
+            return CONTINUE;
+        }
         if size > stream.config.max_response_bytes {
+            // The headers have left, so a local reply is no longer possible:
+            // the held body becomes the error.
             let reply = transcoder::too_large(&stream.config, "response", size, stream.config.max_response_bytes);
-            return answer(stream, &reply);
+            stream.answered = true;
+            stream.overflowed = true;
+            let _ = set_buffer(BUFFER_RESPONSE_BODY, size.max(reply.body.len()), reply.body.as_bytes());
+            return CONTINUE;
         }
         if end_of_stream == 0 {
             return PAUSE;

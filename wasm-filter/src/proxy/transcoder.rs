@@ -6,7 +6,7 @@ use crate::code::Code;
 use crate::descriptors::{Method, StreamingKind};
 use crate::details::status_to_json;
 use crate::error::Error;
-use crate::framing::{encode_frame, Compression, FrameDecoder};
+use crate::framing::{encode_frame_into, Compression, FrameDecoder};
 use crate::json::{json_to_protobuf, protobuf_to_json};
 use crate::status::Status;
 
@@ -79,8 +79,12 @@ pub fn encode_request(config: &FilterConfig, method: &Method, body: &[u8]) -> Re
     let message = json_to_protobuf(&method.input(), json, &config.json).map_err(|e| {
         Reply::error_with_http(config, &Status::new(Code::InvalidArgument, e.to_string()), 400)
     })?;
-    encode_frame(&message, Compression::Identity)
-        .map_err(|e| Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500))
+    // Uncompressed: the filter never compresses, which also keeps the
+    // deflate encoder out of the module.
+    let mut frame = Vec::new();
+    encode_frame_into(&message, &mut frame)
+        .map_err(|e| Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500))?;
+    Ok(frame)
 }
 
 pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -> Reply {
