@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-/// The protos these servers speak. library.proto is left out on purpose: it
-/// is only a transcoding fixture and no server here implements it.
+/// The protos these servers speak.
 const PROTOS: &[&str] = &[
     "helloworld.proto",
+    "library.proto",
     "route_guide.proto",
     "echo.proto",
     "testing.proto",

@@ -125,3 +125,52 @@ def test_oversize_bodies_are_413_and_500(servers):
         assert body["code"] == 8 and "exceeds the limit of 2000 bytes" in body["message"], body
     finally:
         proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def library():
+    server = Server("library-server")
+    proxy = Envoy({"protos": read_protos("library.proto")}, [("/", "library", server.port)])
+    yield proxy
+    proxy.stop()
+    server.stop()
+
+
+def request(proxy, method, path, body=None):
+    import urllib.error
+    import urllib.request
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{proxy.port}{path}", data=data, method=method,
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def test_http_bindings_with_bodies(library):
+    # body: "*" on POST /v1/shelves
+    assert request(library, "POST", "/v1/shelves", {"id": "5", "theme": "sf"}) == (200, {"id": "5", "theme": "sf"})
+    # body: "book" with a path variable
+    status, book = request(library, "POST", "/v1/shelves/1/books", {"title": "Dune", "author": "Herbert"})
+    assert (status, book) == (200, {"name": "shelves/1/books/1", "title": "Dune", "author": "Herbert"}), library.log()
+    # PATCH with a nested path variable, a body field and a query parameter
+    status, book = request(library, "PATCH", "/v1/shelves/1/books/1?updateMask=title", {"title": "Dune Messiah"})
+    assert (status, book["title"], book["name"]) == (200, "Dune Messiah", "shelves/1/books/1"), library.log()
+    # a custom verb
+    status, moved = request(library, "POST", "/v1/shelves/1/books/1:move", {"otherShelf": "2"})
+    assert (status, moved["name"], moved["title"]) == (200, "shelves/2/books/moved-1", "Dune Messiah"), library.log()
+
+
+def test_http_binding_errors(library):
+    status, body = request(library, "PATCH", "/v1/shelves/1/books/404?updateMask=title", {"title": "x"})
+    assert (status, body) == (404, {"code": 5, "message": "no book shelves/1/books/404", "details": []})
+    status, body = request(library, "POST", "/v1/shelves/1/books", {"pages": "many"})
+    assert status == 400 and body["message"] == "book.pages: expected an integer, got a string that is not one", body
+
+
+def test_bodiless_bindings_say_what_is_missing(library):
+    status, body = request(library, "GET", "/v1/shelves/7")
+    assert status == 501 and body["code"] == 12, body
+    assert "need the filter's callout mode" in body["message"]

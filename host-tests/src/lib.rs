@@ -11,6 +11,7 @@ pub mod pb {
 pub mod certs;
 pub mod echo;
 pub mod greeter;
+pub mod library;
 pub mod route_guide;
 pub mod serve;
 pub mod testing;

@@ -106,10 +106,7 @@ impl Registry {
 
     /// Adds the files of a binary `google.protobuf.FileDescriptorSet`.
     pub fn add_descriptor_set(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let set = prost_types::FileDescriptorSet::decode(bytes)
-            .map_err(|e| Error::DescriptorSet(e.to_string()))?;
-        self.add_new_files(set.file)
-            .map_err(|e| Error::DescriptorSet(e.to_string()))
+        self.add_new_files(bytes).map_err(Error::DescriptorSet)
     }
 
     /// Looks up `/pkg.Service/Method` (the leading slash is optional).
@@ -166,34 +163,86 @@ impl Registry {
         for name in open {
             compiler.open_file(name).map_err(compile_error)?;
         }
-        let set = compiler.file_descriptor_set();
-        self.add_new_files(set.file)
-            .map_err(|e| Error::Proto(e.to_string()))
+        // Encoded, not as prost_types: prost_types drops the extension
+        // values in options (such as google.api.http), the encoding keeps them.
+        let set = compiler.encode_file_descriptor_set();
+        self.add_new_files(&set).map_err(Error::Proto)
     }
 
-    /// Adds the files the pool does not have yet; files loaded twice (a
-    /// shared import) are kept once.
-    fn add_new_files(
-        &mut self,
-        files: Vec<prost_types::FileDescriptorProto>,
-    ) -> Result<(), prost_reflect::DescriptorError> {
-        let fresh: Vec<_> = files
-            .into_iter()
-            .filter(|f| self.pool.get_file_by_name(f.name()).is_none())
-            .map(strip_source_info)
-            .collect();
+    /// Adds the files of an encoded FileDescriptorSet that the pool does not
+    /// have yet (a shared import is kept once), without source info, which
+    /// only compile errors need. Works on the encoding so that options keep
+    /// their extensions.
+    fn add_new_files(&mut self, set: &[u8]) -> Result<(), String> {
+        let mut fresh = Vec::with_capacity(set.len());
+        for file in wire::records(set, 1).map_err(|e| format!("malformed descriptor set: {e}"))? {
+            let name = wire::string_field(file, 1).map_err(|e| format!("malformed file descriptor: {e}"))?;
+            if self.pool.get_file_by_name(&name).is_some() {
+                continue;
+            }
+            let kept = wire::without_field(file, 9).map_err(|e| format!("malformed file descriptor: {e}"))?;
+            prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut fresh);
+            prost::encoding::encode_varint(kept.len() as u64, &mut fresh);
+            fresh.extend_from_slice(&kept);
+        }
         if fresh.is_empty() {
             return Ok(());
         }
-        self.pool.add_file_descriptor_protos(fresh)
+        self.pool.decode_file_descriptor_set(fresh.as_slice()).map_err(|e| e.to_string())
     }
 }
 
-/// Source info is only needed for compile errors; dropping it keeps the
-/// pool (and the wasm module's memory) small.
-fn strip_source_info(mut file: prost_types::FileDescriptorProto) -> prost_types::FileDescriptorProto {
-    file.source_code_info = None;
-    file
+/// Just enough wire-format reading to pick files out of a descriptor set.
+mod wire {
+    use prost::encoding::{decode_key, decode_varint, WireType};
+
+    fn skip(wire_type: WireType, buf: &mut &[u8]) -> Result<(), String> {
+        let n = match wire_type {
+            WireType::Varint => return decode_varint(buf).map(drop).map_err(|e| e.to_string()),
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => decode_varint(buf).map_err(|e| e.to_string())? as usize,
+            _ => return Err("groups are not used in descriptors".into()),
+        };
+        if n > buf.len() {
+            return Err("truncated".into());
+        }
+        *buf = &buf[n..];
+        Ok(())
+    }
+
+    /// Every record of the message as (field number, whole record, payload
+    /// for length-delimited fields).
+    fn each<'a>(mut buf: &'a [u8]) -> Result<Vec<(u32, &'a [u8], Option<&'a [u8]>)>, String> {
+        let mut out = Vec::new();
+        while !buf.is_empty() {
+            let start = buf;
+            let (number, wire_type) = decode_key(&mut buf).map_err(|e| e.to_string())?;
+            let body = buf;
+            skip(wire_type, &mut buf)?;
+            let record = &start[..start.len() - buf.len()];
+            let payload = (wire_type == WireType::LengthDelimited).then(|| {
+                let mut b = body;
+                let len = decode_varint(&mut b).unwrap_or(0) as usize;
+                &b[..len.min(b.len())]
+            });
+            out.push((number, record, payload));
+        }
+        Ok(out)
+    }
+
+    pub fn records(buf: &[u8], number: u32) -> Result<Vec<&[u8]>, String> {
+        Ok(each(buf)?.into_iter().filter(|r| r.0 == number).filter_map(|r| r.2).collect())
+    }
+
+    pub fn string_field(buf: &[u8], number: u32) -> Result<String, String> {
+        let value = records(buf, number)?.pop().unwrap_or_default();
+        Ok(String::from_utf8_lossy(value).into_owned())
+    }
+
+    pub fn without_field(buf: &[u8], number: u32) -> Result<Vec<u8>, String> {
+        Ok(each(buf)?.into_iter().filter(|r| r.0 != number).flat_map(|r| r.1.iter().copied()).collect())
+    }
 }
 
 /// protox's Debug output is `file:line:column: message`, the form users can act on.

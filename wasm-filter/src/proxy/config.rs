@@ -21,6 +21,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::Deserialize;
 
+use super::http_rule::{bindings_of, Binding};
 use crate::json::JsonOptions;
 use crate::Registry;
 
@@ -78,6 +79,8 @@ pub struct FilterConfig {
     pub reject_unknown_methods: bool,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
+    /// The `google.api.http` bindings of the exposed methods.
+    pub bindings: Vec<Binding>,
 }
 
 impl FilterConfig {
@@ -107,6 +110,7 @@ impl FilterConfig {
                 return Err(format!("services: unknown service '{service}'"));
             }
         }
+        let bindings = collect_bindings(&registry, raw.services.as_deref())?;
         let p = raw.print_options;
         Ok(FilterConfig {
             registry,
@@ -121,12 +125,29 @@ impl FilterConfig {
             reject_unknown_methods: raw.reject_unknown_methods,
             max_request_bytes: raw.max_request_bytes,
             max_response_bytes: raw.max_response_bytes,
+            bindings,
         })
     }
 
     pub fn exposes(&self, service: &str) -> bool {
         self.services.as_ref().is_none_or(|list| list.iter().any(|s| s == service))
     }
+}
+
+fn collect_bindings(registry: &Registry, services: Option<&[String]>) -> Result<Vec<Binding>, String> {
+    let mut out = Vec::new();
+    for service in registry.pool().services() {
+        if services.is_some_and(|list| !list.iter().any(|s| s == service.full_name())) {
+            continue;
+        }
+        for method in service.methods() {
+            let method = registry
+                .method(&format!("/{}/{}", service.full_name(), method.name()))
+                .map_err(|e| e.to_string())?;
+            out.extend(bindings_of(&method).map_err(|e| format!("google.api.http: {e}"))?);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

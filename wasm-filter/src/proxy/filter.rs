@@ -16,20 +16,19 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::code::Code;
-use crate::descriptors::Method;
 use crate::framing::Compression;
 use crate::status::Status;
 
 use super::config::FilterConfig;
 use super::host::{self, *};
-use super::transcoder::{self, Plan, Reply};
+use super::transcoder::{self, Plan, Reply, Route};
 
 const CONTINUE: u32 = 0;
 const PAUSE: u32 = 1;
 
 struct Stream {
     config: Rc<FilterConfig>,
-    method: Option<Method>,
+    route: Option<Route>,
     /// The reply was already decided (a trailers-only error); drop the rest.
     answered: bool,
     /// The response outgrew max_response_bytes after its headers had left.
@@ -60,7 +59,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
         return;
     }
     if let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) {
-        STREAMS.with(|s| s.borrow_mut().insert(context_id, Stream { config, method: None, answered: false, overflowed: false }));
+        STREAMS.with(|s| s.borrow_mut().insert(context_id, Stream { config, route: None, answered: false, overflowed: false }));
     }
 }
 
@@ -96,30 +95,35 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
 #[no_mangle]
 pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: u32, end_of_stream: u32) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        let method = header(MAP_REQUEST_HEADERS, ":method").unwrap_or_default();
+        let http_method = header(MAP_REQUEST_HEADERS, ":method").unwrap_or_default();
         let path = header(MAP_REQUEST_HEADERS, ":path").unwrap_or_default();
         let content_type = header(MAP_REQUEST_HEADERS, "content-type");
-        match transcoder::plan(&stream.config, &method, &path, content_type.as_deref()) {
+        match transcoder::plan(&stream.config, &http_method, &path, content_type.as_deref()) {
             Plan::PassThrough => CONTINUE,
             Plan::Reply(reply) => answer(stream, &reply),
-            Plan::Transcode(m) => {
+            Plan::Transcode(route) => {
                 if end_of_stream != 0 {
-                    // No body to replace: answer as gRPC would for an empty
-                    // request, which the host cannot do from here.
-                    let status = Status::new(Code::InvalidArgument, "a JSON request body is required (use {} for an empty message)");
+                    // Proxy-wasm gives a filter no way to add a body to a
+                    // request that has none; such requests need a callout.
+                    let status = if route.binding.is_some() {
+                        Status::new(Code::Unimplemented, format!("{http_method} {path} has no body; bodiless bindings need the filter's callout mode, which this version lacks"))
+                    } else {
+                        Status::new(Code::InvalidArgument, "a JSON request body is required (use {} for an empty message)")
+                    };
                     return answer(stream, &Reply::error(&stream.config, &status));
                 }
                 let rewritten = [
                     set_header(MAP_REQUEST_HEADERS, "content-type", "application/grpc"),
                     set_header(MAP_REQUEST_HEADERS, "te", "trailers"),
                     set_header(MAP_REQUEST_HEADERS, "x-grpc-wasm-original-path", &path),
-                    set_header(MAP_REQUEST_HEADERS, ":path", &m.path()),
+                    set_header(MAP_REQUEST_HEADERS, ":path", &route.method.path()),
+                    set_header(MAP_REQUEST_HEADERS, ":method", "POST"),
                     remove_header(MAP_REQUEST_HEADERS, "content-length"),
                 ];
                 if rewritten.iter().any(Result::is_err) {
                     log(LOG_WARN, "grpc-wasm: the host refused a request header change");
                 }
-                stream.method = Some(m);
+                stream.route = Some(route);
                 // Pausing headers would hold the body back from this filter
                 // too (hosts map it to "stop all"); the body callback holds
                 // the request instead.
@@ -132,7 +136,7 @@ pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: u32, end_o
 #[no_mangle]
 pub extern "C" fn proxy_on_request_body(context_id: u32, body_size: u32, end_of_stream: u32) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        let Some(method) = stream.method.clone() else { return CONTINUE };
+        let Some(route) = stream.route.clone() else { return CONTINUE };
         let size = body_size as usize;
         if size > stream.config.max_request_bytes {
             let reply = transcoder::too_large(&stream.config, "request", size, stream.config.max_request_bytes);
@@ -148,7 +152,7 @@ pub extern "C" fn proxy_on_request_body(context_id: u32, body_size: u32, end_of_
                 return answer(stream, &reply);
             }
         };
-        match transcoder::encode_request(&stream.config, &method, &body) {
+        match transcoder::encode_request(&stream.config, &route, &body) {
             // Some hosts cut the new body to `size`: pass the larger length.
             Ok(frame) => match set_buffer(BUFFER_REQUEST_BODY, size.max(frame.len()), &frame) {
                 Ok(()) => CONTINUE,
@@ -165,7 +169,7 @@ pub extern "C" fn proxy_on_request_body(context_id: u32, body_size: u32, end_of_
 #[no_mangle]
 pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: u32, end_of_stream: u32) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        let Some(method) = stream.method.clone() else { return CONTINUE };
+        let Some(route) = stream.route.clone() else { return CONTINUE };
         if stream.answered {
             return CONTINUE;
         }
@@ -176,7 +180,7 @@ pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: u32, end_
             // Trailers-only (the status is in these headers), or not gRPC at all.
             let status = response_status(MAP_RESPONSE_HEADERS)
                 .unwrap_or_else(|| Status::from_http_status(http_status));
-            let reply = transcoder::decode_response(&stream.config, &method, &[], Compression::Identity, &status);
+            let reply = transcoder::decode_response(&stream.config, &route, &[], Compression::Identity, &status);
             return answer(stream, &reply);
         }
         // The headers leave now (a paused header block would also hold the
@@ -191,7 +195,7 @@ pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: u32, end_
 #[no_mangle]
 pub extern "C" fn proxy_on_response_body(context_id: u32, body_size: u32, end_of_stream: u32) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        if stream.method.is_none() {
+        if stream.route.is_none() {
             return CONTINUE;
         }
         let size = body_size as usize;
@@ -224,7 +228,7 @@ pub extern "C" fn proxy_on_response_body(context_id: u32, body_size: u32, end_of
 #[no_mangle]
 pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        if stream.method.is_none() || stream.answered {
+        if stream.route.is_none() || stream.answered {
             return CONTINUE;
         }
         let status = response_status(MAP_RESPONSE_TRAILERS)
@@ -252,7 +256,7 @@ pub extern "C" fn proxy_on_delete(context_id: u32) {
 
 /// Replaces the buffered gRPC body with the JSON reply and fixes the headers.
 fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status_if_missing: Status) -> u32 {
-    let Some(method) = stream.method.clone() else { return CONTINUE };
+    let Some(route) = stream.route.clone() else { return CONTINUE };
     stream.answered = true;
     let body = match body {
         Ok(body) => body,
@@ -265,7 +269,7 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status_if_miss
     let encoding = header(MAP_RESPONSE_HEADERS, "grpc-encoding")
         .and_then(|e| Compression::from_header(&e))
         .unwrap_or(Compression::Identity);
-    let reply = transcoder::decode_response(&stream.config, &method, &body, encoding, &status);
+    let reply = transcoder::decode_response(&stream.config, &route, &body, encoding, &status);
     match set_buffer(BUFFER_RESPONSE_BODY, body.len().max(reply.body.len()), reply.body.as_bytes()) {
         Ok(()) => CONTINUE,
         Err(s) => {

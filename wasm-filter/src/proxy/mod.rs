@@ -8,6 +8,7 @@
 //! panics (a trap, in wasm) on host answers it does not expect.
 
 pub mod config;
+pub mod http_rule;
 pub mod pairs;
 pub mod transcoder;
 

@@ -11,6 +11,7 @@ use crate::json::{json_to_protobuf, protobuf_to_json};
 use crate::status::Status;
 
 use super::config::FilterConfig;
+use super::http_rule::{request_json, response_part, Binding};
 
 /// A response the filter writes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,30 +32,45 @@ impl Reply {
     }
 }
 
+/// A request the filter transcodes: the method, and the HTTP binding when
+/// the request came through a `google.api.http` rule.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub method: Method,
+    pub binding: Option<(Binding, Vec<(Vec<String>, String)>, String)>,
+}
+
 /// What to do with a request.
 #[derive(Debug)]
 pub enum Plan {
     /// Not ours (already gRPC, or a path that names no method): leave it alone.
     PassThrough,
     /// JSON for this method: transcode both ways.
-    Transcode(Method),
+    Transcode(Route),
     /// Answer at once.
     Reply(Reply),
 }
 
-/// Decides from the request line and content type.
-pub fn plan(config: &FilterConfig, http_method: &str, path: &str, content_type: Option<&str>) -> Plan {
+/// Decides from the request line and content type: a `google.api.http`
+/// binding first, then `POST /pkg.Service/Method`.
+pub fn plan(config: &FilterConfig, http_method: &str, full_path: &str, content_type: Option<&str>) -> Plan {
     if content_type.is_some_and(|ct| ct.starts_with("application/grpc")) {
         return Plan::PassThrough;
+    }
+    let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
+    for binding in config.bindings.iter().filter(|b| b.http_method == http_method) {
+        if let Some(vars) = binding.template.matches(path) {
+            let method = binding.method.clone();
+            return Plan::Transcode(Route { method, binding: Some((binding.clone(), vars, query.to_string())) });
+        }
     }
     if http_method != "POST" {
         return Plan::PassThrough;
     }
-    let path = path.split('?').next().unwrap_or(path);
     match config.registry.method(path) {
         Ok(method) if !config.exposes(method.service_name()) => not_found(config, path),
         Ok(method) => match method.streaming() {
-            StreamingKind::Unary | StreamingKind::ServerStreaming => Plan::Transcode(method),
+            StreamingKind::Unary | StreamingKind::ServerStreaming => Plan::Transcode(Route { method, binding: None }),
             _ => Plan::Reply(Reply::error_with_http(
                 config,
                 &Status::new(Code::Unimplemented, format!("{path} is a client-streaming method; JSON transcoding needs unary or server streaming")),
@@ -70,12 +86,23 @@ fn not_found(config: &FilterConfig, path: &str) -> Plan {
     Plan::Reply(Reply::error_with_http(config, &Status::new(Code::NotFound, format!("unknown method '{path}'")), 404))
 }
 
-/// The request body (JSON; empty means `{}`) as one gRPC frame.
-pub fn encode_request(config: &FilterConfig, method: &Method, body: &[u8]) -> Result<Vec<u8>, Reply> {
+/// The request body (JSON; empty means `{}`), with path variables and query
+/// parameters of an HTTP binding, as one gRPC frame.
+pub fn encode_request(config: &FilterConfig, route: &Route, body: &[u8]) -> Result<Vec<u8>, Reply> {
     if body.len() > config.max_request_bytes {
         return Err(too_large(config, "request", body.len(), config.max_request_bytes));
     }
-    let json = if body.iter().all(u8::is_ascii_whitespace) { &b"{}"[..] } else { body };
+    let bad_request = |message: String| Reply::error_with_http(config, &Status::new(Code::InvalidArgument, message), 400);
+    let assembled;
+    let json = match &route.binding {
+        Some((binding, vars, query)) => {
+            assembled = request_json(binding, vars.clone(), query, body).map_err(bad_request)?;
+            &assembled[..]
+        }
+        None if body.iter().all(u8::is_ascii_whitespace) => &b"{}"[..],
+        None => body,
+    };
+    let method = &route.method;
     let message = json_to_protobuf(&method.input(), json, &config.json).map_err(|e| {
         Reply::error_with_http(config, &Status::new(Code::InvalidArgument, e.to_string()), 400)
     })?;
@@ -96,17 +123,18 @@ pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -
 /// the message for a unary method, an array of messages for a streaming one.
 /// A streaming error after messages keeps them and ends the array with
 /// `{"error": {code, message, details}}`.
-pub fn decode_response(config: &FilterConfig, method: &Method, body: &[u8], encoding: Compression, status: &Status) -> Reply {
+pub fn decode_response(config: &FilterConfig, route: &Route, body: &[u8], encoding: Compression, status: &Status) -> Reply {
+    let method = &route.method;
     if !status.is_ok() {
         if method.streaming() == StreamingKind::ServerStreaming && !body.is_empty() {
-            if let Ok(mut messages) = decode_messages(config, method, body, encoding) {
+            if let Ok(mut messages) = decode_messages(config, route, body, encoding) {
                 messages.push(format!("{{\"error\":{}}}", status_to_json(&config.registry, status, &config.json)));
                 return Reply { http_status: status.code.to_http_status(), body: format!("[{}]", messages.join(",")) };
             }
         }
         return Reply::error(config, status);
     }
-    match decode_messages(config, method, body, encoding) {
+    match decode_messages(config, route, body, encoding) {
         Ok(messages) if method.streaming() == StreamingKind::ServerStreaming => {
             Reply { http_status: 200, body: format!("[{}]", messages.join(",")) }
         }
@@ -119,13 +147,17 @@ pub fn decode_response(config: &FilterConfig, method: &Method, body: &[u8], enco
     }
 }
 
-fn decode_messages(config: &FilterConfig, method: &Method, body: &[u8], encoding: Compression) -> Result<Vec<String>, Status> {
+fn decode_messages(config: &FilterConfig, route: &Route, body: &[u8], encoding: Compression) -> Result<Vec<String>, Status> {
     let mut decoder = FrameDecoder::new(config.max_response_bytes, encoding);
     decoder.push(body);
-    let output = method.output();
+    let output = route.method.output();
     let mut out = Vec::new();
     while let Some(message) = decoder.next_message().map_err(|e| Status::new(Code::Internal, e.to_string()))? {
-        out.push(protobuf_to_json(&output, &message, &config.json).map_err(|e| Status::new(Code::Internal, e.to_string()))?);
+        let printed = protobuf_to_json(&output, &message, &config.json).map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+        out.push(match &route.binding {
+            Some((binding, _, _)) => response_part(binding, &printed),
+            None => printed,
+        });
     }
     decoder.finish().map_err(|e| Status::new(Code::Internal, e.to_string()))?;
     Ok(out)
@@ -143,9 +175,9 @@ mod tests {
         FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap()
     }
 
-    fn transcode(plan: Plan) -> Method {
+    fn transcode(plan: Plan) -> Route {
         match plan {
-            Plan::Transcode(m) => m,
+            Plan::Transcode(r) => r,
             other => panic!("expected transcoding, got {other:?}"),
         }
     }
@@ -153,7 +185,7 @@ mod tests {
     #[test]
     fn plans() {
         let c = config();
-        assert_eq!(transcode(plan(&c, "POST", "/helloworld.Greeter/SayHello", Some("application/json"))).name(), "SayHello");
+        assert_eq!(transcode(plan(&c, "POST", "/helloworld.Greeter/SayHello", Some("application/json"))).method.name(), "SayHello");
         assert!(matches!(plan(&c, "POST", "/helloworld.Greeter/SayHello", Some("application/grpc+proto")), Plan::PassThrough));
         assert!(matches!(plan(&c, "GET", "/healthz", None), Plan::PassThrough));
         assert!(matches!(plan(&c, "POST", "/upload", None), Plan::PassThrough));
@@ -195,5 +227,25 @@ mod tests {
         );
         let failed = decode_response(&c, &s, &two, Compression::Identity, &Status::new(Code::Aborted, "late"));
         assert_eq!(failed.body, r#"[{"name":"a"},{"name":"b"},{"error":{"code":10,"message":"late","details":[]}}]"#);
+    }
+
+    #[test]
+    fn http_bindings_route_and_assemble_the_request() {
+        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")}});
+        let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
+        let r = transcode(plan(&c, "PATCH", "/v1/shelves/1/books/2?updateMask=title", Some("application/json")));
+        assert_eq!(r.method.name(), "UpdateBook");
+        let frame = encode_request(&c, &r, br#"{"title":"New"}"#).unwrap();
+        let input = r.method.input();
+        let json = protobuf_to_json(&input, &frame[5..], &Default::default()).unwrap();
+        assert_eq!(json, r#"{"book":{"name":"shelves/1/books/2","title":"New"},"updateMask":"title"}"#);
+        assert_eq!(transcode(plan(&c, "GET", "/v1/books?author=x", None)).method.name(), "ListBooks");
+        assert_eq!(transcode(plan(&c, "POST", "/v1/shelves/1/books/2:move", None)).method.name(), "MoveBook");
+        assert_eq!(transcode(plan(&c, "HEAD", "/v1/shelves/9", None)).method.name(), "HeadShelf");
+        assert!(matches!(plan(&c, "GET", "/v2/other", None), Plan::PassThrough));
+        let bad = transcode(plan(&c, "GET", "/v1/shelves/x/books?page.size=big", None));
+        let reply = encode_request(&c, &bad, b"").unwrap_err();
+        assert_eq!(reply.http_status, 400);
+        assert!(reply.body.contains("page.size: expected an integer"), "{}", reply.body);
     }
 }

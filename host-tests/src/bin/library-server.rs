@@ -1,0 +1,26 @@
+//! example.library.v1.Library (the transcoding fixture) on `--addr` (default [::1]:50054).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+use host_tests::{library, serve, BoxError};
+use tonic::transport::Server;
+
+#[derive(Parser)]
+#[command(about = "example.library.v1.Library: an in-memory book store for transcoding tests")]
+struct Args {
+    /// Address to listen on; port 0 picks a free port (printed on stdout).
+    #[arg(long, default_value = "[::1]:50054")]
+    addr: SocketAddr,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    serve::exit_code(run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let router = Server::builder().add_service(library::service());
+    serve::serve(router, args.addr).await
+}

@@ -1,0 +1,443 @@
+//! `google.api.http` bindings: path templates, and the request message
+//! assembled from path variables, query parameters and the body.
+//!
+//! Template grammar (from google/api/http.proto's documentation):
+//! `Template = "/" Segments [ ":" Verb ]`, `Segment = "*" | "**" | LITERAL |
+//! Variable`, `Variable = "{" FieldPath [ "=" Segments ] "}"`.
+
+use prost_reflect::{Kind, MessageDescriptor, Value as Reflect};
+use serde_json::{Map, Value};
+
+use crate::descriptors::Method;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    /// `*`: exactly one segment.
+    Single,
+    /// `**`: the rest of the path.
+    Multi,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Variable {
+    field_path: Vec<String>,
+    /// Template segments [start, end) that the variable covers.
+    start: usize,
+    end: usize,
+}
+
+/// A parsed path template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    segments: Vec<Segment>,
+    variables: Vec<Variable>,
+    verb: Option<String>,
+}
+
+impl Template {
+    pub fn parse(text: &str) -> Result<Template, String> {
+        let err = |why: &str| format!("invalid path template '{text}': {why}");
+        let rest = text.strip_prefix('/').ok_or_else(|| err("must start with '/'"))?;
+        let (body, verb) = split_verb(rest);
+        let mut template = Template { segments: Vec::new(), variables: Vec::new(), verb: verb.map(str::to_string) };
+        let mut i = 0;
+        let chars: Vec<char> = body.chars().collect();
+        while i <= chars.len() {
+            if chars.get(i) == Some(&'{') {
+                let close = chars[i..].iter().position(|&c| c == '}').ok_or_else(|| err("unclosed '{'"))? + i;
+                let inner: String = chars[i + 1..close].iter().collect();
+                template.variable(&inner).map_err(|e| err(&e))?;
+                i = close + 1;
+            } else {
+                let end = chars[i..].iter().position(|&c| c == '/').map_or(chars.len(), |p| p + i);
+                let segment: String = chars[i..end].iter().collect();
+                template.segments.push(literal_or_wildcard(&segment).map_err(|e| err(&e))?);
+                i = end;
+            }
+            match chars.get(i) {
+                Some('/') => i += 1,
+                None => break,
+                Some(c) => return Err(err(&format!("unexpected '{c}'"))),
+            }
+        }
+        let multi = template.segments.iter().position(|s| *s == Segment::Multi);
+        if multi.is_some_and(|m| m + 1 != template.segments.len()) {
+            return Err(err("'**' must be the last segment"));
+        }
+        Ok(template)
+    }
+
+    fn variable(&mut self, inner: &str) -> Result<(), String> {
+        let (path, pattern) = inner.split_once('=').unwrap_or((inner, "*"));
+        if path.is_empty() || pattern.contains('{') {
+            return Err("bad variable".into());
+        }
+        let start = self.segments.len();
+        for segment in pattern.split('/') {
+            self.segments.push(literal_or_wildcard(segment)?);
+        }
+        let field_path = path.split('.').map(str::to_string).collect();
+        self.variables.push(Variable { field_path, start, end: self.segments.len() });
+        Ok(())
+    }
+
+    /// The variable bindings when `path` (without the query) matches.
+    pub fn matches(&self, path: &str) -> Option<Vec<(Vec<String>, String)>> {
+        let rest = path.strip_prefix('/')?;
+        let (body, verb) = split_verb(rest);
+        if verb != self.verb.as_deref() {
+            return None;
+        }
+        let parts: Vec<&str> = if body.is_empty() { Vec::new() } else { body.split('/').collect() };
+        // For each template segment, the request segments it took.
+        let mut spans = Vec::with_capacity(self.segments.len());
+        let mut at = 0;
+        for segment in &self.segments {
+            match segment {
+                Segment::Literal(l) if parts.get(at) == Some(&l.as_str()) => {
+                    spans.push((at, at + 1));
+                    at += 1;
+                }
+                Segment::Single if parts.get(at).is_some_and(|p| !p.is_empty()) => {
+                    spans.push((at, at + 1));
+                    at += 1;
+                }
+                Segment::Multi => {
+                    spans.push((at, parts.len()));
+                    at = parts.len();
+                }
+                _ => return None,
+            }
+        }
+        if at != parts.len() {
+            return None;
+        }
+        let bindings = self.variables.iter().map(|v| {
+            let (from, to) = (spans[v.start].0, spans[v.end - 1].1);
+            let single = to - from == 1;
+            let value = parts[from..to]
+                .iter()
+                .map(|p| percent_decode(p, !single))
+                .collect::<Vec<_>>()
+                .join("/");
+            (v.field_path.clone(), value)
+        });
+        Some(bindings.collect())
+    }
+}
+
+/// The verb is what follows the last ':' of the last segment.
+fn split_verb(path: &str) -> (&str, Option<&str>) {
+    let last = path.rfind('/').map_or(0, |i| i + 1);
+    match path[last..].rfind(':') {
+        Some(i) if !path[last..].starts_with('{') || path[last..].contains('}') && i > path[last..].find('}').unwrap_or(0) => {
+            (&path[..last + i], Some(&path[last + i + 1..]))
+        }
+        _ => (path, None),
+    }
+}
+
+fn literal_or_wildcard(segment: &str) -> Result<Segment, String> {
+    match segment {
+        "*" => Ok(Segment::Single),
+        "**" => Ok(Segment::Multi),
+        "" => Err("empty segment".into()),
+        s if s.contains(['{', '}', '*']) => Err(format!("bad segment '{s}'")),
+        s => Ok(Segment::Literal(s.to_string())),
+    }
+}
+
+/// `%XX` escapes; a multi-segment value keeps `%2F` as it is, as the
+/// http.proto rules ask.
+fn percent_decode(text: &str, keep_slash: bool) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() + 0 + 1 && i + 2 <= b.len() - 1 {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(byte) = hex {
+                if !(keep_slash && byte == b'/') {
+                    out.push(byte);
+                    i += 3;
+                    continue;
+                }
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// One HTTP binding of a method.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub http_method: String,
+    pub template: Template,
+    /// "" (no body), "*" (the whole request) or a field name.
+    pub body: String,
+    /// "" (the whole response) or a field name.
+    pub response_body: String,
+    pub method: Method,
+}
+
+/// The bindings a method declares with `option (google.api.http)`.
+pub fn bindings_of(method: &Method) -> Result<Vec<Binding>, String> {
+    let options = method.descriptor().options();
+    let pool = method.descriptor().parent_pool().clone();
+    let Some(ext) = pool.get_extension_by_name("google.api.http") else { return Ok(Vec::new()) };
+    if !options.has_extension(&ext) {
+        return Ok(Vec::new());
+    }
+    let Reflect::Message(rule) = options.get_extension(&ext).into_owned() else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    collect(method, &rule, &mut out)?;
+    Ok(out)
+}
+
+fn collect(method: &Method, rule: &prost_reflect::DynamicMessage, out: &mut Vec<Binding>) -> Result<(), String> {
+    let text = |name: &str| rule.get_field_by_name(name).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let pattern = ["get", "put", "post", "delete", "patch"]
+        .into_iter()
+        .find(|verb| rule.has_field_by_name(verb))
+        .map(|verb| (verb.to_ascii_uppercase(), text(verb)))
+        .or_else(|| {
+            let custom = rule.get_field_by_name("custom")?;
+            let custom = custom.as_message()?;
+            let field = |n: &str| custom.get_field_by_name(n).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            Some((field("kind"), field("path")))
+        });
+    if let Some((http_method, path)) = pattern {
+        let template = Template::parse(&path).map_err(|e| format!("{}: {e}", method.path()))?;
+        out.push(Binding { http_method, template, body: text("body"), response_body: text("response_body"), method: method.clone() });
+    }
+    if let Some(Reflect::List(more)) = rule.get_field_by_name("additional_bindings").map(|v| v.into_owned()) {
+        for extra in more.iter().filter_map(Reflect::as_message) {
+            collect(method, extra, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// The request message as JSON: the body (or the body field), then the path
+/// variables, then (unless the body is `*`) the query parameters.
+pub fn request_json(binding: &Binding, vars: Vec<(Vec<String>, String)>, query: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+    let input = binding.method.input();
+    let parsed_body = || -> Result<Value, String> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Object(Map::new()));
+        }
+        serde_json::from_slice(body).map_err(|e| format!("invalid JSON: {e}"))
+    };
+    let mut root = match binding.body.as_str() {
+        "*" => parsed_body()?,
+        "" => Value::Object(Map::new()),
+        field => {
+            let mut root = Value::Object(Map::new());
+            set(&mut root, &[field.to_string()], parsed_body()?);
+            root
+        }
+    };
+    if !root.is_object() {
+        return Err("expected a JSON object as the request body".into());
+    }
+    for (path, value) in vars {
+        let typed = typed_scalar(&input, &path, value)?;
+        set(&mut root, &path, typed);
+    }
+    if binding.body != "*" {
+        for (key, value) in query_pairs(query) {
+            let path: Vec<String> = key.split('.').map(str::to_string).collect();
+            let typed = typed_scalar(&input, &path, value)?;
+            if is_repeated(&input, &path) {
+                push(&mut root, &path, typed);
+            } else {
+                set(&mut root, &path, typed);
+            }
+        }
+    }
+    serde_json::to_vec(&root).map_err(|e| e.to_string())
+}
+
+/// The part of a printed response that `response_body` selects.
+pub fn response_part(binding: &Binding, printed: &str) -> String {
+    if binding.response_body.is_empty() {
+        return printed.to_string();
+    }
+    let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(printed) else { return printed.to_string() };
+    let output = binding.method.output();
+    let names = output
+        .get_field_by_name(&binding.response_body)
+        .map(|f| vec![f.json_name().to_string(), f.name().to_string()])
+        .unwrap_or_default();
+    names
+        .iter()
+        .find_map(|n| fields.get(n))
+        .map(Value::to_string)
+        .unwrap_or_else(|| default_of(&output, &binding.response_body))
+}
+
+fn default_of(output: &MessageDescriptor, field: &str) -> String {
+    match output.get_field_by_name(field) {
+        Some(f) if f.is_list() => "[]".into(),
+        Some(f) if f.is_map() || matches!(f.kind(), Kind::Message(_)) => "{}".into(),
+        _ => "null".into(),
+    }
+}
+
+fn field_kind(input: &MessageDescriptor, path: &[String]) -> Option<prost_reflect::FieldDescriptor> {
+    let mut desc = input.clone();
+    let mut found = None;
+    for (i, name) in path.iter().enumerate() {
+        let field = desc.get_field_by_name(name).or_else(|| desc.get_field_by_json_name(name))?;
+        if i + 1 < path.len() {
+            let Kind::Message(inner) = field.kind() else { return None };
+            desc = inner;
+        }
+        found = Some(field);
+    }
+    found
+}
+
+fn is_repeated(input: &MessageDescriptor, path: &[String]) -> bool {
+    field_kind(input, path).is_some_and(|f| f.is_list())
+}
+
+/// Text from a path or query string, as the JSON value its field takes.
+fn typed_scalar(input: &MessageDescriptor, path: &[String], text: String) -> Result<Value, String> {
+    let Some(field) = field_kind(input, path) else {
+        return Err(format!("{}: no such field in {}", path.join("."), input.full_name()));
+    };
+    Ok(match field.kind() {
+        Kind::Bool => match text.as_str() {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => return Err(format!("{}: expected true or false, got '{text}'", path.join("."))),
+        },
+        Kind::Enum(_) if text.bytes().all(|b| b.is_ascii_digit() || b == b'-') && !text.is_empty() => {
+            text.parse::<i64>().map(Value::from).unwrap_or(Value::String(text))
+        }
+        _ => Value::String(text),
+    })
+}
+
+fn slot<'a>(root: &'a mut Value, path: &[String]) -> &'a mut Value {
+    let mut at = root;
+    for name in path {
+        if !at.is_object() {
+            *at = Value::Object(Map::new());
+        }
+        let Value::Object(map) = at else { unreachable_object() };
+        at = map.entry(name.clone()).or_insert(Value::Null);
+    }
+    at
+}
+
+fn set(root: &mut Value, path: &[String], value: Value) {
+    *slot(root, path) = value;
+}
+
+fn push(root: &mut Value, path: &[String], value: Value) {
+    let target = slot(root, path);
+    match target {
+        Value::Array(items) => items.push(value),
+        _ => *target = Value::Array(vec![value]),
+    }
+}
+
+/// `slot` makes every step an object before matching on it.
+#[allow(clippy::empty_loop)]
+fn unreachable_object() -> ! {
+    loop {}
+}
+
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(&k.replace('+', " "), false), percent_decode(&v.replace('+', " "), false))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Registry;
+
+    fn library() -> Registry {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("library.proto", include_str!("../../../protos/library.proto"))]).unwrap();
+        r
+    }
+
+    fn binding(r: &Registry, method: &str, index: usize) -> Binding {
+        let m = r.method(&format!("/example.library.v1.Library/{method}")).unwrap();
+        bindings_of(&m).unwrap().remove(index)
+    }
+
+    #[test]
+    fn templates_match_and_bind() {
+        let t = Template::parse("/v1/{name=shelves/*/books/*}").unwrap();
+        assert_eq!(t.matches("/v1/shelves/1/books/2"), Some(vec![(vec!["name".to_string()], "shelves/1/books/2".to_string())]));
+        assert_eq!(t.matches("/v1/shelves/1/books"), None);
+        let t = Template::parse("/v1/shelves/{shelf}").unwrap();
+        assert_eq!(t.matches("/v1/shelves/a%20b"), Some(vec![(vec!["shelf".to_string()], "a b".to_string())]));
+        let t = Template::parse("/v1/search/{query=**}").unwrap();
+        assert_eq!(t.matches("/v1/search/a/b%2Fc"), Some(vec![(vec!["query".to_string()], "a/b%2Fc".to_string())]));
+        let t = Template::parse("/v1/{name=shelves/*/books/*}:move").unwrap();
+        assert!(t.matches("/v1/shelves/1/books/2:move").is_some());
+        assert!(t.matches("/v1/shelves/1/books/2").is_none());
+        let t = Template::parse("/v1/{book.name=shelves/*/books/*}").unwrap();
+        assert_eq!(t.matches("/v1/shelves/3/books/4").unwrap()[0].0, vec!["book".to_string(), "name".to_string()]);
+        assert!(Template::parse("v1/x").is_err());
+        assert!(Template::parse("/v1/**/x").is_err());
+        assert!(Template::parse("/v1/{x").is_err());
+    }
+
+    #[test]
+    fn bindings_come_from_the_annotations() {
+        let r = library();
+        let list = bindings_of(&r.method("/example.library.v1.Library/ListBooks").unwrap()).unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!((list[0].http_method.as_str(), list[1].http_method.as_str()), ("GET", "GET"));
+        let head = binding(&r, "HeadShelf", 0);
+        assert_eq!(head.http_method, "HEAD");
+        assert_eq!(binding(&r, "SearchBooks", 0).response_body, "books");
+        assert_eq!(binding(&r, "CreateBook", 0).body, "book");
+    }
+
+    #[test]
+    fn request_json_from_path_query_and_body() {
+        let r = library();
+        let create = binding(&r, "CreateBook", 0);
+        let vars = create.template.matches("/v1/shelves/7/books").unwrap();
+        let json = request_json(&create, vars, "", br#"{"title":"T"}"#).unwrap();
+        assert_eq!(String::from_utf8(json).unwrap(), r#"{"book":{"title":"T"},"shelf":"7"}"#);
+        let list = binding(&r, "ListBooks", 0);
+        let vars = list.template.matches("/v1/shelves/3/books").unwrap();
+        let json = request_json(&list, vars, "author=bob&page.size=5&genres=HISTORY&genres=2", b"").unwrap();
+        assert_eq!(
+            String::from_utf8(json).unwrap(),
+            r#"{"author":"bob","genres":["HISTORY",2],"page":{"size":"5"},"shelf":"3"}"#
+        );
+        let err = request_json(&list, vec![], "nope=1", b"").unwrap_err();
+        assert_eq!(err, "nope: no such field in example.library.v1.ListBooksRequest");
+        let update = binding(&r, "UpdateBook", 0);
+        let vars = update.template.matches("/v1/shelves/1/books/2").unwrap();
+        let json = request_json(&update, vars, "updateMask=title", br#"{"title":"New"}"#).unwrap();
+        assert_eq!(String::from_utf8(json).unwrap(), r#"{"book":{"name":"shelves/1/books/2","title":"New"},"updateMask":"title"}"#);
+    }
+
+    #[test]
+    fn response_body_selects_a_field() {
+        let r = library();
+        let search = binding(&r, "SearchBooks", 0);
+        assert_eq!(response_part(&search, r#"{"books":[{"title":"a"}],"nextPageToken":"x"}"#), r#"[{"title":"a"}]"#);
+        assert_eq!(response_part(&search, "{}"), "[]");
+    }
+}
