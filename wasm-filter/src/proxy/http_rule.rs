@@ -131,10 +131,8 @@ impl Template {
 fn split_verb(path: &str) -> (&str, Option<&str>) {
     let last = path.rfind('/').map_or(0, |i| i + 1);
     match path[last..].rfind(':') {
-        Some(i) if !path[last..].starts_with('{') || path[last..].contains('}') && i > path[last..].find('}').unwrap_or(0) => {
-            (&path[..last + i], Some(&path[last + i + 1..]))
-        }
-        _ => (path, None),
+        Some(i) => (&path[..last + i], Some(&path[last + i + 1..])),
+        None => (path, None),
     }
 }
 
@@ -155,7 +153,7 @@ fn percent_decode(text: &str, keep_slash: bool) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() + 0 + 1 && i + 2 <= b.len() - 1 {
+        if b[i] == b'%' && i + 2 < b.len() {
             let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
             if let Some(byte) = hex {
                 if !(keep_slash && byte == b'/') {
@@ -329,8 +327,11 @@ fn slot<'a>(root: &'a mut Value, path: &[String]) -> &'a mut Value {
         if !at.is_object() {
             *at = Value::Object(Map::new());
         }
-        let Value::Object(map) = at else { unreachable_object() };
-        at = map.entry(name.clone()).or_insert(Value::Null);
+        at = match at {
+            Value::Object(map) => map.entry(name.clone()).or_insert(Value::Null),
+            // Made an object just above.
+            other => other,
+        };
     }
     at
 }
@@ -345,12 +346,6 @@ fn push(root: &mut Value, path: &[String], value: Value) {
         Value::Array(items) => items.push(value),
         _ => *target = Value::Array(vec![value]),
     }
-}
-
-/// `slot` makes every step an object before matching on it.
-#[allow(clippy::empty_loop)]
-fn unreachable_object() -> ! {
-    loop {}
 }
 
 fn query_pairs(query: &str) -> Vec<(String, String)> {
