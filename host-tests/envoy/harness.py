@@ -30,6 +30,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def stop_process(proc):
+    """SIGTERM, then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 class Server:
     """A host-tests server binary on a free loopback port."""
 
@@ -45,12 +55,7 @@ class Server:
         self.port = int(self.addr.rsplit(":", 1)[1])
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
 
 
 def read_protos(*names):
@@ -159,12 +164,7 @@ class Envoy:
                 return e.code, raw.decode(errors="replace"), dict(e.headers)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
 
 
 def validate(plugin_config):

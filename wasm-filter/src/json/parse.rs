@@ -403,34 +403,22 @@ fn map_key(kind: &Kind, key: &str) -> Result<MapKey> {
 /// (Rust's float parser alone would also take "inf", "+1" or ".5").
 fn numeric_string(s: &str) -> Option<f64> {
     let b = s.as_bytes();
-    let mut i = usize::from(b.first() == Some(&b'-'));
-    let int_start = i;
-    while i < b.len() && b[i].is_ascii_digit() {
-        i += 1;
-    }
+    let int_start = usize::from(b.first() == Some(&b'-'));
+    let mut i = skip_digits(b, int_start);
     let int_len = i - int_start;
     if int_len == 0 || (int_len > 1 && b[int_start] == b'0') {
         return None;
     }
-    if i < b.len() && b[i] == b'.' {
-        i += 1;
-        let start = i;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == start {
+    if b.get(i) == Some(&b'.') {
+        let end = skip_digits(b, i + 1);
+        if end == i + 1 {
             return None;
         }
+        i = end;
     }
-    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-        i += 1;
-        if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-            i += 1;
-        }
-        let start = i;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        let start = i + 1 + usize::from(matches!(b.get(i + 1), Some(b'+' | b'-')));
+        i = skip_digits(b, start);
         if i == start {
             return None;
         }
@@ -439,6 +427,11 @@ fn numeric_string(s: &str) -> Option<f64> {
         return None;
     }
     s.parse().ok()
+}
+
+/// The index after the run of ASCII digits that starts at `from`.
+fn skip_digits(b: &[u8], from: usize) -> usize {
+    from + b.get(from..).map_or(0, |rest| rest.iter().take_while(|c| c.is_ascii_digit()).count())
 }
 
 fn integral(value: f64) -> Result<f64> {
