@@ -14,6 +14,8 @@
 
 use std::cell::RefCell;
 
+use prost_reflect::MessageDescriptor;
+
 use crate::json::{json_to_protobuf, protobuf_to_json, JsonOptions};
 use crate::Registry;
 
@@ -121,13 +123,7 @@ pub unsafe extern "C" fn grpc_wasm_json_to_proto(
     json_len: usize,
 ) -> u32 {
     let (type_name, json) = (bytes(type_name, type_len), bytes(json, json_len));
-    run(|state| {
-        let desc = state
-            .registry
-            .message(utf8(type_name, "type name")?)
-            .map_err(|e| e.to_string())?;
-        json_to_protobuf(&desc, json, &state.options).map_err(|e| e.to_string())
-    })
+    run_typed(type_name, |desc, options| json_to_protobuf(desc, json, options))
 }
 
 /// protobuf → JSON for the message type named by `type_name`.
@@ -142,14 +138,20 @@ pub unsafe extern "C" fn grpc_wasm_proto_to_json(
     message_len: usize,
 ) -> u32 {
     let (type_name, message) = (bytes(type_name, type_len), bytes(message, message_len));
+    run_typed(type_name, |desc, options| protobuf_to_json(desc, message, options).map(String::into_bytes))
+}
+
+/// Runs a conversion for the message type the host named.
+fn run_typed(
+    type_name: &[u8],
+    convert: impl FnOnce(&MessageDescriptor, &JsonOptions) -> Result<Vec<u8>, crate::Error>,
+) -> u32 {
     run(|state| {
         let desc = state
             .registry
             .message(utf8(type_name, "type name")?)
             .map_err(|e| e.to_string())?;
-        protobuf_to_json(&desc, message, &state.options)
-            .map(String::into_bytes)
-            .map_err(|e| e.to_string())
+        convert(&desc, &state.options).map_err(|e| e.to_string())
     })
 }
 
