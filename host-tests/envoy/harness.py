@@ -62,10 +62,28 @@ def read_protos(*names):
     return {n: open(os.path.join(PROTOS, n)).read() for n in names}
 
 
-def envoy_config(listen_port, admin_port, plugin_config, clusters):
-    """clusters: list of (route prefix, cluster name, port)."""
+def wasm_filter(plugin_config):
+    return {"name": "envoy.filters.http.wasm", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+        "config": {
+            "name": "grpc_wasm",
+            "root_id": "grpc_wasm",
+            # Callout mode holds the request headers and still needs the body.
+            "allow_on_headers_stop_iteration": True,
+            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                              "value": json.dumps(plugin_config)},
+            "vm_config": {"vm_id": "grpc_wasm", "runtime": "envoy.wasm.runtime.v8",
+                          "code": {"local": {"filename": WASM}}},
+        }}}
+
+
+def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=None):
+    """clusters: list of (route prefix, or None for a cluster only callouts use, cluster name, port). http_filters: the filters before
+    the router, by default the grpc-wasm filter with plugin_config."""
+    if http_filters is None:
+        http_filters = [wasm_filter(plugin_config)]
     routes = [{"match": {"prefix": prefix}, "route": {"cluster": name, "timeout": "10s"}}
-              for prefix, name, _ in clusters]
+              for prefix, name, _ in clusters if prefix is not None]
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {
@@ -81,16 +99,7 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters):
                         "route_config": {"name": "local", "virtual_hosts": [
                             {"name": "all", "domains": ["*"], "routes": routes}]},
                         "http_filters": [
-                            {"name": "envoy.filters.http.wasm", "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                                "config": {
-                                    "name": "grpc_wasm",
-                                    "root_id": "grpc_wasm",
-                                    "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
-                                                      "value": json.dumps(plugin_config)},
-                                    "vm_config": {"vm_id": "grpc_wasm", "runtime": "envoy.wasm.runtime.v8",
-                                                  "code": {"local": {"filename": WASM}}},
-                                }}},
+                            *http_filters,
                             {"name": "envoy.filters.http.router", "typed_config": {
                                 "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}},
                         ],
@@ -114,12 +123,12 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters):
 class Envoy:
     """Envoy on free loopback ports; its log is kept for failure reports."""
 
-    def __init__(self, plugin_config, clusters):
+    def __init__(self, plugin_config, clusters, http_filters=None):
         self.port, self.admin = free_port(), free_port()
         self.dir = tempfile.mkdtemp(prefix="grpc-wasm-envoy-")
         self.config_path = os.path.join(self.dir, "envoy.json")
         with open(self.config_path, "w") as f:
-            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters), f)
+            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters), f)
         self.log_path = os.path.join(self.dir, "envoy.log")
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", self.config_path, "--concurrency", "1", "--disable-hot-restart",

@@ -16,9 +16,18 @@ use prost::Message;
 use prost_reflect::{DynamicMessage, MessageDescriptor, Value};
 
 const FILES: [(&str, &str); 3] = [
-    ("conformance/conformance.proto", "conformance/conformance.proto"),
-    ("google/protobuf/test_messages_proto3.proto", "src/google/protobuf/test_messages_proto3.proto"),
-    ("google/protobuf/test_messages_proto2.proto", "src/google/protobuf/test_messages_proto2.proto"),
+    (
+        "conformance/conformance.proto",
+        "conformance/conformance.proto",
+    ),
+    (
+        "google/protobuf/test_messages_proto3.proto",
+        "src/google/protobuf/test_messages_proto3.proto",
+    ),
+    (
+        "google/protobuf/test_messages_proto2.proto",
+        "src/google/protobuf/test_messages_proto2.proto",
+    ),
 ];
 
 const PROTOBUF: i32 = 1;
@@ -84,7 +93,11 @@ fn serve(registry: &Registry, request: &DynamicMessage) -> (&'static str, Value)
     let parsed = if request.has_field_by_name("protobuf_payload") {
         decode_message(&desc, &bytes_field(request, "protobuf_payload"))
     } else if request.has_field_by_name("json_payload") {
-        json_to_message(&desc, string_field(request, "json_payload").as_bytes(), &options)
+        json_to_message(
+            &desc,
+            string_field(request, "json_payload").as_bytes(),
+            &options,
+        )
     } else {
         return skipped("only protobuf and JSON input are supported".into());
     };
@@ -92,7 +105,12 @@ fn serve(registry: &Registry, request: &DynamicMessage) -> (&'static str, Value)
         Ok(message) => message,
         Err(e) => return ("parse_error", Value::String(e.to_string())),
     };
-    write_output(&desc, &message, enum_field(request, "requested_output_format"), &options)
+    write_output(
+        &desc,
+        &message,
+        enum_field(request, "requested_output_format"),
+        &options,
+    )
 }
 
 fn write_output(
@@ -102,7 +120,10 @@ fn write_output(
     options: &JsonOptions,
 ) -> (&'static str, Value) {
     match format {
-        PROTOBUF => ("protobuf_payload", Value::Bytes(encode_deterministic(message).into())),
+        PROTOBUF => (
+            "protobuf_payload",
+            Value::Bytes(encode_deterministic(message).into()),
+        ),
         JSON => match message_to_json(message, options) {
             Ok(json) => ("json_payload", Value::String(json)),
             Err(e) => ("serialize_error", Value::String(e.to_string())),
@@ -130,5 +151,8 @@ fn bytes_field(message: &DynamicMessage, name: &str) -> Vec<u8> {
 }
 
 fn enum_field(message: &DynamicMessage, name: &str) -> i32 {
-    message.get_field_by_name(name).and_then(|v| v.as_enum_number()).unwrap_or(0)
+    message
+        .get_field_by_name(name)
+        .and_then(|v| v.as_enum_number())
+        .unwrap_or(0)
 }

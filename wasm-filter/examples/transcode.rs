@@ -47,17 +47,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn handle(registry: &Registry, line: &str) -> Result<Value, String> {
-    let request: Value = serde_json::from_str(line).map_err(|e| format!("bad request line: {e}"))?;
+    let request: Value =
+        serde_json::from_str(line).map_err(|e| format!("bad request line: {e}"))?;
     let type_name = request["type"].as_str().ok_or("request has no \"type\"")?;
     let desc = registry.message(type_name).map_err(|e| e.to_string())?;
     let options = options(&request["options"]);
     if let Some(text) = request["json"].as_str() {
-        let bytes = json_to_protobuf(&desc, text.as_bytes(), &options).map_err(|e| e.to_string())?;
-        let back = protobuf_to_json(&desc, &bytes, &JsonOptions::default()).map_err(|e| e.to_string())?;
+        let bytes =
+            json_to_protobuf(&desc, text.as_bytes(), &options).map_err(|e| e.to_string())?;
+        let back =
+            protobuf_to_json(&desc, &bytes, &JsonOptions::default()).map_err(|e| e.to_string())?;
         return Ok(json!({ "bin": STANDARD.encode(&bytes), "json": back }));
     }
-    let encoded = request["bin"].as_str().ok_or("request has neither \"json\" nor \"bin\"")?;
-    let bytes = STANDARD.decode(encoded).map_err(|e| format!("bad base64: {e}"))?;
+    let encoded = request["bin"]
+        .as_str()
+        .ok_or("request has neither \"json\" nor \"bin\"")?;
+    let bytes = STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("bad base64: {e}"))?;
     let text = protobuf_to_json(&desc, &bytes, &options).map_err(|e| e.to_string())?;
     Ok(json!({ "json": text }))
 }

@@ -90,7 +90,10 @@ pub unsafe extern "C" fn grpc_wasm_load_proto(
     run(|state| {
         let name = utf8(name, "file name")?;
         let source = utf8(source, "file source")?;
-        state.registry.add_sources([(name, source)]).map_err(|e| e.to_string())?;
+        state
+            .registry
+            .add_sources([(name, source)])
+            .map_err(|e| e.to_string())?;
         Ok(Vec::new())
     })
 }
@@ -123,7 +126,9 @@ pub unsafe extern "C" fn grpc_wasm_json_to_proto(
     json_len: usize,
 ) -> u32 {
     let (type_name, json) = (bytes(type_name, type_len), bytes(json, json_len));
-    run_typed(type_name, |desc, options| json_to_protobuf(desc, json, options))
+    run_typed(type_name, |desc, options| {
+        json_to_protobuf(desc, json, options)
+    })
 }
 
 /// protobuf → JSON for the message type named by `type_name`.
@@ -138,7 +143,9 @@ pub unsafe extern "C" fn grpc_wasm_proto_to_json(
     message_len: usize,
 ) -> u32 {
     let (type_name, message) = (bytes(type_name, type_len), bytes(message, message_len));
-    run_typed(type_name, |desc, options| protobuf_to_json(desc, message, options).map(String::into_bytes))
+    run_typed(type_name, |desc, options| {
+        protobuf_to_json(desc, message, options).map(String::into_bytes)
+    })
 }
 
 /// Runs a conversion for the message type the host named.

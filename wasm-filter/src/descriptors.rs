@@ -14,11 +14,26 @@ use crate::error::Error;
 /// that `import "google/api/annotations.proto"` just works. The well-known
 /// google/protobuf types come with protox.
 const BUNDLED: [(&str, &str); 5] = [
-    ("google/api/http.proto", include_str!("../../protos/google/api/http.proto")),
-    ("google/api/annotations.proto", include_str!("../../protos/google/api/annotations.proto")),
-    ("google/rpc/status.proto", include_str!("../../protos/google/rpc/status.proto")),
-    ("google/rpc/code.proto", include_str!("../../protos/google/rpc/code.proto")),
-    ("google/rpc/error_details.proto", include_str!("../../protos/google/rpc/error_details.proto")),
+    (
+        "google/api/http.proto",
+        include_str!("../../protos/google/api/http.proto"),
+    ),
+    (
+        "google/api/annotations.proto",
+        include_str!("../../protos/google/api/annotations.proto"),
+    ),
+    (
+        "google/rpc/status.proto",
+        include_str!("../../protos/google/rpc/status.proto"),
+    ),
+    (
+        "google/rpc/code.proto",
+        include_str!("../../protos/google/rpc/code.proto"),
+    ),
+    (
+        "google/rpc/error_details.proto",
+        include_str!("../../protos/google/rpc/error_details.proto"),
+    ),
 ];
 
 /// Loaded up front: status details are decoded with them whatever the user loads.
@@ -64,7 +79,10 @@ impl Method {
     }
 
     pub fn streaming(&self) -> StreamingKind {
-        match (self.descriptor.is_client_streaming(), self.descriptor.is_server_streaming()) {
+        match (
+            self.descriptor.is_client_streaming(),
+            self.descriptor.is_server_streaming(),
+        ) {
             (false, false) => StreamingKind::Unary,
             (false, true) => StreamingKind::ServerStreaming,
             (true, false) => StreamingKind::ClientStreaming,
@@ -86,7 +104,9 @@ pub struct Registry {
 impl Registry {
     /// A registry holding only the bundled status and error-detail types.
     pub fn new() -> Result<Self, Error> {
-        let mut registry = Registry { pool: DescriptorPool::new() };
+        let mut registry = Registry {
+            pool: DescriptorPool::new(),
+        };
         let none: [(&str, &str); 0] = [];
         registry.compile(none, PRELOADED)?;
         Ok(registry)
@@ -142,7 +162,11 @@ impl Registry {
     /// Everything loaded, as a binary `FileDescriptorSet`.
     pub fn encode_descriptor_set(&self) -> Vec<u8> {
         let set = prost_types::FileDescriptorSet {
-            file: self.pool.files().map(|f| f.file_descriptor_proto().clone()).collect(),
+            file: self
+                .pool
+                .files()
+                .map(|f| f.file_descriptor_proto().clone())
+                .collect(),
         };
         set.encode_to_vec()
     }
@@ -152,10 +176,16 @@ impl Registry {
         files: impl IntoIterator<Item = (&'a str, &'a str)>,
         open: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), Error> {
-        let sources: HashMap<String, String> =
-            files.into_iter().map(|(n, s)| (n.to_string(), s.to_string())).collect();
+        let sources: HashMap<String, String> = files
+            .into_iter()
+            .map(|(n, s)| (n.to_string(), s.to_string()))
+            .collect();
         // The resolver must own what it reads; a pool clone is a reference count.
-        let resolver = Resolver { sources, pool: self.pool.clone(), google: GoogleFileResolver::new() };
+        let resolver = Resolver {
+            sources,
+            pool: self.pool.clone(),
+            google: GoogleFileResolver::new(),
+        };
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         // Source info gives checker errors (unknown types, duplicate names)
         // their line and column.
@@ -176,11 +206,13 @@ impl Registry {
     fn add_new_files(&mut self, set: &[u8]) -> Result<(), String> {
         let mut fresh = Vec::with_capacity(set.len());
         for file in wire::records(set, 1).map_err(|e| format!("malformed descriptor set: {e}"))? {
-            let name = wire::string_field(file, 1).map_err(|e| format!("malformed file descriptor: {e}"))?;
+            let name = wire::string_field(file, 1)
+                .map_err(|e| format!("malformed file descriptor: {e}"))?;
             if self.pool.get_file_by_name(&name).is_some() {
                 continue;
             }
-            let kept = wire::without_field(file, 9).map_err(|e| format!("malformed file descriptor: {e}"))?;
+            let kept = wire::without_field(file, 9)
+                .map_err(|e| format!("malformed file descriptor: {e}"))?;
             prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut fresh);
             prost::encoding::encode_varint(kept.len() as u64, &mut fresh);
             fresh.extend_from_slice(&kept);
@@ -188,7 +220,9 @@ impl Registry {
         if fresh.is_empty() {
             return Ok(());
         }
-        self.pool.decode_file_descriptor_set(fresh.as_slice()).map_err(|e| e.to_string())
+        self.pool
+            .decode_file_descriptor_set(fresh.as_slice())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -232,7 +266,11 @@ mod wire {
     }
 
     pub fn records(buf: &[u8], number: u32) -> Result<Vec<&[u8]>, String> {
-        Ok(each(buf)?.into_iter().filter(|r| r.0 == number).filter_map(|r| r.2).collect())
+        Ok(each(buf)?
+            .into_iter()
+            .filter(|r| r.0 == number)
+            .filter_map(|r| r.2)
+            .collect())
     }
 
     pub fn string_field(buf: &[u8], number: u32) -> Result<String, String> {
@@ -241,7 +279,11 @@ mod wire {
     }
 
     pub fn without_field(buf: &[u8], number: u32) -> Result<Vec<u8>, String> {
-        Ok(each(buf)?.into_iter().filter(|r| r.0 != number).flat_map(|r| r.1.iter().copied()).collect())
+        Ok(each(buf)?
+            .into_iter()
+            .filter(|r| r.0 != number)
+            .flat_map(|r| r.1.iter().copied())
+            .collect())
     }
 }
 
@@ -262,7 +304,9 @@ impl FileResolver for Resolver {
             return File::from_source(name, source);
         }
         if let Some(file) = self.pool.get_file_by_name(name) {
-            return Ok(File::from_file_descriptor_proto(file.file_descriptor_proto().clone()));
+            return Ok(File::from_file_descriptor_proto(
+                file.file_descriptor_proto().clone(),
+            ));
         }
         if let Some((_, source)) = BUNDLED.iter().find(|(n, _)| *n == name) {
             return File::from_source(name, source);
@@ -275,7 +319,9 @@ impl Default for Registry {
     /// Infallible in practice: the bundled files are part of the build and
     /// covered by tests. Should they ever fail, an empty pool is returned.
     fn default() -> Self {
-        Registry::new().unwrap_or(Registry { pool: DescriptorPool::new() })
+        Registry::new().unwrap_or(Registry {
+            pool: DescriptorPool::new(),
+        })
     }
 }
 
@@ -289,7 +335,8 @@ mod tests {
     #[test]
     fn looks_up_methods_and_streaming_kinds() {
         let mut r = Registry::new().unwrap();
-        r.add_sources([("helloworld.proto", HELLO), ("route_guide.proto", ROUTE)]).unwrap();
+        r.add_sources([("helloworld.proto", HELLO), ("route_guide.proto", ROUTE)])
+            .unwrap();
         let m = r.method("/helloworld.Greeter/SayHello").unwrap();
         assert_eq!(m.input().full_name(), "helloworld.HelloRequest");
         assert_eq!(m.output().full_name(), "helloworld.HelloReply");
@@ -298,11 +345,20 @@ mod tests {
         assert_eq!(m.service_name(), "helloworld.Greeter");
         let kinds: Vec<_> = ["GetFeature", "ListFeatures", "RecordRoute", "RouteChat"]
             .iter()
-            .map(|n| r.method(&format!("/routeguide.RouteGuide/{n}")).unwrap().streaming())
+            .map(|n| {
+                r.method(&format!("/routeguide.RouteGuide/{n}"))
+                    .unwrap()
+                    .streaming()
+            })
             .collect();
         assert_eq!(
             kinds,
-            [StreamingKind::Unary, StreamingKind::ServerStreaming, StreamingKind::ClientStreaming, StreamingKind::Bidirectional]
+            [
+                StreamingKind::Unary,
+                StreamingKind::ServerStreaming,
+                StreamingKind::ClientStreaming,
+                StreamingKind::Bidirectional
+            ]
         );
     }
 
@@ -311,18 +367,25 @@ mod tests {
         let mut r = Registry::new().unwrap();
         r.add_sources([("helloworld.proto", HELLO)]).unwrap();
         assert_eq!(
-            r.method("/helloworld.Greeter/SayBye").unwrap_err().to_string(),
+            r.method("/helloworld.Greeter/SayBye")
+                .unwrap_err()
+                .to_string(),
             "unknown method '/helloworld.Greeter/SayBye'"
         );
         assert_eq!(
-            r.method("/helloworld.Nope/SayHello").unwrap_err().to_string(),
+            r.method("/helloworld.Nope/SayHello")
+                .unwrap_err()
+                .to_string(),
             "unknown service 'helloworld.Nope'"
         );
         assert_eq!(
             r.method("SayHello").unwrap_err().to_string(),
             "invalid method path 'SayHello': expected /package.Service/Method"
         );
-        assert_eq!(r.message("helloworld.Nope").unwrap_err().to_string(), "unknown message type 'helloworld.Nope'");
+        assert_eq!(
+            r.message("helloworld.Nope").unwrap_err().to_string(),
+            "unknown message type 'helloworld.Nope'"
+        );
     }
 
     #[test]
@@ -332,7 +395,10 @@ mod tests {
         let err = r.add_sources([("bad.proto", bad)]).unwrap_err().to_string();
         assert!(err.starts_with("bad.proto:3:13: "), "{err}");
         let unknown_type = "syntax = \"proto3\";\nmessage A {\n  Missing x = 1;\n}\n";
-        let err = r.add_sources([("types.proto", unknown_type)]).unwrap_err().to_string();
+        let err = r
+            .add_sources([("types.proto", unknown_type)])
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("types.proto:3:3: "), "{err}");
         assert!(err.contains("Missing"), "{err}");
     }
@@ -348,7 +414,8 @@ mod tests {
     #[test]
     fn bundled_and_well_known_imports_resolve_and_files_load_incrementally() {
         let mut r = Registry::new().unwrap();
-        r.add_sources([("library.proto", include_str!("../../protos/library.proto"))]).unwrap();
+        r.add_sources([("library.proto", include_str!("../../protos/library.proto"))])
+            .unwrap();
         assert!(r.message("google.api.HttpRule").is_ok());
         assert!(r.message("google.protobuf.FieldMask").is_ok());
         r.add_sources([("helloworld.proto", HELLO)]).unwrap();
@@ -368,6 +435,10 @@ mod tests {
         let mut other = Registry::new().unwrap();
         other.add_descriptor_set(&bytes).unwrap();
         assert!(other.method("/helloworld.Greeter/SayHello").is_ok());
-        assert!(other.add_descriptor_set(b"\xff\xff").unwrap_err().to_string().starts_with("invalid file descriptor set: "));
+        assert!(other
+            .add_descriptor_set(b"\xff\xff")
+            .unwrap_err()
+            .to_string()
+            .starts_with("invalid file descriptor set: "));
     }
 }

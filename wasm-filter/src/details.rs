@@ -28,10 +28,15 @@ pub fn status_to_json(registry: &Registry, status: &Status, options: &JsonOption
 }
 
 /// The details of an encoded `google.rpc.Status`, each as JSON text.
-pub fn decode_details(registry: &Registry, bytes: &[u8], options: &JsonOptions) -> Result<Vec<String>, Error> {
+pub fn decode_details(
+    registry: &Registry,
+    bytes: &[u8],
+    options: &JsonOptions,
+) -> Result<Vec<String>, Error> {
     let status_type = registry.message("google.rpc.Status")?;
     let status = decode_message(&status_type, bytes)?;
-    let Some(Value::List(anys)) = status.get_field_by_name("details").map(|v| v.into_owned()) else {
+    let Some(Value::List(anys)) = status.get_field_by_name("details").map(|v| v.into_owned())
+    else {
         return Ok(Vec::new());
     };
     Ok(anys
@@ -54,11 +59,19 @@ fn any_to_json(registry: &Registry, any: &DynamicMessage, options: &JsonOptions)
         Some(text) if text.starts_with('{') => format!("{type_key},{}", &text[1..]),
         // Well-known types with a scalar JSON form (Duration, ...) nest under "value".
         Some(text) => format!("{type_key},\"value\":{text}}}"),
-        None => format!("{type_key},\"value\":{}}}", json_string(&encode_binary(&value))),
+        None => format!(
+            "{type_key},\"value\":{}}}",
+            json_string(&encode_binary(&value))
+        ),
     }
 }
 
-fn known_detail(registry: &Registry, type_url: &str, value: &[u8], options: &JsonOptions) -> Option<String> {
+fn known_detail(
+    registry: &Registry,
+    type_url: &str,
+    value: &[u8],
+    options: &JsonOptions,
+) -> Option<String> {
     let name = type_url.rsplit('/').next()?;
     let desc = registry.message(name).ok()?;
     let message = decode_message(&desc, value).ok()?;
@@ -84,7 +97,10 @@ mod tests {
     use prost::Message;
 
     fn any(type_url: &str, value: Vec<u8>) -> prost_types::Any {
-        prost_types::Any { type_url: type_url.into(), value }
+        prost_types::Any {
+            type_url: type_url.into(),
+            value,
+        }
     }
 
     #[test]
@@ -116,8 +132,14 @@ mod tests {
             ],
         }
         .encode_to_vec();
-        let status = Status { code: Code::NotFound, message: "gone".into(), details: Some(bytes) };
-        let got: serde_json::Value = serde_json::from_str(&status_to_json(&registry, &status, &JsonOptions::default())).unwrap();
+        let status = Status {
+            code: Code::NotFound,
+            message: "gone".into(),
+            details: Some(bytes),
+        };
+        let got: serde_json::Value =
+            serde_json::from_str(&status_to_json(&registry, &status, &JsonOptions::default()))
+                .unwrap();
         assert_eq!(
             got,
             serde_json::json!({
@@ -134,7 +156,11 @@ mod tests {
     #[test]
     fn garbage_details_leave_the_status_intact() {
         let registry = Registry::new().unwrap();
-        let status = Status { code: Code::Internal, message: "x".into(), details: Some(vec![0xff]) };
+        let status = Status {
+            code: Code::Internal,
+            message: "x".into(),
+            details: Some(vec![0xff]),
+        };
         assert_eq!(
             status_to_json(&registry, &status, &JsonOptions::default()),
             r#"{"code":13,"message":"x","details":[]}"#

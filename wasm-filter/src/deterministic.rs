@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use prost::bytes::Buf;
 use prost::encoding::{decode_key, decode_varint, encode_key, encode_varint, WireType};
 use prost::Message;
-use prost_reflect::{DynamicMessage, ReflectMessage, FieldDescriptor, Kind, MessageDescriptor};
+use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, ReflectMessage};
 
 /// Encodes `message` with map entries in key order.
 pub fn encode_deterministic(message: &DynamicMessage) -> Vec<u8> {
@@ -55,10 +55,8 @@ fn reaches_map(desc: &MessageDescriptor, seen: &mut Vec<String>) -> bool {
         return false;
     }
     seen.push(desc.full_name().to_string());
-    desc.fields().any(|f| {
-        f.is_map()
-            || matches!(f.kind(), Kind::Message(ref m) if reaches_map(m, seen))
-    })
+    desc.fields()
+        .any(|f| f.is_map() || matches!(f.kind(), Kind::Message(ref m) if reaches_map(m, seen)))
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -83,7 +81,9 @@ fn canonicalize(desc: &MessageDescriptor, mut buf: &[u8]) -> Result<Vec<u8>, Mal
         match (wire_type, field) {
             (WireType::LengthDelimited, Some(field)) if field.is_map() || is_message(&field) => {
                 let payload = take_len_delimited(&mut buf)?;
-                let Kind::Message(inner) = field.kind() else { return Err(Malformed) };
+                let Kind::Message(inner) = field.kind() else {
+                    return Err(Malformed);
+                };
                 let canonical = if field.is_map() {
                     map_entry(&inner, payload)?
                 } else if contains_map(&inner) {
@@ -130,7 +130,9 @@ fn map_entry(entry: &MessageDescriptor, mut buf: &[u8]) -> Result<Vec<u8>, Malfo
             2 => {
                 let body = &body_start[..body_start.len() - buf.len()];
                 value = Some(match value_field.kind() {
-                    Kind::Message(m) if wire_type == WireType::LengthDelimited && contains_map(&m) => {
+                    Kind::Message(m)
+                        if wire_type == WireType::LengthDelimited && contains_map(&m) =>
+                    {
                         let mut inner = body;
                         let payload = take_len_delimited(&mut inner)?;
                         let canonical = canonicalize(&m, payload)?;
@@ -206,7 +208,11 @@ fn skip_value(wire_type: WireType, number: u32, buf: &mut &[u8]) -> Result<(), M
         WireType::StartGroup => loop {
             let (inner, wt) = decode_key(buf).map_err(|_| Malformed)?;
             if wt == WireType::EndGroup {
-                return if inner == number { Ok(()) } else { Err(Malformed) };
+                return if inner == number {
+                    Ok(())
+                } else {
+                    Err(Malformed)
+                };
             }
             skip_value(wt, inner, buf)?;
         },
@@ -240,7 +246,9 @@ fn map_key(entry: &MessageDescriptor, mut buf: &[u8]) -> Result<SortKey, Malform
 fn default_key(kind: &Kind) -> SortKey {
     match kind {
         Kind::String => SortKey::Bytes(Vec::new()),
-        Kind::Uint32 | Kind::Uint64 | Kind::Fixed32 | Kind::Fixed64 | Kind::Bool => SortKey::Unsigned(0),
+        Kind::Uint32 | Kind::Uint64 | Kind::Fixed32 | Kind::Fixed64 | Kind::Bool => {
+            SortKey::Unsigned(0)
+        }
         _ => SortKey::Signed(0),
     }
 }
@@ -248,7 +256,9 @@ fn default_key(kind: &Kind) -> SortKey {
 fn read_key(kind: &Kind, wire_type: WireType, buf: &mut &[u8]) -> Result<SortKey, Malformed> {
     let varint = |buf: &mut &[u8]| decode_varint(buf).map_err(|_| Malformed);
     let key = match (kind, wire_type) {
-        (Kind::String, WireType::LengthDelimited) => SortKey::Bytes(take_len_delimited(buf)?.to_vec()),
+        (Kind::String, WireType::LengthDelimited) => {
+            SortKey::Bytes(take_len_delimited(buf)?.to_vec())
+        }
         (Kind::Int32, WireType::Varint) => SortKey::Signed(varint(buf)? as i32 as i64),
         (Kind::Int64, WireType::Varint) => SortKey::Signed(varint(buf)? as i64),
         (Kind::Sint32 | Kind::Sint64, WireType::Varint) => {
@@ -258,7 +268,9 @@ fn read_key(kind: &Kind, wire_type: WireType, buf: &mut &[u8]) -> Result<SortKey
         (Kind::Uint32 | Kind::Uint64, WireType::Varint) => SortKey::Unsigned(varint(buf)?),
         (Kind::Bool, WireType::Varint) => SortKey::Unsigned(u64::from(varint(buf)? != 0)),
         (Kind::Fixed32, WireType::ThirtyTwoBit) => SortKey::Unsigned(u64::from(read_u32(buf)?)),
-        (Kind::Sfixed32, WireType::ThirtyTwoBit) => SortKey::Signed(i64::from(read_u32(buf)? as i32)),
+        (Kind::Sfixed32, WireType::ThirtyTwoBit) => {
+            SortKey::Signed(i64::from(read_u32(buf)? as i32))
+        }
         (Kind::Fixed64, WireType::SixtyFourBit) => SortKey::Unsigned(read_u64(buf)?),
         (Kind::Sfixed64, WireType::SixtyFourBit) => SortKey::Signed(read_u64(buf)? as i64),
         _ => return Err(Malformed),

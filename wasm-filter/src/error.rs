@@ -25,10 +25,16 @@ pub enum Error {
     Json { path: String, message: String },
     /// Bytes that are not a valid encoding of the message type.
     #[error("invalid {message_type} message: {reason}")]
-    Decode { message_type: String, reason: String },
+    Decode {
+        message_type: String,
+        reason: String,
+    },
     /// A message that cannot be written as JSON (e.g. an Any of an unknown type).
     #[error("cannot write {message_type} as JSON: {reason}")]
-    Encode { message_type: String, reason: String },
+    Encode {
+        message_type: String,
+        reason: String,
+    },
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error(transparent)]

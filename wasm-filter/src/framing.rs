@@ -122,7 +122,12 @@ impl Default for FrameDecoder {
 impl FrameDecoder {
     /// A decoder for a stream whose `grpc-encoding` is `encoding`.
     pub fn new(max_message_size: usize, encoding: Compression) -> Self {
-        FrameDecoder { buf: Vec::new(), start: 0, max_message_size, encoding }
+        FrameDecoder {
+            buf: Vec::new(),
+            start: 0,
+            max_message_size,
+            encoding,
+        }
     }
 
     /// Adds the next chunk of the body.
@@ -150,13 +155,20 @@ impl FrameDecoder {
             return Err(FrameError::InvalidFlag(flag));
         }
         if len > self.max_message_size {
-            return Err(FrameError::MessageTooLarge { size: len, limit: self.max_message_size });
+            return Err(FrameError::MessageTooLarge {
+                size: len,
+                limit: self.max_message_size,
+            });
         }
         if pending.len() < HEADER_LEN + len {
             return Ok(None);
         }
         let payload = &pending[HEADER_LEN..HEADER_LEN + len];
-        let message = if flag == 1 { self.decompress(payload)? } else { payload.to_vec() };
+        let message = if flag == 1 {
+            self.decompress(payload)?
+        } else {
+            payload.to_vec()
+        };
         self.start += HEADER_LEN + len;
         Ok(Some(message))
     }
@@ -191,7 +203,10 @@ fn gunzip(payload: &[u8], limit: usize) -> Result<Vec<u8>, FrameError> {
         .read_to_end(&mut out)
         .map_err(|e| FrameError::Decompress(e.to_string()))?;
     if out.len() > limit {
-        return Err(FrameError::MessageTooLarge { size: out.len(), limit });
+        return Err(FrameError::MessageTooLarge {
+            size: out.len(),
+            limit,
+        });
     }
     Ok(out)
 }
@@ -210,8 +225,14 @@ mod tests {
 
     #[test]
     fn encodes_the_five_byte_header() {
-        assert_eq!(encode_frame(b"abc", Compression::Identity).unwrap(), b"\0\0\0\0\x03abc");
-        assert_eq!(encode_frame(b"", Compression::Identity).unwrap(), b"\0\0\0\0\0");
+        assert_eq!(
+            encode_frame(b"abc", Compression::Identity).unwrap(),
+            b"\0\0\0\0\x03abc"
+        );
+        assert_eq!(
+            encode_frame(b"", Compression::Identity).unwrap(),
+            b"\0\0\0\0\0"
+        );
         let mut out = Vec::new();
         encode_frame_into(b"xy", &mut out).unwrap();
         assert_eq!(out, b"\0\0\0\0\x02xy");
@@ -243,7 +264,10 @@ mod tests {
         d.push(&[0, 0, 0, 0, 11]);
         assert_eq!(
             d.next_message(),
-            Err(FrameError::MessageTooLarge { size: 11, limit: 10 })
+            Err(FrameError::MessageTooLarge {
+                size: 11,
+                limit: 10
+            })
         );
         let mut d = FrameDecoder::default();
         d.push(&[0, 0xff, 0xff, 0xff, 0xff]);
@@ -277,7 +301,13 @@ mod tests {
         let wire = encode_frame(&message, Compression::Gzip).unwrap();
         let mut d = FrameDecoder::new(1000, Compression::Gzip);
         d.push(&wire);
-        assert_eq!(d.next_message(), Err(FrameError::MessageTooLarge { size: 1001, limit: 1000 }));
+        assert_eq!(
+            d.next_message(),
+            Err(FrameError::MessageTooLarge {
+                size: 1001,
+                limit: 1000
+            })
+        );
     }
 
     #[test]
@@ -291,7 +321,10 @@ mod tests {
     #[test]
     fn encoding_names() {
         assert_eq!(Compression::from_header("gzip"), Some(Compression::Gzip));
-        assert_eq!(Compression::from_header("identity"), Some(Compression::Identity));
+        assert_eq!(
+            Compression::from_header("identity"),
+            Some(Compression::Identity)
+        );
         assert_eq!(Compression::from_header("br"), None);
     }
 }

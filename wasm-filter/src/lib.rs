@@ -11,8 +11,8 @@
 
 pub mod code;
 pub mod descriptors;
-mod deterministic;
 pub mod details;
+mod deterministic;
 pub mod error;
 pub mod framing;
 pub mod json;

@@ -167,40 +167,59 @@ mod tests {
     #[test]
     fn ascii_and_binary_values() {
         let mut md = Metadata::new();
-        md.append("X-User", MetadataValue::Ascii("alice".into())).unwrap();
-        md.append("trace-bin", MetadataValue::Binary(vec![0, 1, 2, 0xff])).unwrap();
+        md.append("X-User", MetadataValue::Ascii("alice".into()))
+            .unwrap();
+        md.append("trace-bin", MetadataValue::Binary(vec![0, 1, 2, 0xff]))
+            .unwrap();
         assert_eq!(
             md.to_headers(),
-            vec![("x-user".to_string(), "alice".to_string()), ("trace-bin".to_string(), "AAEC/w".to_string())]
+            vec![
+                ("x-user".to_string(), "alice".to_string()),
+                ("trace-bin".to_string(), "AAEC/w".to_string())
+            ]
         );
     }
 
     #[test]
     fn binary_input_accepts_padding_or_not() {
-        assert_eq!(decode_binary("k-bin", b"AAEC/w==").unwrap(), vec![0, 1, 2, 0xff]);
-        assert_eq!(decode_binary("k-bin", b"AAEC/w").unwrap(), vec![0, 1, 2, 0xff]);
+        assert_eq!(
+            decode_binary("k-bin", b"AAEC/w==").unwrap(),
+            vec![0, 1, 2, 0xff]
+        );
+        assert_eq!(
+            decode_binary("k-bin", b"AAEC/w").unwrap(),
+            vec![0, 1, 2, 0xff]
+        );
         assert_eq!(
             decode_binary("k-bin", b"***").unwrap_err().to_string(),
             "invalid value for metadata key 'k-bin': not valid base64"
         );
         let mut md = Metadata::new();
         md.append_wire("Trace-Bin", b"aGk").unwrap();
-        assert_eq!(md.get("trace-bin"), Some(&MetadataValue::Binary(b"hi".to_vec())));
+        assert_eq!(
+            md.get("trace-bin"),
+            Some(&MetadataValue::Binary(b"hi".to_vec()))
+        );
     }
 
     #[test]
     fn reserved_and_invalid_keys_are_refused() {
         let mut md = Metadata::new();
         for key in ["grpc-timeout", "content-type", "te", "Grpc-Status"] {
-            let err = md.append(key, MetadataValue::Ascii("x".into())).unwrap_err();
+            let err = md
+                .append(key, MetadataValue::Ascii("x".into()))
+                .unwrap_err();
             assert!(matches!(err, MetadataError::ReservedKey(_)), "{key}: {err}");
         }
         assert_eq!(
-            md.append(":path", MetadataValue::Ascii("/".into())).unwrap_err().to_string(),
+            md.append(":path", MetadataValue::Ascii("/".into()))
+                .unwrap_err()
+                .to_string(),
             "invalid metadata key ':path': keys are lower-case letters, digits, '-', '_' and '.'"
         );
         assert_eq!(
-            md.append("x-a", MetadataValue::Ascii("line\nbreak".into())).unwrap_err(),
+            md.append("x-a", MetadataValue::Ascii("line\nbreak".into()))
+                .unwrap_err(),
             MetadataError::InvalidAsciiValue("x-a".into())
         );
         assert!(md.is_empty());

@@ -17,7 +17,11 @@ pub struct Status {
 
 impl Status {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Status { code, message: message.into(), details: None }
+        Status {
+            code,
+            message: message.into(),
+            details: None,
+        }
     }
 
     pub fn ok() -> Self {
@@ -52,7 +56,10 @@ impl Status {
 
     /// The status of an HTTP response that is not gRPC at all.
     pub fn from_http_status(status: u16) -> Status {
-        Status::new(Code::from_http_status(status), format!("HTTP status {status} from a non-gRPC response"))
+        Status::new(
+            Code::from_http_status(status),
+            format!("HTTP status {status} from a non-gRPC response"),
+        )
     }
 
     /// The `grpc-message` header value for this status.
@@ -63,7 +70,13 @@ impl Status {
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}): {}", self.code.name(), self.code.as_i32(), self.message)
+        write!(
+            f,
+            "{} ({}): {}",
+            self.code.name(),
+            self.code.as_i32(),
+            self.message
+        )
     }
 }
 

@@ -58,10 +58,16 @@ mod tests {
     #[test]
     fn picks_the_finest_unit_that_fits() {
         assert_eq!(encode_timeout(Duration::from_millis(1500)), "1500000u");
-        assert_eq!(encode_timeout(Duration::from_nanos(99_999_999)), "99999999n");
+        assert_eq!(
+            encode_timeout(Duration::from_nanos(99_999_999)),
+            "99999999n"
+        );
         assert_eq!(encode_timeout(Duration::from_secs(1)), "1000000u");
         assert_eq!(encode_timeout(Duration::from_secs(100_000)), "100000S");
-        assert_eq!(encode_timeout(Duration::from_secs(1_000_000_000)), "16666667M");
+        assert_eq!(
+            encode_timeout(Duration::from_secs(1_000_000_000)),
+            "16666667M"
+        );
         assert_eq!(encode_timeout(Duration::from_secs(u64::MAX)), "99999999H");
         assert_eq!(encode_timeout(Duration::ZERO), "0n");
     }
@@ -73,8 +79,21 @@ mod tests {
         assert_eq!(parse_timeout("10S"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_timeout("250m"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_timeout("7u"), Ok(Duration::from_micros(7)));
-        assert_eq!(parse_timeout("99999999n"), Ok(Duration::from_nanos(99_999_999)));
-        for bad in ["", "S", "100", "123456789S", "1s", "-1S", "1.5S", "1 S", "1é"] {
+        assert_eq!(
+            parse_timeout("99999999n"),
+            Ok(Duration::from_nanos(99_999_999))
+        );
+        for bad in [
+            "",
+            "S",
+            "100",
+            "123456789S",
+            "1s",
+            "-1S",
+            "1.5S",
+            "1 S",
+            "1é",
+        ] {
             assert!(parse_timeout(bad).is_err(), "{bad:?} must be rejected");
         }
         assert_eq!(

@@ -49,27 +49,38 @@ impl WellKnown {
             "Struct" => WellKnown::Struct,
             "Value" => WellKnown::Value,
             "ListValue" => WellKnown::ListValue,
-            "DoubleValue" | "FloatValue" | "Int64Value" | "UInt64Value" | "Int32Value" | "UInt32Value"
-            | "BoolValue" | "StringValue" | "BytesValue" => WellKnown::Wrapper,
+            "DoubleValue" | "FloatValue" | "Int64Value" | "UInt64Value" | "Int32Value"
+            | "UInt32Value" | "BoolValue" | "StringValue" | "BytesValue" => WellKnown::Wrapper,
             _ => return None,
         })
     }
 }
 
 /// Parses JSON into a message of type `desc`.
-pub fn json_to_message(desc: &MessageDescriptor, json: &[u8], options: &JsonOptions) -> Result<DynamicMessage, Error> {
+pub fn json_to_message(
+    desc: &MessageDescriptor,
+    json: &[u8],
+    options: &JsonOptions,
+) -> Result<DynamicMessage, Error> {
     let tree: tree::Json = serde_json::from_slice(json).map_err(|e| Error::Json {
         path: String::new(),
         message: format!("invalid JSON: {e}"),
     })?;
     parse::Parser { options }
         .message(desc, tree)
-        .map_err(|e| Error::Json { path: e.path(), message: e.message })
+        .map_err(|e| Error::Json {
+            path: e.path(),
+            message: e.message,
+        })
 }
 
 /// Parses JSON and encodes it as protobuf (deterministically: map entries
 /// sorted by key).
-pub fn json_to_protobuf(desc: &MessageDescriptor, json: &[u8], options: &JsonOptions) -> Result<Vec<u8>, Error> {
+pub fn json_to_protobuf(
+    desc: &MessageDescriptor,
+    json: &[u8],
+    options: &JsonOptions,
+) -> Result<Vec<u8>, Error> {
     json_to_message(desc, json, options).map(|m| encode_deterministic(&m))
 }
 
@@ -83,7 +94,10 @@ pub fn decode_message(desc: &MessageDescriptor, bytes: &[u8]) -> Result<DynamicM
 
 /// Writes a message as JSON text.
 pub fn message_to_json(message: &DynamicMessage, options: &JsonOptions) -> Result<String, Error> {
-    let mut printer = print::Printer { options, out: String::with_capacity(128) };
+    let mut printer = print::Printer {
+        options,
+        out: String::with_capacity(128),
+    };
     printer.message(message).map_err(|reason| Error::Encode {
         message_type: message.descriptor().full_name().to_string(),
         reason,
@@ -92,7 +106,11 @@ pub fn message_to_json(message: &DynamicMessage, options: &JsonOptions) -> Resul
 }
 
 /// Decodes protobuf bytes of type `desc` and writes them as JSON text.
-pub fn protobuf_to_json(desc: &MessageDescriptor, bytes: &[u8], options: &JsonOptions) -> Result<String, Error> {
+pub fn protobuf_to_json(
+    desc: &MessageDescriptor,
+    bytes: &[u8],
+    options: &JsonOptions,
+) -> Result<String, Error> {
     message_to_json(&decode_message(desc, bytes)?, options)
 }
 
@@ -104,8 +122,14 @@ mod tests {
     fn registry() -> Registry {
         let mut r = Registry::new().unwrap();
         r.add_sources([
-            ("route_guide.proto", include_str!("../../../protos/route_guide.proto")),
-            ("library.proto", include_str!("../../../protos/library.proto")),
+            (
+                "route_guide.proto",
+                include_str!("../../../protos/route_guide.proto"),
+            ),
+            (
+                "library.proto",
+                include_str!("../../../protos/library.proto"),
+            ),
         ])
         .unwrap();
         r
@@ -119,7 +143,10 @@ mod tests {
         let bytes = json_to_protobuf(&desc, json, &JsonOptions::default()).unwrap();
         assert_eq!(
             bytes,
-            [10, 1, 65, 18, 17, 8, 154, 166, 140, 195, 1, 16, 150, 159, 152, 156, 253, 255, 255, 255, 255, 1]
+            [
+                10, 1, 65, 18, 17, 8, 154, 166, 140, 195, 1, 16, 150, 159, 152, 156, 253, 255, 255,
+                255, 255, 1
+            ]
         );
         let back = protobuf_to_json(&desc, &bytes, &JsonOptions::default()).unwrap();
         assert_eq!(back, std::str::from_utf8(json).unwrap());
@@ -129,31 +156,79 @@ mod tests {
     fn bad_field_errors_name_the_json_path() {
         let r = registry();
         let desc = r.message("routeguide.Feature").unwrap();
-        let err = json_to_protobuf(&desc, br#"{"location":{"latitude":true}}"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "location.latitude: expected integer, got boolean");
-        let err = json_to_protobuf(&desc, br#"{"location":{"latitude":"north"}}"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "location.latitude: expected an integer, got a string that is not one");
-        let err = json_to_protobuf(&desc, br#"{"location":{"longitude":3000000000}}"#, &JsonOptions::default()).unwrap_err();
+        let err = json_to_protobuf(
+            &desc,
+            br#"{"location":{"latitude":true}}"#,
+            &JsonOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "location.latitude: expected integer, got boolean"
+        );
+        let err = json_to_protobuf(
+            &desc,
+            br#"{"location":{"latitude":"north"}}"#,
+            &JsonOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "location.latitude: expected an integer, got a string that is not one"
+        );
+        let err = json_to_protobuf(
+            &desc,
+            br#"{"location":{"longitude":3000000000}}"#,
+            &JsonOptions::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "location.longitude: integer out of range");
         let err = json_to_protobuf(&desc, br#"{"nam":"x"}"#, &JsonOptions::default()).unwrap_err();
         assert_eq!(err.to_string(), "unknown field 'nam' in routeguide.Feature");
-        let err = json_to_protobuf(&desc, br#"{"location":{"lat":1}}"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "location: unknown field 'lat' in routeguide.Point");
+        let err = json_to_protobuf(&desc, br#"{"location":{"lat":1}}"#, &JsonOptions::default())
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "location: unknown field 'lat' in routeguide.Point"
+        );
         let desc = r.message("routeguide.RouteSummary").unwrap();
-        let err = json_to_protobuf(&desc, br#"{"pointCount": 1, "point_count": 2}"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "point_count: field 'point_count' is given more than once");
+        let err = json_to_protobuf(
+            &desc,
+            br#"{"pointCount": 1, "point_count": 2}"#,
+            &JsonOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "point_count: field 'point_count' is given more than once"
+        );
         let desc = r.message("example.library.v1.ListBooksResponse").unwrap();
-        let err = json_to_protobuf(&desc, br#"{"books": [{}, {"genre": "POETRY"}]}"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "books[1].genre: unknown value 'POETRY' of enum example.library.v1.Genre");
-        let err = json_to_protobuf(&desc, br#"{"pointCount": 1,"#, &JsonOptions::default()).unwrap_err();
-        assert_eq!(err.to_string(), "invalid JSON: EOF while parsing a value at line 1 column 17");
+        let err = json_to_protobuf(
+            &desc,
+            br#"{"books": [{}, {"genre": "POETRY"}]}"#,
+            &JsonOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "books[1].genre: unknown value 'POETRY' of enum example.library.v1.Genre"
+        );
+        let err =
+            json_to_protobuf(&desc, br#"{"pointCount": 1,"#, &JsonOptions::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid JSON: EOF while parsing a value at line 1 column 17"
+        );
     }
 
     #[test]
     fn ignore_unknown_fields_option() {
         let r = registry();
         let desc = r.message("routeguide.Point").unwrap();
-        let options = JsonOptions { ignore_unknown_fields: true, ..Default::default() };
+        let options = JsonOptions {
+            ignore_unknown_fields: true,
+            ..Default::default()
+        };
         let bytes = json_to_protobuf(&desc, br#"{"latitude":1,"extra":[1,2]}"#, &options).unwrap();
         assert_eq!(bytes, [0x08, 0x01]);
     }
@@ -162,7 +237,12 @@ mod tests {
     fn print_options() {
         let r = registry();
         let desc = r.message("example.library.v1.Book").unwrap();
-        let bytes = json_to_protobuf(&desc, br#"{"title":"T","genre":"HISTORY","pages":"12"}"#, &JsonOptions::default()).unwrap();
+        let bytes = json_to_protobuf(
+            &desc,
+            br#"{"title":"T","genre":"HISTORY","pages":"12"}"#,
+            &JsonOptions::default(),
+        )
+        .unwrap();
         let default = protobuf_to_json(&desc, &bytes, &JsonOptions::default()).unwrap();
         assert_eq!(default, r#"{"title":"T","genre":"HISTORY","pages":"12"}"#);
         let all = JsonOptions {
@@ -173,11 +253,25 @@ mod tests {
             ignore_unknown_fields: false,
         };
         let printed = protobuf_to_json(&desc, &bytes, &all).unwrap();
-        assert_eq!(printed, r#"{"name":"","author":"","title":"T","genre":2,"tags":[],"pages":12}"#);
+        assert_eq!(
+            printed,
+            r#"{"name":"","author":"","title":"T","genre":2,"tags":[],"pages":12}"#
+        );
         let camel = r.message("example.library.v1.UpdateBookRequest").unwrap();
-        let b = json_to_protobuf(&camel, br#"{"updateMask":"title,author"}"#, &JsonOptions::default()).unwrap();
-        let proto_names = JsonOptions { proto_field_names: true, ..Default::default() };
-        assert_eq!(protobuf_to_json(&camel, &b, &proto_names).unwrap(), r#"{"update_mask":"title,author"}"#);
+        let b = json_to_protobuf(
+            &camel,
+            br#"{"updateMask":"title,author"}"#,
+            &JsonOptions::default(),
+        )
+        .unwrap();
+        let proto_names = JsonOptions {
+            proto_field_names: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            protobuf_to_json(&camel, &b, &proto_names).unwrap(),
+            r#"{"update_mask":"title,author"}"#
+        );
     }
 
     #[test]
@@ -185,7 +279,11 @@ mod tests {
         let r = registry();
         let desc = r.message("routeguide.Point").unwrap();
         let err = protobuf_to_json(&desc, &[0x08], &JsonOptions::default()).unwrap_err();
-        assert!(err.to_string().starts_with("invalid routeguide.Point message: "), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("invalid routeguide.Point message: "),
+            "{err}"
+        );
     }
 }
 
@@ -197,7 +295,11 @@ mod properties {
 
     fn registry() -> Registry {
         let mut r = Registry::new().unwrap();
-        r.add_sources([("library.proto", include_str!("../../../protos/library.proto"))]).unwrap();
+        r.add_sources([(
+            "library.proto",
+            include_str!("../../../protos/library.proto"),
+        )])
+        .unwrap();
         r
     }
 

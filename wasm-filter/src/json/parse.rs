@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
-use prost_reflect::{DynamicMessage, EnumDescriptor, FieldDescriptor, Kind, MapKey, MessageDescriptor, Syntax, Value};
+use prost_reflect::{
+    DynamicMessage, EnumDescriptor, FieldDescriptor, Kind, MapKey, MessageDescriptor, Syntax, Value,
+};
 
 use super::tree::Json;
 use super::wkt;
@@ -30,7 +32,10 @@ pub(crate) struct ParseError {
 
 impl ParseError {
     fn new(message: impl Into<String>) -> Self {
-        ParseError { reversed_path: Vec::new(), message: message.into() }
+        ParseError {
+            reversed_path: Vec::new(),
+            message: message.into(),
+        }
     }
 
     pub(crate) fn path(&self) -> String {
@@ -61,7 +66,10 @@ impl<T> At<T> for Result<T> {
 }
 
 fn expected<T>(what: &str, got: &Json) -> Result<T> {
-    Err(ParseError::new(format!("expected {what}, got {}", got.kind_name())))
+    Err(ParseError::new(format!(
+        "expected {what}, got {}",
+        got.kind_name()
+    )))
 }
 
 pub(crate) struct Parser<'a> {
@@ -73,21 +81,34 @@ impl Parser<'_> {
         if let Some(wkt) = WellKnown::of(desc) {
             return self.well_known(desc, wkt, json);
         }
-        let Json::Object(entries) = json else { return expected("object", &json) };
+        let Json::Object(entries) = json else {
+            return expected("object", &json);
+        };
         self.fields(desc, entries)
     }
 
-    fn fields(&self, desc: &MessageDescriptor, entries: Vec<(Cow<'_, str>, Json)>) -> Result<DynamicMessage> {
+    fn fields(
+        &self,
+        desc: &MessageDescriptor,
+        entries: Vec<(Cow<'_, str>, Json)>,
+    ) -> Result<DynamicMessage> {
         let mut message = DynamicMessage::new(desc.clone());
         let mut seen: Vec<u32> = Vec::with_capacity(entries.len());
         let mut oneofs: Vec<String> = Vec::new();
         for (key, value) in entries {
-            let Some(field) = desc.get_field_by_json_name(&key).or_else(|| desc.get_field_by_name(&key)) else {
+            let Some(field) = desc
+                .get_field_by_json_name(&key)
+                .or_else(|| desc.get_field_by_name(&key))
+            else {
                 self.extension_or_unknown(desc, &mut message, &key, value)?;
                 continue;
             };
             if seen.contains(&field.number()) {
-                return Err(ParseError::new(format!("field '{}' is given more than once", field.name()))).at(|| key.into_owned());
+                return Err(ParseError::new(format!(
+                    "field '{}' is given more than once",
+                    field.name()
+                )))
+                .at(|| key.into_owned());
             }
             seen.push(field.number());
             if value == Json::Null && !takes_null(&field) {
@@ -95,7 +116,11 @@ impl Parser<'_> {
             }
             if let Some(oneof) = field.containing_oneof() {
                 if oneofs.iter().any(|o| o == oneof.name()) {
-                    return Err(ParseError::new(format!("more than one field of oneof '{}' is set", oneof.name()))).at(|| key.into_owned());
+                    return Err(ParseError::new(format!(
+                        "more than one field of oneof '{}' is set",
+                        oneof.name()
+                    )))
+                    .at(|| key.into_owned());
                 }
                 oneofs.push(oneof.name().to_string());
             }
@@ -106,7 +131,13 @@ impl Parser<'_> {
         Ok(message)
     }
 
-    fn extension_or_unknown(&self, desc: &MessageDescriptor, message: &mut DynamicMessage, key: &str, value: Json) -> Result<()> {
+    fn extension_or_unknown(
+        &self,
+        desc: &MessageDescriptor,
+        message: &mut DynamicMessage,
+        key: &str,
+        value: Json,
+    ) -> Result<()> {
         let extension = key
             .strip_prefix('[')
             .and_then(|k| k.strip_suffix(']'))
@@ -128,7 +159,10 @@ impl Parser<'_> {
                 Ok(())
             }
             None if self.options.ignore_unknown_fields => Ok(()),
-            None => Err(ParseError::new(format!("unknown field '{key}' in {}", desc.full_name()))),
+            None => Err(ParseError::new(format!(
+                "unknown field '{key}' in {}",
+                desc.full_name()
+            ))),
         }
     }
 
@@ -138,7 +172,9 @@ impl Parser<'_> {
             return self.single(&field.kind(), json);
         }
         if field.is_map() {
-            let Kind::Message(entry) = field.kind() else { return Err(ParseError::new("malformed map field")) };
+            let Kind::Message(entry) = field.kind() else {
+                return Err(ParseError::new("malformed map field"));
+            };
             return self.map(&entry, json).map(|m| Some(Value::Map(m)));
         }
         if field.is_list() {
@@ -148,11 +184,14 @@ impl Parser<'_> {
     }
 
     fn list(&self, kind: &Kind, json: Json) -> Result<Option<Value>> {
-        let Json::Array(items) = json else { return expected("array", &json) };
+        let Json::Array(items) = json else {
+            return expected("array", &json);
+        };
         let mut values = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
             if item == Json::Null && !kind_takes_null(kind) {
-                return Err(ParseError::new("null is not allowed in a repeated field")).at(|| format!("[{i}]"));
+                return Err(ParseError::new("null is not allowed in a repeated field"))
+                    .at(|| format!("[{i}]"));
             }
             if let Some(v) = self.single(kind, item).at(|| format!("[{i}]"))? {
                 values.push(v);
@@ -162,18 +201,27 @@ impl Parser<'_> {
     }
 
     fn map(&self, entry: &MessageDescriptor, json: Json) -> Result<HashMap<MapKey, Value>> {
-        let Json::Object(entries) = json else { return expected("object", &json) };
+        let Json::Object(entries) = json else {
+            return expected("object", &json);
+        };
         let key_kind = entry.map_entry_key_field().kind();
         let value_kind = entry.map_entry_value_field().kind();
         let mut map = HashMap::with_capacity(entries.len());
         for (key, value) in entries {
             let map_key = map_key(&key_kind, &key).at(|| format!("[{key:?}]"))?;
             if value == Json::Null && !kind_takes_null(&value_kind) {
-                return Err(ParseError::new("null is not allowed as a map value")).at(|| format!("[{key:?}]"));
+                return Err(ParseError::new("null is not allowed as a map value"))
+                    .at(|| format!("[{key:?}]"));
             }
-            let Some(v) = self.single(&value_kind, value).at(|| format!("[{key:?}]"))? else { continue };
+            let Some(v) = self
+                .single(&value_kind, value)
+                .at(|| format!("[{key:?}]"))?
+            else {
+                continue;
+            };
             if map.insert(map_key, v).is_some() {
-                return Err(ParseError::new("map key is given more than once")).at(|| format!("[{key:?}]"));
+                return Err(ParseError::new("map key is given more than once"))
+                    .at(|| format!("[{key:?}]"));
             }
         }
         Ok(map)
@@ -185,8 +233,12 @@ impl Parser<'_> {
         let value = match kind {
             Kind::Double => Value::F64(parse_f64(&json)?),
             Kind::Float => Value::F32(parse_f32(&json)?),
-            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => Value::I32(parse_int(&json, i32::MIN as i64, i32::MAX as i64)? as i32),
-            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => Value::I64(parse_int(&json, i64::MIN, i64::MAX)?),
+            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
+                Value::I32(parse_int(&json, i32::MIN as i64, i32::MAX as i64)? as i32)
+            }
+            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
+                Value::I64(parse_int(&json, i64::MIN, i64::MAX)?)
+            }
             Kind::Uint32 | Kind::Fixed32 => Value::U32(parse_uint(&json, u32::MAX as u64)? as u32),
             Kind::Uint64 | Kind::Fixed64 => Value::U64(parse_uint(&json, u64::MAX)?),
             Kind::Bool => match json {
@@ -212,49 +264,77 @@ impl Parser<'_> {
             Json::String(name) => match desc.get_value_by_name(name) {
                 Some(v) => Ok(Some(v.number())),
                 None if self.options.ignore_unknown_fields => Ok(None),
-                None => Err(ParseError::new(format!("unknown value '{name}' of enum {}", desc.full_name()))),
+                None => Err(ParseError::new(format!(
+                    "unknown value '{name}' of enum {}",
+                    desc.full_name()
+                ))),
             },
             Json::Unsigned(_) | Json::Signed(_) | Json::Float(_) => {
                 let n = parse_int(json, i32::MIN as i64, i32::MAX as i64)? as i32;
                 let closed = desc.parent_file().syntax() == Syntax::Proto2;
                 match desc.get_value(n) {
                     None if closed && self.options.ignore_unknown_fields => Ok(None),
-                    None if closed => Err(ParseError::new(format!("unknown value {n} of closed enum {}", desc.full_name()))),
+                    None if closed => Err(ParseError::new(format!(
+                        "unknown value {n} of closed enum {}",
+                        desc.full_name()
+                    ))),
                     _ => Ok(Some(n)),
                 }
             }
-            other => expected(&format!("enum {} (name or number)", desc.full_name()), other),
+            other => expected(
+                &format!("enum {} (name or number)", desc.full_name()),
+                other,
+            ),
         }
     }
 
-    fn well_known(&self, desc: &MessageDescriptor, wkt: WellKnown, json: Json) -> Result<DynamicMessage> {
+    fn well_known(
+        &self,
+        desc: &MessageDescriptor,
+        wkt: WellKnown,
+        json: Json,
+    ) -> Result<DynamicMessage> {
         let mut message = DynamicMessage::new(desc.clone());
         match wkt {
             WellKnown::Timestamp => {
-                let (seconds, nanos) = time_string(&json, "RFC 3339 timestamp string", "timestamp", wkt::parse_timestamp)?;
+                let (seconds, nanos) = time_string(
+                    &json,
+                    "RFC 3339 timestamp string",
+                    "timestamp",
+                    wkt::parse_timestamp,
+                )?;
                 message.set_field_by_number(1, Value::I64(seconds));
                 message.set_field_by_number(2, Value::I32(nanos));
             }
             WellKnown::Duration => {
-                let (seconds, nanos) = time_string(&json, "duration string such as \"1.5s\"", "duration", wkt::parse_duration)?;
+                let (seconds, nanos) = time_string(
+                    &json,
+                    "duration string such as \"1.5s\"",
+                    "duration",
+                    wkt::parse_duration,
+                )?;
                 message.set_field_by_number(1, Value::I64(seconds));
                 message.set_field_by_number(2, Value::I32(nanos));
             }
             WellKnown::FieldMask => {
-                let Json::String(text) = &json else { return expected("comma-separated paths", &json) };
+                let Json::String(text) = &json else {
+                    return expected("comma-separated paths", &json);
+                };
                 let paths = text
                     .split(',')
                     .filter(|p| !p.is_empty())
                     .map(|p| {
-                        wkt::path_from_json(p)
-                            .map(Value::String)
-                            .ok_or_else(|| ParseError::new(format!("invalid field mask path '{p}'")))
+                        wkt::path_from_json(p).map(Value::String).ok_or_else(|| {
+                            ParseError::new(format!("invalid field mask path '{p}'"))
+                        })
                     })
                     .collect::<Result<Vec<_>>>()?;
                 message.set_field_by_number(1, Value::List(paths));
             }
             WellKnown::Struct => {
-                let Json::Object(entries) = json else { return expected("object", &json) };
+                let Json::Object(entries) = json else {
+                    return expected("object", &json);
+                };
                 let value_desc = struct_value_desc(desc)?;
                 let mut fields = HashMap::with_capacity(entries.len());
                 for (key, value) in entries {
@@ -264,18 +344,26 @@ impl Parser<'_> {
                 message.set_field_by_number(1, Value::Map(fields));
             }
             WellKnown::ListValue => {
-                let Json::Array(items) = json else { return expected("array", &json) };
+                let Json::Array(items) = json else {
+                    return expected("array", &json);
+                };
                 let value_desc = list_value_desc(desc)?;
                 let values = items
                     .into_iter()
                     .enumerate()
-                    .map(|(i, item)| self.message(&value_desc, item).map(Value::Message).at(|| format!("[{i}]")))
+                    .map(|(i, item)| {
+                        self.message(&value_desc, item)
+                            .map(Value::Message)
+                            .at(|| format!("[{i}]"))
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 message.set_field_by_number(1, Value::List(values));
             }
             WellKnown::Value => self.value(desc, &mut message, json)?,
             WellKnown::Wrapper => {
-                let field = desc.get_field(1).ok_or_else(|| ParseError::new("malformed wrapper type"))?;
+                let field = desc
+                    .get_field(1)
+                    .ok_or_else(|| ParseError::new("malformed wrapper type"))?;
                 if let Some(v) = self.single(&field.kind(), json)? {
                     message.set_field(&field, v);
                 }
@@ -285,19 +373,30 @@ impl Parser<'_> {
         Ok(message)
     }
 
-    fn value(&self, desc: &MessageDescriptor, message: &mut DynamicMessage, json: Json) -> Result<()> {
+    fn value(
+        &self,
+        desc: &MessageDescriptor,
+        message: &mut DynamicMessage,
+        json: Json,
+    ) -> Result<()> {
         let pool = desc.parent_pool();
         let (number, value) = match json {
             Json::Null => (1, Value::EnumNumber(0)),
-            Json::Unsigned(_) | Json::Signed(_) | Json::Float(_) => (2, Value::F64(parse_f64(&json)?)),
+            Json::Unsigned(_) | Json::Signed(_) | Json::Float(_) => {
+                (2, Value::F64(parse_f64(&json)?))
+            }
             Json::String(s) => (3, Value::String(s.into_owned())),
             Json::Bool(b) => (4, Value::Bool(b)),
             Json::Object(_) => {
-                let s = pool.get_message_by_name("google.protobuf.Struct").ok_or_else(|| ParseError::new("google.protobuf.Struct is not loaded"))?;
+                let s = pool
+                    .get_message_by_name("google.protobuf.Struct")
+                    .ok_or_else(|| ParseError::new("google.protobuf.Struct is not loaded"))?;
                 (5, Value::Message(self.message(&s, json)?))
             }
             Json::Array(_) => {
-                let l = pool.get_message_by_name("google.protobuf.ListValue").ok_or_else(|| ParseError::new("google.protobuf.ListValue is not loaded"))?;
+                let l = pool
+                    .get_message_by_name("google.protobuf.ListValue")
+                    .ok_or_else(|| ParseError::new("google.protobuf.ListValue is not loaded"))?;
                 (6, Value::Message(self.message(&l, json)?))
             }
         };
@@ -306,7 +405,9 @@ impl Parser<'_> {
     }
 
     fn any(&self, desc: &MessageDescriptor, json: Json) -> Result<DynamicMessage> {
-        let Json::Object(mut entries) = json else { return expected("object", &json) };
+        let Json::Object(mut entries) = json else {
+            return expected("object", &json);
+        };
         let mut message = DynamicMessage::new(desc.clone());
         let Some(at) = entries.iter().position(|(k, _)| k == "@type") else {
             if entries.is_empty() {
@@ -315,12 +416,19 @@ impl Parser<'_> {
             return Err(ParseError::new("Any is missing its \"@type\""));
         };
         let (_, type_url) = entries.remove(at);
-        let Json::String(type_url) = type_url else { return expected("string", &type_url).at(|| "@type".into()) };
+        let Json::String(type_url) = type_url else {
+            return expected("string", &type_url).at(|| "@type".into());
+        };
         let inner_desc = any_type(desc, &type_url)?;
         let inner = if WellKnown::of(&inner_desc).is_some() {
             let value = match entries.iter().position(|(k, _)| k == "value") {
                 Some(i) => entries.remove(i).1,
-                None => return Err(ParseError::new(format!("Any of {} needs a \"value\"", inner_desc.full_name()))),
+                None => {
+                    return Err(ParseError::new(format!(
+                        "Any of {} needs a \"value\"",
+                        inner_desc.full_name()
+                    )))
+                }
             };
             if let Some((extra, _)) = entries.first() {
                 return Err(ParseError::new(format!("unknown field '{extra}' in Any")));
@@ -336,8 +444,15 @@ impl Parser<'_> {
 }
 
 /// Seconds and nanos from the string form of a Timestamp or Duration.
-fn time_string(json: &Json, expecting: &str, what: &str, parse: fn(&str) -> Option<(i64, i32)>) -> Result<(i64, i32)> {
-    let Json::String(text) = json else { return expected(expecting, json) };
+fn time_string(
+    json: &Json,
+    expecting: &str,
+    what: &str,
+    parse: fn(&str) -> Option<(i64, i32)>,
+) -> Result<(i64, i32)> {
+    let Json::String(text) = json else {
+        return expected(expecting, json);
+    };
     parse(text).ok_or_else(|| ParseError::new(format!("invalid {what} '{text}'")))
 }
 
@@ -345,7 +460,9 @@ fn time_string(json: &Json, expecting: &str, what: &str, parse: fn(&str) -> Opti
 pub(crate) fn any_type(desc: &MessageDescriptor, type_url: &str) -> Result<MessageDescriptor> {
     let name = type_url.rsplit('/').next().unwrap_or_default();
     if !type_url.contains('/') || name.is_empty() {
-        return Err(ParseError::new(format!("invalid Any type URL '{type_url}'")));
+        return Err(ParseError::new(format!(
+            "invalid Any type URL '{type_url}'"
+        )));
     }
     desc.parent_pool()
         .get_message_by_name(name)
@@ -389,10 +506,18 @@ fn map_key(kind: &Kind, key: &str) -> Result<MapKey> {
         Kind::Bool => match key {
             "true" => MapKey::Bool(true),
             "false" => MapKey::Bool(false),
-            _ => return Err(ParseError::new(format!("expected map key true or false, got '{key}'"))),
+            _ => {
+                return Err(ParseError::new(format!(
+                    "expected map key true or false, got '{key}'"
+                )))
+            }
         },
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => MapKey::I32(parse_int(&as_json, i32::MIN as i64, i32::MAX as i64)? as i32),
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => MapKey::I64(parse_int(&as_json, i64::MIN, i64::MAX)?),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
+            MapKey::I32(parse_int(&as_json, i32::MIN as i64, i32::MAX as i64)? as i32)
+        }
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
+            MapKey::I64(parse_int(&as_json, i64::MIN, i64::MAX)?)
+        }
         Kind::Uint32 | Kind::Fixed32 => MapKey::U32(parse_uint(&as_json, u32::MAX as u64)? as u32),
         Kind::Uint64 | Kind::Fixed64 => MapKey::U64(parse_uint(&as_json, u64::MAX)?),
         _ => return Err(ParseError::new("invalid map key type")),
@@ -431,7 +556,9 @@ fn numeric_string(s: &str) -> Option<f64> {
 
 /// The index after the run of ASCII digits that starts at `from`.
 fn skip_digits(b: &[u8], from: usize) -> usize {
-    from + b.get(from..).map_or(0, |rest| rest.iter().take_while(|c| c.is_ascii_digit()).count())
+    from + b.get(from..).map_or(0, |rest| {
+        rest.iter().take_while(|c| c.is_ascii_digit()).count()
+    })
 }
 
 fn integral(value: f64) -> Result<f64> {
@@ -465,7 +592,11 @@ fn integer(json: &Json) -> Result<i128> {
         Json::String(s) if is_plain_integer(s) => s.parse::<i128>().map_err(|_| out_of_range())?,
         Json::String(s) => match numeric_string(s) {
             Some(f) => float_to_int(integral(f)?)?,
-            None => return Err(ParseError::new("expected an integer, got a string that is not one")),
+            None => {
+                return Err(ParseError::new(
+                    "expected an integer, got a string that is not one",
+                ))
+            }
         },
         other => return expected("integer", other),
     })
@@ -507,7 +638,9 @@ fn parse_f64(json: &Json) -> Result<f64> {
             _ => match numeric_string(s) {
                 Some(f) if f.is_finite() => Ok(f),
                 Some(_) => Err(ParseError::new("number out of range")),
-                None => Err(ParseError::new(format!("expected a number, got string '{s}'"))),
+                None => Err(ParseError::new(format!(
+                    "expected a number, got string '{s}'"
+                ))),
             },
         },
         other => expected("number", other),
@@ -524,8 +657,17 @@ fn parse_f32(json: &Json) -> Result<f32> {
 }
 
 fn parse_bytes(json: &Json) -> Result<Vec<u8>> {
-    let Json::String(s) = json else { return expected("base64 string", json) };
-    let standard: String = s.chars().map(|c| match c { '-' => '+', '_' => '/', c => c }).collect();
+    let Json::String(s) = json else {
+        return expected("base64 string", json);
+    };
+    let standard: String = s
+        .chars()
+        .map(|c| match c {
+            '-' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .collect();
     BASE64
         .decode(standard.as_bytes())
         .map_err(|_| ParseError::new("expected base64, got a string that is not valid base64"))

@@ -6,7 +6,9 @@ use std::fmt::Write;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use prost::Message;
-use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value};
+use prost_reflect::{
+    DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
+};
 
 use super::parse::any_type;
 use super::wkt;
@@ -32,12 +34,23 @@ impl Printer<'_> {
         Ok(())
     }
 
-    fn fields(&mut self, desc: &MessageDescriptor, message: &DynamicMessage, first: &mut bool) -> Result {
+    fn fields(
+        &mut self,
+        desc: &MessageDescriptor,
+        message: &DynamicMessage,
+        first: &mut bool,
+    ) -> Result {
         for field in desc.fields() {
-            if !message.has_field(&field) && !(self.options.emit_defaults && !field.supports_presence()) {
+            if !message.has_field(&field)
+                && !(self.options.emit_defaults && !field.supports_presence())
+            {
                 continue;
             }
-            let name = if self.options.proto_field_names { field.name() } else { field.json_name() };
+            let name = if self.options.proto_field_names {
+                field.name()
+            } else {
+                field.json_name()
+            };
             self.key(name, first);
             self.field_value(&field, &message.get_field(&field))?;
         }
@@ -63,7 +76,9 @@ impl Printer<'_> {
 
     fn field_value(&mut self, field: &FieldDescriptor, value: &Value) -> Result {
         if field.is_map() {
-            let Kind::Message(entry) = field.kind() else { return Err("malformed map field".into()) };
+            let Kind::Message(entry) = field.kind() else {
+                return Err("malformed map field".into());
+            };
             return self.map(&entry.map_entry_value_field().kind(), value);
         }
         if field.is_list() {
@@ -73,7 +88,9 @@ impl Printer<'_> {
     }
 
     fn list(&mut self, kind: &Kind, value: &Value) -> Result {
-        let Value::List(items) = value else { return Err("expected a list value".into()) };
+        let Value::List(items) = value else {
+            return Err("expected a list value".into());
+        };
         self.out.push('[');
         for (i, item) in items.iter().enumerate() {
             if i > 0 {
@@ -88,7 +105,9 @@ impl Printer<'_> {
     /// Map entries in key order, so that the same message always prints the
     /// same text.
     fn map(&mut self, value_kind: &Kind, value: &Value) -> Result {
-        let Value::Map(map) = value else { return Err("expected a map value".into()) };
+        let Value::Map(map) = value else {
+            return Err("expected a map value".into());
+        };
         let mut entries: Vec<(&MapKey, &Value)> = map.iter().collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         self.out.push('{');
@@ -169,7 +188,9 @@ impl Printer<'_> {
     }
 
     fn enumeration(&mut self, kind: &Kind, n: i32) {
-        let Kind::Enum(desc) = kind else { return self.integer(n, false) };
+        let Kind::Enum(desc) = kind else {
+            return self.integer(n, false);
+        };
         if desc.full_name() == "google.protobuf.NullValue" {
             return self.out.push_str("null");
         }
@@ -205,17 +226,24 @@ impl Printer<'_> {
         self.out.push('"');
     }
 
-    fn well_known(&mut self, desc: &MessageDescriptor, wkt: WellKnown, message: &DynamicMessage) -> Result {
+    fn well_known(
+        &mut self,
+        desc: &MessageDescriptor,
+        wkt: WellKnown,
+        message: &DynamicMessage,
+    ) -> Result {
         let number = |n: u32| message.get_field_by_number(n).map(|v| v.into_owned());
         match wkt {
             WellKnown::Timestamp => {
                 let (s, n) = seconds_nanos(message);
-                let text = wkt::format_timestamp(s, n).ok_or_else(|| format!("timestamp out of range: {s}s {n}ns"))?;
+                let text = wkt::format_timestamp(s, n)
+                    .ok_or_else(|| format!("timestamp out of range: {s}s {n}ns"))?;
                 self.string(&text);
             }
             WellKnown::Duration => {
                 let (s, n) = seconds_nanos(message);
-                let text = wkt::format_duration(s, n).ok_or_else(|| format!("duration out of range: {s}s {n}ns"))?;
+                let text = wkt::format_duration(s, n)
+                    .ok_or_else(|| format!("duration out of range: {s}s {n}ns"))?;
                 self.string(&text);
             }
             WellKnown::FieldMask => {
@@ -225,23 +253,37 @@ impl Printer<'_> {
                 };
                 let mut joined = Vec::with_capacity(paths.len());
                 for p in paths.iter().filter_map(Value::as_str) {
-                    joined.push(wkt::path_to_json(p).ok_or_else(|| format!("field mask path '{p}' has no JSON form"))?);
+                    joined.push(
+                        wkt::path_to_json(p)
+                            .ok_or_else(|| format!("field mask path '{p}' has no JSON form"))?,
+                    );
                 }
                 self.string(&joined.join(","));
             }
             WellKnown::Struct => {
-                let Kind::Message(entry) = desc.get_field(1).map(|f| f.kind()).ok_or("malformed Struct")? else {
+                let Kind::Message(entry) = desc
+                    .get_field(1)
+                    .map(|f| f.kind())
+                    .ok_or("malformed Struct")?
+                else {
                     return Err("malformed Struct".into());
                 };
-                self.map(&entry.map_entry_value_field().kind(), &number(1).unwrap_or(Value::Map(Default::default())))?;
+                self.map(
+                    &entry.map_entry_value_field().kind(),
+                    &number(1).unwrap_or(Value::Map(Default::default())),
+                )?;
             }
             WellKnown::ListValue => {
-                let Some(field) = desc.get_field(1) else { return Err("malformed ListValue".into()) };
+                let Some(field) = desc.get_field(1) else {
+                    return Err("malformed ListValue".into());
+                };
                 self.list(&field.kind(), &message.get_field(&field))?;
             }
             WellKnown::Value => self.value(message)?,
             WellKnown::Wrapper => {
-                let Some(field) = desc.get_field(1) else { return Err("malformed wrapper".into()) };
+                let Some(field) = desc.get_field(1) else {
+                    return Err("malformed wrapper".into());
+                };
                 self.single(&field.kind(), &message.get_field(&field))?;
             }
             WellKnown::Any => self.any(message)?,
@@ -263,8 +305,14 @@ impl Printer<'_> {
     }
 
     fn any(&mut self, message: &DynamicMessage) -> Result {
-        let type_url = message.get_field_by_number(1).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        let bytes = message.get_field_by_number(2).and_then(|v| v.as_bytes().cloned()).unwrap_or_default();
+        let type_url = message
+            .get_field_by_number(1)
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let bytes = message
+            .get_field_by_number(2)
+            .and_then(|v| v.as_bytes().cloned())
+            .unwrap_or_default();
         if type_url.is_empty() && bytes.is_empty() {
             self.out.push_str("{}");
             return Ok(());
@@ -288,8 +336,14 @@ impl Printer<'_> {
 }
 
 fn seconds_nanos(message: &DynamicMessage) -> (i64, i32) {
-    let seconds = message.get_field_by_number(1).and_then(|v| v.as_i64()).unwrap_or(0);
-    let nanos = message.get_field_by_number(2).and_then(|v| v.as_i32()).unwrap_or(0);
+    let seconds = message
+        .get_field_by_number(1)
+        .and_then(|v| v.as_i64())
+        .unwrap_or(0);
+    let nanos = message
+        .get_field_by_number(2)
+        .and_then(|v| v.as_i32())
+        .unwrap_or(0);
     (seconds, nanos)
 }
 

@@ -28,13 +28,23 @@ pub(crate) fn format_timestamp(seconds: i64, nanos: i32) -> Option<String> {
 /// Parses an RFC 3339 timestamp (upper-case `T` and `Z`, or an offset).
 pub(crate) fn parse_timestamp(text: &str) -> Option<(i64, i32)> {
     let b = text.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let year = digits(&b[0..4])?;
     let month = digits(&b[5..7])?;
     let day = digits(&b[8..10])?;
-    let (hour, minute, second) = (digits(&b[11..13])?, digits(&b[14..16])?, digits(&b[17..19])?);
+    let (hour, minute, second) = (
+        digits(&b[11..13])?,
+        digits(&b[14..16])?,
+        digits(&b[17..19])?,
+    );
     if year == 0 || !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
         return None;
     }
@@ -50,23 +60,36 @@ pub(crate) fn parse_timestamp(text: &str) -> Option<(i64, i32)> {
                 return None;
             }
             let offset = (h * 3600 + m * 60) as i64;
-            if *sign == b'+' { offset } else { -offset }
+            if *sign == b'+' {
+                offset
+            } else {
+                -offset
+            }
         }
         _ => return None,
     };
     let days = days_from_civil(year as i64, month, day);
     let seconds = days * 86_400 + (hour * 3600 + minute * 60 + second) as i64 - offset;
-    (MIN_TIMESTAMP..=MAX_TIMESTAMP).contains(&seconds).then_some((seconds, nanos))
+    (MIN_TIMESTAMP..=MAX_TIMESTAMP)
+        .contains(&seconds)
+        .then_some((seconds, nanos))
 }
 
 /// Formats a Duration as `[-]S[.fff]s`; `None` when out of range or the
 /// signs of seconds and nanos disagree.
 pub(crate) fn format_duration(seconds: i64, nanos: i32) -> Option<String> {
-    if seconds.abs() > MAX_DURATION || nanos.abs() >= NANOS || (seconds != 0 && nanos != 0 && (seconds < 0) != (nanos < 0)) {
+    if seconds.abs() > MAX_DURATION
+        || nanos.abs() >= NANOS
+        || (seconds != 0 && nanos != 0 && (seconds < 0) != (nanos < 0))
+    {
         return None;
     }
     let sign = if seconds < 0 || nanos < 0 { "-" } else { "" };
-    Some(format!("{sign}{}{}s", seconds.unsigned_abs(), fraction(nanos.unsigned_abs())))
+    Some(format!(
+        "{sign}{}{}s",
+        seconds.unsigned_abs(),
+        fraction(nanos.unsigned_abs())
+    ))
 }
 
 /// Parses `[-]S[.f{1,9}]s`.
@@ -94,7 +117,11 @@ pub(crate) fn parse_duration(text: &str) -> Option<(i64, i32)> {
     if seconds > MAX_DURATION {
         return None;
     }
-    Some(if negative { (-seconds, -nanos) } else { (seconds, nanos) })
+    Some(if negative {
+        (-seconds, -nanos)
+    } else {
+        (seconds, nanos)
+    })
 }
 
 /// `foo_bar.baz` → `fooBar.baz`; `None` when the path would not come back
@@ -157,7 +184,9 @@ fn fraction(nanos: u32) -> String {
 
 /// Optional `.d{1,9}` at the start of `b`: the nanoseconds and the rest.
 fn parse_fraction(b: &[u8]) -> Option<(i32, &[u8])> {
-    let Some(rest) = b.strip_prefix(b".") else { return Some((0, b)) };
+    let Some(rest) = b.strip_prefix(b".") else {
+        return Some((0, b));
+    };
     let n = rest.iter().take_while(|c| c.is_ascii_digit()).count();
     if n == 0 || n > 9 {
         return None;
@@ -167,7 +196,9 @@ fn parse_fraction(b: &[u8]) -> Option<(i32, &[u8])> {
 }
 
 fn digits(b: &[u8]) -> Option<u32> {
-    b.iter().try_fold(0u32, |acc, c| c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0')))
+    b.iter().try_fold(0u32, |acc, c| {
+        c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0'))
+    })
 }
 
 fn is_leap(year: u32) -> bool {
@@ -215,16 +246,45 @@ mod tests {
     #[test]
     fn timestamps() {
         assert_eq!(format_timestamp(0, 0).unwrap(), "1970-01-01T00:00:00Z");
-        assert_eq!(format_timestamp(1_709_210_096, 789_000_000).unwrap(), "2024-02-29T12:34:56.789Z");
-        assert_eq!(format_timestamp(-1, 500_000_000).unwrap(), "1969-12-31T23:59:59.500Z");
-        assert_eq!(format_timestamp(MIN_TIMESTAMP, 0).unwrap(), "0001-01-01T00:00:00Z");
-        assert_eq!(format_timestamp(MAX_TIMESTAMP, 999_999_999).unwrap(), "9999-12-31T23:59:59.999999999Z");
+        assert_eq!(
+            format_timestamp(1_709_210_096, 789_000_000).unwrap(),
+            "2024-02-29T12:34:56.789Z"
+        );
+        assert_eq!(
+            format_timestamp(-1, 500_000_000).unwrap(),
+            "1969-12-31T23:59:59.500Z"
+        );
+        assert_eq!(
+            format_timestamp(MIN_TIMESTAMP, 0).unwrap(),
+            "0001-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            format_timestamp(MAX_TIMESTAMP, 999_999_999).unwrap(),
+            "9999-12-31T23:59:59.999999999Z"
+        );
         assert_eq!(format_timestamp(MAX_TIMESTAMP + 1, 0), None);
-        assert_eq!(parse_timestamp("2024-02-29T12:34:56.789Z"), Some((1_709_210_096, 789_000_000)));
-        assert_eq!(parse_timestamp("2024-02-29T13:34:56+01:00"), Some((1_709_210_096, 0)));
-        assert_eq!(parse_timestamp("0001-01-01T00:00:00Z"), Some((MIN_TIMESTAMP, 0)));
-        for bad in ["2024-13-01T00:00:00Z", "2023-02-29T00:00:00Z", "2024-01-01t00:00:00Z", "2024-01-01T00:00:00z",
-                    "2024-01-01T00:00:00", "2024-01-01T00:00:00.Z", "2024-01-01T00:00:00.1234567890Z", "0000-01-01T00:00:00Z"] {
+        assert_eq!(
+            parse_timestamp("2024-02-29T12:34:56.789Z"),
+            Some((1_709_210_096, 789_000_000))
+        );
+        assert_eq!(
+            parse_timestamp("2024-02-29T13:34:56+01:00"),
+            Some((1_709_210_096, 0))
+        );
+        assert_eq!(
+            parse_timestamp("0001-01-01T00:00:00Z"),
+            Some((MIN_TIMESTAMP, 0))
+        );
+        for bad in [
+            "2024-13-01T00:00:00Z",
+            "2023-02-29T00:00:00Z",
+            "2024-01-01t00:00:00Z",
+            "2024-01-01T00:00:00z",
+            "2024-01-01T00:00:00",
+            "2024-01-01T00:00:00.Z",
+            "2024-01-01T00:00:00.1234567890Z",
+            "0000-01-01T00:00:00Z",
+        ] {
             assert_eq!(parse_timestamp(bad), None, "{bad}");
         }
     }
@@ -239,7 +299,16 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Some((1, 500_000_000)));
         assert_eq!(parse_duration("-0.000000001s"), Some((0, -1)));
         assert_eq!(parse_duration("315576000000s"), Some((MAX_DURATION, 0)));
-        for bad in ["315576000001s", "1m", "1", ".5s", "1.s", "+1s", "1.0000000001s", "--1s"] {
+        for bad in [
+            "315576000001s",
+            "1m",
+            "1",
+            ".5s",
+            "1.s",
+            "+1s",
+            "1.0000000001s",
+            "--1s",
+        ] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
     }

@@ -11,9 +11,15 @@
 //!   "ignore_unknown_fields": false,
 //!   "reject_unknown_methods": true,
 //!   "max_request_bytes": 4194304,
-//!   "max_response_bytes": 4194304
+//!   "max_response_bytes": 4194304,
+//!   "callout": {"upstream": "greeter_cluster", "timeout_ms": 10000,
+//!               "metadata": {"x-origin": "proxy"}}
 //! }
 //! ```
+//!
+//! With `callout`, the filter answers transcoded requests itself by calling
+//! the method through the host (`proxy_grpc_call` / `proxy_grpc_stream`);
+//! the request never goes to the route's upstream.
 
 use std::collections::BTreeMap;
 
@@ -23,9 +29,10 @@ use serde::Deserialize;
 
 use super::http_rule::{bindings_of, Binding};
 use crate::json::JsonOptions;
-use crate::Registry;
+use crate::{Metadata, MetadataValue, Registry};
 
 const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +53,44 @@ struct RawConfig {
     max_request_bytes: usize,
     #[serde(default = "default_max_body")]
     max_response_bytes: usize,
+    #[serde(default)]
+    callout: Option<RawCallout>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCallout {
+    #[serde(default)]
+    upstream: Option<String>,
+    /// A serialized `envoy.config.core.v3.GrpcService`, base64.
+    #[serde(default)]
+    grpc_service: Option<String>,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    upstream_header: Option<String>,
+}
+
+fn default_timeout_ms() -> u64 {
+    DEFAULT_TIMEOUT_MS
+}
+
+/// How the filter calls the method itself instead of forwarding the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Callout {
+    /// The `upstream` argument of `proxy_grpc_call`: a cluster name or a
+    /// serialized `GrpcService`.
+    pub upstream: Vec<u8>,
+    /// The deadline when the request carries no `grpc-timeout`.
+    pub timeout_ms: u64,
+    /// Metadata added to every call.
+    pub metadata: Vec<(String, String)>,
+    /// A request header that names the upstream instead. Only for embedders
+    /// whose clients are trusted (the OpenResty shim): an HTTP client must
+    /// not pick clusters.
+    pub upstream_header: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -81,6 +126,7 @@ pub struct FilterConfig {
     pub max_response_bytes: usize,
     /// The `google.api.http` bindings of the exposed methods.
     pub bindings: Vec<Binding>,
+    pub callout: Option<Callout>,
 }
 
 impl FilterConfig {
@@ -88,14 +134,16 @@ impl FilterConfig {
     /// the problem: the JSON position, the `.proto` file and line, or the
     /// unknown service.
     pub fn from_json(bytes: &[u8]) -> Result<FilterConfig, String> {
-        let raw: RawConfig =
-            serde_json::from_slice(bytes).map_err(|e| format!("invalid plugin configuration: {e}"))?;
+        let raw: RawConfig = serde_json::from_slice(bytes)
+            .map_err(|e| format!("invalid plugin configuration: {e}"))?;
         let mut registry = Registry::new().map_err(|e| e.to_string())?;
         if let Some(set) = &raw.descriptor_set {
             let bytes = STANDARD
                 .decode(set.trim())
                 .map_err(|e| format!("descriptor_set: not valid base64: {e}"))?;
-            registry.add_descriptor_set(&bytes).map_err(|e| format!("descriptor_set: {e}"))?;
+            registry
+                .add_descriptor_set(&bytes)
+                .map_err(|e| format!("descriptor_set: {e}"))?;
         }
         if !raw.protos.is_empty() {
             registry
@@ -103,7 +151,9 @@ impl FilterConfig {
                 .map_err(|e| format!("protos: {e}"))?;
         }
         if raw.protos.is_empty() && raw.descriptor_set.is_none() {
-            return Err("invalid plugin configuration: give \"protos\" or \"descriptor_set\"".into());
+            return Err(
+                "invalid plugin configuration: give \"protos\" or \"descriptor_set\"".into(),
+            );
         }
         for service in raw.services.iter().flatten() {
             if registry.pool().get_service_by_name(service).is_none() {
@@ -111,6 +161,7 @@ impl FilterConfig {
             }
         }
         let bindings = collect_bindings(&registry, raw.services.as_deref())?;
+        let callout = raw.callout.map(check_callout).transpose()?;
         let p = raw.print_options;
         Ok(FilterConfig {
             registry,
@@ -126,15 +177,52 @@ impl FilterConfig {
             max_request_bytes: raw.max_request_bytes,
             max_response_bytes: raw.max_response_bytes,
             bindings,
+            callout,
         })
     }
 
     pub fn exposes(&self, service: &str) -> bool {
-        self.services.as_ref().is_none_or(|list| list.iter().any(|s| s == service))
+        self.services
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|s| s == service))
     }
 }
 
-fn collect_bindings(registry: &Registry, services: Option<&[String]>) -> Result<Vec<Binding>, String> {
+fn check_callout(raw: RawCallout) -> Result<Callout, String> {
+    let upstream =
+        match (raw.upstream, raw.grpc_service) {
+            (Some(name), None) if !name.is_empty() => name.into_bytes(),
+            (None, Some(service)) => STANDARD
+                .decode(service.trim())
+                .map_err(|e| format!("callout.grpc_service: not valid base64: {e}"))?,
+            (None, None) if raw.upstream_header.is_some() => Vec::new(),
+            _ => return Err(
+                "callout: give exactly one of \"upstream\" (a cluster name) or \"grpc_service\""
+                    .into(),
+            ),
+        };
+    if raw.timeout_ms == 0 {
+        // Envoy fails a call with timeout 0 at once.
+        return Err("callout.timeout_ms: must be at least 1".into());
+    }
+    let mut checked = Metadata::new();
+    for (key, value) in &raw.metadata {
+        checked
+            .append(key, MetadataValue::Ascii(value.clone()))
+            .map_err(|e| format!("callout.metadata: {e}"))?;
+    }
+    Ok(Callout {
+        upstream,
+        timeout_ms: raw.timeout_ms,
+        metadata: checked.to_headers(),
+        upstream_header: raw.upstream_header.map(|h| h.to_ascii_lowercase()),
+    })
+}
+
+fn collect_bindings(
+    registry: &Registry,
+    services: Option<&[String]>,
+) -> Result<Vec<Binding>, String> {
     let mut out = Vec::new();
     for service in registry.pool().services() {
         if services.is_some_and(|list| !list.iter().any(|s| s == service.full_name())) {
@@ -170,15 +258,63 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         let err = FilterConfig::from_json(br#"{"protoz": {}}"#).unwrap_err();
-        assert!(err.starts_with("invalid plugin configuration: unknown field `protoz`"), "{err}");
-        let err = FilterConfig::from_json(br#"{"protos": {"a.proto": "syntax = \"proto3\";\nmessage {"}}"#).unwrap_err();
+        assert!(
+            err.starts_with("invalid plugin configuration: unknown field `protoz`"),
+            "{err}"
+        );
+        let err = FilterConfig::from_json(
+            br#"{"protos": {"a.proto": "syntax = \"proto3\";\nmessage {"}}"#,
+        )
+        .unwrap_err();
         assert!(err.starts_with("protos: a.proto:2:9: "), "{err}");
         let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")}, "services": ["x.Nope"]});
-        assert_eq!(FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err(), "services: unknown service 'x.Nope'");
+        assert_eq!(
+            FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err(),
+            "services: unknown service 'x.Nope'"
+        );
         assert_eq!(
             FilterConfig::from_json(b"{}").unwrap_err(),
             "invalid plugin configuration: give \"protos\" or \"descriptor_set\""
         );
-        assert!(FilterConfig::from_json(b"not json").unwrap_err().starts_with("invalid plugin configuration: expected"));
+        assert!(FilterConfig::from_json(b"not json")
+            .unwrap_err()
+            .starts_with("invalid plugin configuration: expected"));
+    }
+
+    fn with_callout(callout: serde_json::Value) -> Result<FilterConfig, String> {
+        let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")}, "callout": callout});
+        FilterConfig::from_json(cfg.to_string().as_bytes())
+    }
+
+    #[test]
+    fn callouts() {
+        let c = with_callout(
+            serde_json::json!({"upstream": "greeter", "metadata": {"X-Origin": "proxy"}}),
+        )
+        .unwrap();
+        let callout = c.callout.unwrap();
+        assert_eq!(callout.upstream, b"greeter");
+        assert_eq!(callout.timeout_ms, 10_000);
+        assert_eq!(
+            callout.metadata,
+            vec![("x-origin".to_string(), "proxy".to_string())]
+        );
+        let c = with_callout(serde_json::json!({"grpc_service": "CgQKAmdy"})).unwrap();
+        assert_eq!(c.callout.unwrap().upstream, b"\n\x04\n\x02gr");
+        let one_of =
+            "callout: give exactly one of \"upstream\" (a cluster name) or \"grpc_service\"";
+        assert_eq!(with_callout(serde_json::json!({})).unwrap_err(), one_of);
+        assert_eq!(
+            with_callout(serde_json::json!({"upstream": "a", "grpc_service": "CgA="})).unwrap_err(),
+            one_of
+        );
+        assert_eq!(
+            with_callout(serde_json::json!({"upstream": "a", "timeout_ms": 0})).unwrap_err(),
+            "callout.timeout_ms: must be at least 1"
+        );
+        let err =
+            with_callout(serde_json::json!({"upstream": "a", "metadata": {"grpc-timeout": "1S"}}))
+                .unwrap_err();
+        assert!(err.starts_with("callout.metadata: "), "{err}");
     }
 }

@@ -19,6 +19,7 @@ use crate::code::Code;
 use crate::framing::Compression;
 use crate::status::Status;
 
+use super::callout_host::{self, Call};
 use super::config::FilterConfig;
 use super::host::{self, *};
 use super::transcoder::{self, Plan, Reply, Route};
@@ -33,6 +34,8 @@ struct Stream {
     answered: bool,
     /// The response outgrew max_response_bytes after its headers had left.
     overflowed: bool,
+    /// Callout mode: the call that answers this request.
+    call: Option<Call>,
 }
 
 thread_local! {
@@ -59,7 +62,18 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
         return;
     }
     if let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) {
-        STREAMS.with(|s| s.borrow_mut().insert(context_id, Stream { config, route: None, answered: false, overflowed: false }));
+        STREAMS.with(|s| {
+            s.borrow_mut().insert(
+                context_id,
+                Stream {
+                    config,
+                    route: None,
+                    answered: false,
+                    overflowed: false,
+                    call: None,
+                },
+            )
+        });
     }
 }
 
@@ -75,12 +89,22 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
     let bytes = match host::buffer(BUFFER_PLUGIN_CONFIGURATION, 0, size as usize) {
         Ok(bytes) => bytes,
         Err(status) => {
-            log(LOG_ERROR, &format!("grpc-wasm: cannot read the plugin configuration (host status {})", status.0));
+            log(
+                LOG_ERROR,
+                &format!(
+                    "grpc-wasm: cannot read the plugin configuration (host status {})",
+                    status.0
+                ),
+            );
             return 0;
         }
     };
-    match FilterConfig::from_json(&bytes) {
+    match FilterConfig::from_json(&bytes).and_then(check_host) {
         Ok(config) => {
+            if config.callout.is_some() {
+                // Streams have no host deadline: ticks enforce them.
+                let _ = set_tick_period(TICK_MS);
+            }
             ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
             log(LOG_INFO, "grpc-wasm: configured");
             1
@@ -93,7 +117,11 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
 }
 
 #[no_mangle]
-pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: u32, end_of_stream: u32) -> u32 {
+pub extern "C" fn proxy_on_request_headers(
+    context_id: u32,
+    _headers: u32,
+    end_of_stream: u32,
+) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
         let http_method = header(MAP_REQUEST_HEADERS, ":method").unwrap_or_default();
         let path = header(MAP_REQUEST_HEADERS, ":path").unwrap_or_default();
@@ -101,14 +129,20 @@ pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: u32, end_o
         match transcoder::plan(&stream.config, &http_method, &path, content_type.as_deref()) {
             Plan::PassThrough => CONTINUE,
             Plan::Reply(reply) => answer(stream, &reply),
+            Plan::Transcode(route) if stream.config.callout.is_some() => {
+                start_callout(stream, context_id, route, end_of_stream != 0)
+            }
             Plan::Transcode(route) => {
                 if end_of_stream != 0 {
                     // Proxy-wasm gives a filter no way to add a body to a
                     // request that has none; such requests need a callout.
                     let status = if route.binding.is_some() {
-                        Status::new(Code::Unimplemented, format!("{http_method} {path} has no body; bodiless bindings need the filter's callout mode, which this version lacks"))
+                        Status::new(Code::Unimplemented, format!("{http_method} {path} has no body and proxy-wasm cannot add one: bodiless bindings need the filter's callout mode (\"callout\" in the configuration)"))
                     } else {
-                        Status::new(Code::InvalidArgument, "a JSON request body is required (use {} for an empty message)")
+                        Status::new(
+                            Code::InvalidArgument,
+                            "a JSON request body is required (use {} for an empty message)",
+                        )
                     };
                     return answer(stream, &Reply::error(&stream.config, &status));
                 }
@@ -121,7 +155,10 @@ pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: u32, end_o
                     remove_header(MAP_REQUEST_HEADERS, "content-length"),
                 ];
                 if rewritten.iter().any(Result::is_err) {
-                    log(LOG_WARN, "grpc-wasm: the host refused a request header change");
+                    log(
+                        LOG_WARN,
+                        "grpc-wasm: the host refused a request header change",
+                    );
                 }
                 stream.route = Some(route);
                 // Pausing headers would hold the body back from this filter
@@ -134,12 +171,26 @@ pub extern "C" fn proxy_on_request_headers(context_id: u32, _headers: u32, end_o
 }
 
 #[no_mangle]
-pub extern "C" fn proxy_on_request_body(context_id: u32, body_size: u32, end_of_stream: u32) -> u32 {
+pub extern "C" fn proxy_on_request_body(
+    context_id: u32,
+    body_size: u32,
+    end_of_stream: u32,
+) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        let Some(route) = stream.route.clone() else { return CONTINUE };
+        if stream.call.is_some() {
+            return callout_body(stream, context_id, body_size as usize, end_of_stream != 0);
+        }
+        let Some(route) = stream.route.clone() else {
+            return CONTINUE;
+        };
         let size = body_size as usize;
         if size > stream.config.max_request_bytes {
-            let reply = transcoder::too_large(&stream.config, "request", size, stream.config.max_request_bytes);
+            let reply = transcoder::too_large(
+                &stream.config,
+                "request",
+                size,
+                stream.config.max_request_bytes,
+            );
             return answer(stream, &reply);
         }
         if end_of_stream == 0 {
@@ -148,7 +199,10 @@ pub extern "C" fn proxy_on_request_body(context_id: u32, body_size: u32, end_of_
         let body = match host::buffer(BUFFER_REQUEST_BODY, 0, size) {
             Ok(body) => body,
             Err(s) => {
-                let reply = internal(&stream.config, &format!("cannot read the request body (host status {})", s.0));
+                let reply = internal(
+                    &stream.config,
+                    &format!("cannot read the request body (host status {})", s.0),
+                );
                 return answer(stream, &reply);
             }
         };
@@ -157,7 +211,10 @@ pub extern "C" fn proxy_on_request_body(context_id: u32, body_size: u32, end_of_
             Ok(frame) => match set_buffer(BUFFER_REQUEST_BODY, size.max(frame.len()), &frame) {
                 Ok(()) => CONTINUE,
                 Err(s) => {
-                    let reply = internal(&stream.config, &format!("cannot replace the request body (host status {})", s.0));
+                    let reply = internal(
+                        &stream.config,
+                        &format!("cannot replace the request body (host status {})", s.0),
+                    );
                     answer(stream, &reply)
                 }
             },
@@ -167,20 +224,35 @@ pub extern "C" fn proxy_on_request_body(context_id: u32, body_size: u32, end_of_
 }
 
 #[no_mangle]
-pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: u32, end_of_stream: u32) -> u32 {
+pub extern "C" fn proxy_on_response_headers(
+    context_id: u32,
+    _headers: u32,
+    end_of_stream: u32,
+) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        let Some(route) = stream.route.clone() else { return CONTINUE };
+        let Some(route) = stream.route.clone() else {
+            return CONTINUE;
+        };
         if stream.answered {
             return CONTINUE;
         }
         let grpc_status = header(MAP_RESPONSE_HEADERS, "grpc-status");
-        let http_status = header(MAP_RESPONSE_HEADERS, ":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
-        let is_grpc = header(MAP_RESPONSE_HEADERS, "content-type").is_some_and(|ct| ct.starts_with("application/grpc"));
+        let http_status = header(MAP_RESPONSE_HEADERS, ":status")
+            .and_then(|s| s.parse::<u16>().ok())
+            .unwrap_or(0);
+        let is_grpc = header(MAP_RESPONSE_HEADERS, "content-type")
+            .is_some_and(|ct| ct.starts_with("application/grpc"));
         if grpc_status.is_some() || !is_grpc || end_of_stream != 0 {
             // Trailers-only (the status is in these headers), or not gRPC at all.
             let status = response_status(MAP_RESPONSE_HEADERS)
                 .unwrap_or_else(|| Status::from_http_status(http_status));
-            let reply = transcoder::decode_response(&stream.config, &route, &[], Compression::Identity, &status);
+            let reply = transcoder::decode_response(
+                &stream.config,
+                &route,
+                &[],
+                Compression::Identity,
+                &status,
+            );
             return answer(stream, &reply);
         }
         // The headers leave now (a paused header block would also hold the
@@ -193,7 +265,11 @@ pub extern "C" fn proxy_on_response_headers(context_id: u32, _headers: u32, end_
 }
 
 #[no_mangle]
-pub extern "C" fn proxy_on_response_body(context_id: u32, body_size: u32, end_of_stream: u32) -> u32 {
+pub extern "C" fn proxy_on_response_body(
+    context_id: u32,
+    body_size: u32,
+    end_of_stream: u32,
+) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
         if stream.route.is_none() {
             return CONTINUE;
@@ -210,10 +286,19 @@ pub extern "C" fn proxy_on_response_body(context_id: u32, body_size: u32, end_of
         if size > stream.config.max_response_bytes {
             // The headers have left, so a local reply is no longer possible:
             // the held body becomes the error.
-            let reply = transcoder::too_large(&stream.config, "response", size, stream.config.max_response_bytes);
+            let reply = transcoder::too_large(
+                &stream.config,
+                "response",
+                size,
+                stream.config.max_response_bytes,
+            );
             stream.answered = true;
             stream.overflowed = true;
-            let _ = set_buffer(BUFFER_RESPONSE_BODY, size.max(reply.body.len()), reply.body.as_bytes());
+            let _ = set_buffer(
+                BUFFER_RESPONSE_BODY,
+                size.max(reply.body.len()),
+                reply.body.as_bytes(),
+            );
             return CONTINUE;
         }
         if end_of_stream == 0 {
@@ -221,7 +306,14 @@ pub extern "C" fn proxy_on_response_body(context_id: u32, body_size: u32, end_of
         }
         // A gRPC body that ends without trailers: the status is missing.
         let body = host::buffer(BUFFER_RESPONSE_BODY, 0, size);
-        finish(stream, body, Status::new(Code::Internal, "the upstream ended the response without grpc-status"))
+        finish(
+            stream,
+            body,
+            Status::new(
+                Code::Internal,
+                "the upstream ended the response without grpc-status",
+            ),
+        )
     })
 }
 
@@ -231,8 +323,12 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
         if stream.route.is_none() || stream.answered {
             return CONTINUE;
         }
-        let status = response_status(MAP_RESPONSE_TRAILERS)
-            .unwrap_or_else(|| Status::new(Code::Internal, "the upstream sent trailers without grpc-status"));
+        let status = response_status(MAP_RESPONSE_TRAILERS).unwrap_or_else(|| {
+            Status::new(
+                Code::Internal,
+                "the upstream sent trailers without grpc-status",
+            )
+        });
         // The whole buffered body: the host stops at its end.
         let body = host::buffer(BUFFER_RESPONSE_BODY, 0, u32::MAX as usize);
         let action = finish(stream, body, status);
@@ -244,24 +340,258 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
 }
 
 #[no_mangle]
-pub extern "C" fn proxy_on_done(_context_id: u32) -> u32 {
-    1
+pub extern "C" fn proxy_on_done(context_id: u32) -> u32 {
+    // The host lets calls outlive the HTTP stream: cancel ours.
+    with_stream(context_id, 1, |stream| {
+        if let Some(call) = &stream.call {
+            callout_host::cancel(call);
+        }
+        1
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
-    STREAMS.with(|s| s.borrow_mut().remove(&context_id));
+    if let Some(Stream {
+        call: Some(call), ..
+    }) = STREAMS.with(|s| s.borrow_mut().remove(&context_id))
+    {
+        callout_host::cancel(&call);
+    }
     ROOTS.with(|r| r.borrow_mut().remove(&context_id));
 }
 
+#[no_mangle]
+pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u32, _headers: u32) {
+    with_call(token, |_, call, _| {
+        callout_host::on_initial_metadata(call);
+        None
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
+    with_call(token, |stream, call, context_id| {
+        let route = stream.route.as_ref()?;
+        callout_host::on_message(&stream.config, route, call, context_id, size as usize)
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
+    _root_id: u32,
+    token: u32,
+    _trailers: u32,
+) {
+    with_call(token, |_, call, _| {
+        callout_host::on_trailing_metadata(call);
+        None
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u32) {
+    with_call(token, |stream, call, _| {
+        let route = stream.route.as_ref()?;
+        Some(callout_host::on_close(
+            &stream.config,
+            route,
+            call,
+            status_code,
+        ))
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_tick(_root_id: u32) {
+    let contexts: Vec<u32> = STREAMS.with(|s| {
+        s.borrow()
+            .iter()
+            .filter(|(_, st)| st.call.is_some())
+            .map(|(id, _)| *id)
+            .collect()
+    });
+    for context_id in contexts {
+        with_stream(context_id, 0, |stream| {
+            let Some(mut call) = stream.call.take() else {
+                return 0;
+            };
+            if let Some(reply) = callout_host::expire(&stream.config, &mut call) {
+                reply_to_call(stream, context_id, &call, &reply);
+            }
+            stream.call = Some(call);
+            0
+        });
+    }
+}
+
+const TICK_MS: u32 = 50;
+
+/// Callout mode needs the host's gRPC calls; a host known to lack them
+/// (ngx_wasm_module traps on every `proxy_grpc_*`) refuses the
+/// configuration now rather than trapping at request time.
+fn check_host(config: FilterConfig) -> Result<FilterConfig, String> {
+    if config.callout.is_some() && host::property(&["ngx", "hostname"]).is_some() {
+        return Err("callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" and put the filter in front of grpc_pass to transcode".into());
+    }
+    Ok(config)
+}
+
+/// Runs `f` on the call of the stream that owns `token`; a reply it returns
+/// ends the HTTP exchange.
+fn with_call(token: u32, f: impl FnOnce(&mut Stream, &mut Call, u32) -> Option<Reply>) {
+    let Some(context_id) = callout_host::context_of(token) else {
+        return;
+    };
+    with_stream(context_id, 0, |stream| {
+        let Some(mut call) = stream.call.take() else {
+            return 0;
+        };
+        if let Some(reply) = f(stream, &mut call, context_id) {
+            reply_to_call(stream, context_id, &call, &reply);
+        }
+        stream.call = Some(call);
+        0
+    });
+}
+
+/// The final reply of a callout, sent from a root-context callback.
+fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Reply) {
+    if stream.answered {
+        return;
+    }
+    stream.answered = true;
+    if let Err(s) = set_effective_context(context_id) {
+        log(
+            LOG_WARN,
+            &format!(
+                "grpc-wasm: the HTTP stream of a finished call is gone (host status {})",
+                s.0
+            ),
+        );
+        return;
+    }
+    let headers = callout_host::reply_headers(call, reply);
+    let headers: Vec<(&str, &[u8])> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    if let Err(s) = send_reply(reply.http_status, &reply.body, &headers) {
+        log(
+            LOG_ERROR,
+            &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
+        );
+    }
+}
+
+/// Callout mode, request headers: prepare the call; start it now when there
+/// is no body, or open the stream its body will feed. The request stays
+/// here (headers paused; the host must deliver the body anyway, which
+/// Envoy does with `allow_on_headers_stop_iteration`).
+fn start_callout(stream: &mut Stream, context_id: u32, route: Route, end_of_stream: bool) -> u32 {
+    let mut call = match callout_host::prepare(&stream.config) {
+        Ok(call) => call,
+        Err(status) => return answer(stream, &Reply::error(&stream.config, &status)),
+    };
+    if route.method.streaming() != crate::StreamingKind::Unary {
+        callout_host::add_stream_deadline(&mut call);
+    }
+    let started = if callout_host::streams_requests(&route) {
+        callout_host::open_stream(&stream.config, &route, &mut call, context_id).and_then(|()| {
+            if end_of_stream {
+                callout_host::send_streamed(&stream.config, &route, &mut call, b"", true)
+                    .map(|_| ())
+            } else {
+                Ok(())
+            }
+        })
+    } else if end_of_stream {
+        callout_host::start_with_body(&stream.config, &route, &mut call, context_id, b"")
+    } else {
+        Ok(())
+    };
+    stream.route = Some(route);
+    stream.call = Some(call);
+    match started {
+        Ok(()) => PAUSE,
+        Err(reply) => fail_call(stream, &reply),
+    }
+}
+
+/// Callout mode, request body: a streaming body feeds the stream as its
+/// messages complete; any other body waits for its end, then starts the call.
+fn callout_body(stream: &mut Stream, context_id: u32, size: usize, end_of_stream: bool) -> u32 {
+    let (Some(route), Some(mut call)) = (stream.route.clone(), stream.call.take()) else {
+        return PAUSE;
+    };
+    let result = if size > stream.config.max_request_bytes {
+        Err(transcoder::too_large(
+            &stream.config,
+            "request",
+            size,
+            stream.config.max_request_bytes,
+        ))
+    } else if callout_host::streams_requests(&route) {
+        read_body(&stream.config, size).and_then(|body| {
+            let used = callout_host::send_streamed(
+                &stream.config,
+                &route,
+                &mut call,
+                &body,
+                end_of_stream,
+            )?;
+            // Sent messages leave the host's buffer (Envoy drains `used` bytes).
+            let _ = set_buffer(BUFFER_REQUEST_BODY, used, b"");
+            Ok(())
+        })
+    } else if end_of_stream {
+        read_body(&stream.config, size).and_then(|body| {
+            callout_host::start_with_body(&stream.config, &route, &mut call, context_id, &body)
+        })
+    } else {
+        Ok(())
+    };
+    stream.call = Some(call);
+    match result {
+        Ok(()) => PAUSE,
+        Err(reply) => fail_call(stream, &reply),
+    }
+}
+
+fn read_body(config: &FilterConfig, size: usize) -> Result<Vec<u8>, Reply> {
+    host::buffer(BUFFER_REQUEST_BODY, 0, size).map_err(|s| {
+        internal(
+            config,
+            &format!("cannot read the request body (host status {})", s.0),
+        )
+    })
+}
+
+/// A callout that failed on the request side: cancel what started, answer.
+fn fail_call(stream: &mut Stream, reply: &Reply) -> u32 {
+    if let Some(call) = &stream.call {
+        callout_host::cancel(call);
+    }
+    answer(stream, reply)
+}
+
 /// Replaces the buffered gRPC body with the JSON reply and fixes the headers.
-fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status_if_missing: Status) -> u32 {
-    let Some(route) = stream.route.clone() else { return CONTINUE };
+fn finish(
+    stream: &mut Stream,
+    body: Result<Vec<u8>, HostStatus>,
+    status_if_missing: Status,
+) -> u32 {
+    let Some(route) = stream.route.clone() else {
+        return CONTINUE;
+    };
     stream.answered = true;
     let body = match body {
         Ok(body) => body,
         Err(s) => {
-            let reply = internal(&stream.config, &format!("cannot read the response body (host status {})", s.0));
+            let reply = internal(
+                &stream.config,
+                &format!("cannot read the response body (host status {})", s.0),
+            );
             return answer(stream, &reply);
         }
     };
@@ -270,10 +600,20 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status_if_miss
         .and_then(|e| Compression::from_header(&e))
         .unwrap_or(Compression::Identity);
     let reply = transcoder::decode_response(&stream.config, &route, &body, encoding, &status);
-    match set_buffer(BUFFER_RESPONSE_BODY, body.len().max(reply.body.len()), reply.body.as_bytes()) {
+    match set_buffer(
+        BUFFER_RESPONSE_BODY,
+        body.len().max(reply.body.len()),
+        reply.body.as_bytes(),
+    ) {
         Ok(()) => CONTINUE,
         Err(s) => {
-            log(LOG_ERROR, &format!("grpc-wasm: cannot replace the response body (host status {})", s.0));
+            log(
+                LOG_ERROR,
+                &format!(
+                    "grpc-wasm: cannot replace the response body (host status {})",
+                    s.0
+                ),
+            );
             CONTINUE
         }
     }
@@ -283,7 +623,11 @@ fn response_status(map: u32) -> Option<Status> {
     let grpc_status = header(map, "grpc-status")?;
     let message = header(map, "grpc-message");
     let details = header(map, "grpc-status-details-bin");
-    Status::from_header_values(Some(grpc_status.as_bytes()), message.as_deref().map(str::as_bytes), details.as_deref().map(str::as_bytes))
+    Status::from_header_values(
+        Some(grpc_status.as_bytes()),
+        message.as_deref().map(str::as_bytes),
+        details.as_deref().map(str::as_bytes),
+    )
 }
 
 fn internal(config: &FilterConfig, message: &str) -> Reply {
@@ -296,7 +640,10 @@ fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
     stream.answered = true;
     let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
     if let Err(s) = send_reply(reply.http_status, &reply.body, &headers) {
-        log(LOG_ERROR, &format!("grpc-wasm: the host refused a local reply (status {})", s.0));
+        log(
+            LOG_ERROR,
+            &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
+        );
         return CONTINUE;
     }
     PAUSE
@@ -305,7 +652,9 @@ fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
 fn with_stream(context_id: u32, default: u32, f: impl FnOnce(&mut Stream) -> u32) -> u32 {
     // Taken out of the map while in use, so that a re-entrant host callback
     // finds no borrowed RefCell.
-    let Some(mut stream) = STREAMS.with(|s| s.borrow_mut().remove(&context_id)) else { return default };
+    let Some(mut stream) = STREAMS.with(|s| s.borrow_mut().remove(&context_id)) else {
+        return default;
+    };
     let action = f(&mut stream);
     STREAMS.with(|s| s.borrow_mut().insert(context_id, stream));
     action

@@ -10,11 +10,14 @@ pub const LOG_ERROR: u32 = 4;
 
 pub const BUFFER_REQUEST_BODY: u32 = 0;
 pub const BUFFER_RESPONSE_BODY: u32 = 1;
+pub const BUFFER_GRPC_RECEIVE: u32 = 5;
 pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 
 pub const MAP_REQUEST_HEADERS: u32 = 0;
 pub const MAP_RESPONSE_HEADERS: u32 = 2;
 pub const MAP_RESPONSE_TRAILERS: u32 = 3;
+pub const MAP_GRPC_INITIAL_METADATA: u32 = 4;
+pub const MAP_GRPC_TRAILING_METADATA: u32 = 5;
 
 const STATUS_OK: u32 = 0;
 const STATUS_NOT_FOUND: u32 = 1;
@@ -26,10 +29,34 @@ pub struct HostStatus(pub u32);
 #[link(wasm_import_module = "env")]
 extern "C" {
     fn proxy_log(level: u32, message: *const u8, len: usize) -> u32;
-    fn proxy_get_buffer_bytes(kind: u32, start: usize, max: usize, ret_ptr: *mut *mut u8, ret_len: *mut usize) -> u32;
-    fn proxy_set_buffer_bytes(kind: u32, start: usize, size: usize, data: *const u8, len: usize) -> u32;
-    fn proxy_get_header_map_value(map: u32, key: *const u8, key_len: usize, ret_ptr: *mut *mut u8, ret_len: *mut usize) -> u32;
-    fn proxy_replace_header_map_value(map: u32, key: *const u8, key_len: usize, value: *const u8, value_len: usize) -> u32;
+    fn proxy_get_buffer_bytes(
+        kind: u32,
+        start: usize,
+        max: usize,
+        ret_ptr: *mut *mut u8,
+        ret_len: *mut usize,
+    ) -> u32;
+    fn proxy_set_buffer_bytes(
+        kind: u32,
+        start: usize,
+        size: usize,
+        data: *const u8,
+        len: usize,
+    ) -> u32;
+    fn proxy_get_header_map_value(
+        map: u32,
+        key: *const u8,
+        key_len: usize,
+        ret_ptr: *mut *mut u8,
+        ret_len: *mut usize,
+    ) -> u32;
+    fn proxy_replace_header_map_value(
+        map: u32,
+        key: *const u8,
+        key_len: usize,
+        value: *const u8,
+        value_len: usize,
+    ) -> u32;
     fn proxy_remove_header_map_value(map: u32, key: *const u8, key_len: usize) -> u32;
     fn proxy_send_local_response(
         status: u32,
@@ -41,6 +68,53 @@ extern "C" {
         headers_len: usize,
         grpc_status: i32,
     ) -> u32;
+    fn proxy_get_header_map_pairs(map: u32, ret_ptr: *mut *mut u8, ret_len: *mut usize) -> u32;
+    fn proxy_get_current_time_nanoseconds(ret: *mut u64) -> u32;
+    fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+    fn proxy_get_property(
+        path: *const u8,
+        path_len: usize,
+        ret_ptr: *mut *mut u8,
+        ret_len: *mut usize,
+    ) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
+    fn proxy_call_foreign_function(
+        name: *const u8,
+        name_len: usize,
+        args: *const u8,
+        args_len: usize,
+        ret_ptr: *mut *mut u8,
+        ret_len: *mut usize,
+    ) -> u32;
+    fn proxy_grpc_call(
+        upstream: *const u8,
+        upstream_len: usize,
+        service: *const u8,
+        service_len: usize,
+        method: *const u8,
+        method_len: usize,
+        metadata: *const u8,
+        metadata_len: usize,
+        message: *const u8,
+        message_len: usize,
+        timeout_ms: u32,
+        token: *mut u32,
+    ) -> u32;
+    fn proxy_grpc_stream(
+        upstream: *const u8,
+        upstream_len: usize,
+        service: *const u8,
+        service_len: usize,
+        method: *const u8,
+        method_len: usize,
+        metadata: *const u8,
+        metadata_len: usize,
+        token: *mut u32,
+    ) -> u32;
+    fn proxy_grpc_send(token: u32, message: *const u8, message_len: usize, end_stream: u32) -> u32;
+    fn proxy_grpc_close(token: u32) -> u32;
+    fn proxy_grpc_cancel(token: u32) -> u32;
+    fn proxy_get_status(code: *mut u32, message_ptr: *mut *mut u8, message_len: *mut usize) -> u32;
 }
 
 pub fn log(level: u32, message: &str) {
@@ -59,7 +133,11 @@ unsafe fn take(ptr: *mut u8, len: usize) -> Vec<u8> {
 }
 
 fn check(status: u32) -> Result<(), HostStatus> {
-    if status == STATUS_OK { Ok(()) } else { Err(HostStatus(status)) }
+    if status == STATUS_OK {
+        Ok(())
+    } else {
+        Err(HostStatus(status))
+    }
 }
 
 pub fn buffer(kind: u32, start: usize, max: usize) -> Result<Vec<u8>, HostStatus> {
@@ -80,21 +158,172 @@ pub fn set_buffer(kind: u32, size: usize, data: &[u8]) -> Result<(), HostStatus>
 
 pub fn header(map: u32, key: &str) -> Option<String> {
     let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
-    let status = unsafe { proxy_get_header_map_value(map, key.as_ptr(), key.len(), &mut ptr, &mut len) };
+    let status =
+        unsafe { proxy_get_header_map_value(map, key.as_ptr(), key.len(), &mut ptr, &mut len) };
     let bytes = unsafe { take(ptr, len) };
     (status == STATUS_OK).then(|| String::from_utf8_lossy(&bytes).into_owned())
 }
 
 pub fn set_header(map: u32, key: &str, value: &str) -> Result<(), HostStatus> {
-    check(unsafe { proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
+    check(unsafe {
+        proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len())
+    })
 }
 
 pub fn remove_header(map: u32, key: &str) -> Result<(), HostStatus> {
     check(unsafe { proxy_remove_header_map_value(map, key.as_ptr(), key.len()) })
 }
 
+/// All entries of a header map (empty when the host has none).
+pub fn header_pairs(map: u32) -> Vec<(String, Vec<u8>)> {
+    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
+    let status = unsafe { proxy_get_header_map_pairs(map, &mut ptr, &mut len) };
+    let bytes = unsafe { take(ptr, len) };
+    if status != STATUS_OK {
+        return Vec::new();
+    }
+    pairs::deserialize(&bytes).unwrap_or_default()
+}
+
+pub fn set_tick_period(ms: u32) -> Result<(), HostStatus> {
+    check(unsafe { proxy_set_tick_period_milliseconds(ms) })
+}
+
+pub fn now_nanos() -> u64 {
+    let mut now = 0u64;
+    let _ = unsafe { proxy_get_current_time_nanoseconds(&mut now) };
+    now
+}
+
+/// A host property by its path segments; `None` when the host has none.
+pub fn property(path: &[&str]) -> Option<Vec<u8>> {
+    let joined = path.join("\0");
+    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
+    let status = unsafe { proxy_get_property(joined.as_ptr(), joined.len(), &mut ptr, &mut len) };
+    let bytes = unsafe { take(ptr, len) };
+    (status == STATUS_OK).then_some(bytes)
+}
+
+/// Makes later calls (replies, headers) act on this HTTP stream; gRPC
+/// callbacks arrive on the root context.
+pub fn set_effective_context(context_id: u32) -> Result<(), HostStatus> {
+    check(unsafe { proxy_set_effective_context(context_id) })
+}
+
+/// Calls a function the host registered under `name`; `Err(HostStatus(1))`
+/// (NotFound) on hosts that have none by that name.
+pub fn call_foreign(name: &str, args: &[u8]) -> Result<Vec<u8>, HostStatus> {
+    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
+    let status = unsafe {
+        proxy_call_foreign_function(
+            name.as_ptr(),
+            name.len(),
+            args.as_ptr(),
+            args.len(),
+            &mut ptr,
+            &mut len,
+        )
+    };
+    let bytes = unsafe { take(ptr, len) };
+    check(status).map(|()| bytes)
+}
+
+/// Where and what to call: the host frames the bare message itself.
+pub struct GrpcTarget<'a> {
+    pub upstream: &'a [u8],
+    pub service: &'a str,
+    pub method: &'a str,
+    pub metadata: &'a [(String, String)],
+}
+
+impl GrpcTarget<'_> {
+    fn metadata_map(&self) -> Vec<u8> {
+        let pairs: Vec<(&str, &[u8])> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect();
+        pairs::serialize(&pairs)
+    }
+}
+
+/// A unary call; returns its token.
+pub fn grpc_call(target: &GrpcTarget, message: &[u8], timeout_ms: u64) -> Result<u32, HostStatus> {
+    let map = target.metadata_map();
+    let (u, s, m) = (target.upstream, target.service, target.method);
+    let timeout = u32::try_from(timeout_ms).unwrap_or(u32::MAX).max(1);
+    let mut token = 0u32;
+    check(unsafe {
+        proxy_grpc_call(
+            u.as_ptr(),
+            u.len(),
+            s.as_ptr(),
+            s.len(),
+            m.as_ptr(),
+            m.len(),
+            map.as_ptr(),
+            map.len(),
+            message.as_ptr(),
+            message.len(),
+            timeout,
+            &mut token,
+        )
+    })
+    .map(|()| token)
+}
+
+/// Opens a stream; returns its token. Streams have no host deadline: the
+/// caller enforces its own.
+pub fn grpc_stream(target: &GrpcTarget) -> Result<u32, HostStatus> {
+    let map = target.metadata_map();
+    let (u, s, m) = (target.upstream, target.service, target.method);
+    let mut token = 0u32;
+    check(unsafe {
+        proxy_grpc_stream(
+            u.as_ptr(),
+            u.len(),
+            s.as_ptr(),
+            s.len(),
+            m.as_ptr(),
+            m.len(),
+            map.as_ptr(),
+            map.len(),
+            &mut token,
+        )
+    })
+    .map(|()| token)
+}
+
+pub fn grpc_send(token: u32, message: &[u8]) -> Result<(), HostStatus> {
+    check(unsafe { proxy_grpc_send(token, message.as_ptr(), message.len(), 0) })
+}
+
+/// Half-closes a stream (the spec's way; an empty message would be a message).
+pub fn grpc_close(token: u32) -> Result<(), HostStatus> {
+    check(unsafe { proxy_grpc_close(token) })
+}
+
+pub fn grpc_cancel(token: u32) -> Result<(), HostStatus> {
+    check(unsafe { proxy_grpc_cancel(token) })
+}
+
+/// The status of the gRPC callback in progress: code and message.
+pub fn grpc_status() -> (u32, String) {
+    let (mut code, mut ptr, mut len) = (0u32, std::ptr::null_mut(), 0usize);
+    let status = unsafe { proxy_get_status(&mut code, &mut ptr, &mut len) };
+    let bytes = unsafe { take(ptr, len) };
+    if status != STATUS_OK {
+        return (2, format!("the host gave no status (host status {status})"));
+    }
+    (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Answers the client directly; the host sends it when the callback returns.
-pub fn send_reply(http_status: u16, body: &str, headers: &[(&str, &[u8])]) -> Result<(), HostStatus> {
+pub fn send_reply(
+    http_status: u16,
+    body: &str,
+    headers: &[(&str, &[u8])],
+) -> Result<(), HostStatus> {
     let map = pairs::serialize(headers);
     let details = "grpc_wasm";
     check(unsafe {

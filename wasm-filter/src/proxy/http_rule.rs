@@ -38,21 +38,36 @@ pub struct Template {
 impl Template {
     pub fn parse(text: &str) -> Result<Template, String> {
         let err = |why: &str| format!("invalid path template '{text}': {why}");
-        let rest = text.strip_prefix('/').ok_or_else(|| err("must start with '/'"))?;
+        let rest = text
+            .strip_prefix('/')
+            .ok_or_else(|| err("must start with '/'"))?;
         let (body, verb) = split_verb(rest);
-        let mut template = Template { segments: Vec::new(), variables: Vec::new(), verb: verb.map(str::to_string) };
+        let mut template = Template {
+            segments: Vec::new(),
+            variables: Vec::new(),
+            verb: verb.map(str::to_string),
+        };
         let mut i = 0;
         let chars: Vec<char> = body.chars().collect();
         while i <= chars.len() {
             if chars.get(i) == Some(&'{') {
-                let close = chars[i..].iter().position(|&c| c == '}').ok_or_else(|| err("unclosed '{'"))? + i;
+                let close = chars[i..]
+                    .iter()
+                    .position(|&c| c == '}')
+                    .ok_or_else(|| err("unclosed '{'"))?
+                    + i;
                 let inner: String = chars[i + 1..close].iter().collect();
                 template.variable(&inner).map_err(|e| err(&e))?;
                 i = close + 1;
             } else {
-                let end = chars[i..].iter().position(|&c| c == '/').map_or(chars.len(), |p| p + i);
+                let end = chars[i..]
+                    .iter()
+                    .position(|&c| c == '/')
+                    .map_or(chars.len(), |p| p + i);
                 let segment: String = chars[i..end].iter().collect();
-                template.segments.push(literal_or_wildcard(&segment).map_err(|e| err(&e))?);
+                template
+                    .segments
+                    .push(literal_or_wildcard(&segment).map_err(|e| err(&e))?);
                 i = end;
             }
             match chars.get(i) {
@@ -78,7 +93,11 @@ impl Template {
             self.segments.push(literal_or_wildcard(segment)?);
         }
         let field_path = path.split('.').map(str::to_string).collect();
-        self.variables.push(Variable { field_path, start, end: self.segments.len() });
+        self.variables.push(Variable {
+            field_path,
+            start,
+            end: self.segments.len(),
+        });
         Ok(())
     }
 
@@ -89,7 +108,11 @@ impl Template {
         if verb != self.verb.as_deref() {
             return None;
         }
-        let parts: Vec<&str> = if body.is_empty() { Vec::new() } else { body.split('/').collect() };
+        let parts: Vec<&str> = if body.is_empty() {
+            Vec::new()
+        } else {
+            body.split('/').collect()
+        };
         // For each template segment, the request segments it took.
         let mut spans = Vec::with_capacity(self.segments.len());
         let mut at = 0;
@@ -154,7 +177,9 @@ fn percent_decode(text: &str, keep_slash: bool) -> String {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            let hex = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
             if let Some(byte) = hex {
                 if !(keep_slash && byte == b'/') {
                     out.push(byte);
@@ -185,18 +210,30 @@ pub struct Binding {
 pub fn bindings_of(method: &Method) -> Result<Vec<Binding>, String> {
     let options = method.descriptor().options();
     let pool = method.descriptor().parent_pool().clone();
-    let Some(ext) = pool.get_extension_by_name("google.api.http") else { return Ok(Vec::new()) };
+    let Some(ext) = pool.get_extension_by_name("google.api.http") else {
+        return Ok(Vec::new());
+    };
     if !options.has_extension(&ext) {
         return Ok(Vec::new());
     }
-    let Reflect::Message(rule) = options.get_extension(&ext).into_owned() else { return Ok(Vec::new()) };
+    let Reflect::Message(rule) = options.get_extension(&ext).into_owned() else {
+        return Ok(Vec::new());
+    };
     let mut out = Vec::new();
     collect(method, &rule, &mut out)?;
     Ok(out)
 }
 
-fn collect(method: &Method, rule: &prost_reflect::DynamicMessage, out: &mut Vec<Binding>) -> Result<(), String> {
-    let text = |name: &str| rule.get_field_by_name(name).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+fn collect(
+    method: &Method,
+    rule: &prost_reflect::DynamicMessage,
+    out: &mut Vec<Binding>,
+) -> Result<(), String> {
+    let text = |name: &str| {
+        rule.get_field_by_name(name)
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    };
     let pattern = ["get", "put", "post", "delete", "patch"]
         .into_iter()
         .find(|verb| rule.has_field_by_name(verb))
@@ -204,14 +241,28 @@ fn collect(method: &Method, rule: &prost_reflect::DynamicMessage, out: &mut Vec<
         .or_else(|| {
             let custom = rule.get_field_by_name("custom")?;
             let custom = custom.as_message()?;
-            let field = |n: &str| custom.get_field_by_name(n).and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let field = |n: &str| {
+                custom
+                    .get_field_by_name(n)
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            };
             Some((field("kind"), field("path")))
         });
     if let Some((http_method, path)) = pattern {
         let template = Template::parse(&path).map_err(|e| format!("{}: {e}", method.path()))?;
-        out.push(Binding { http_method, template, body: text("body"), response_body: text("response_body"), method: method.clone() });
+        out.push(Binding {
+            http_method,
+            template,
+            body: text("body"),
+            response_body: text("response_body"),
+            method: method.clone(),
+        });
     }
-    if let Some(Reflect::List(more)) = rule.get_field_by_name("additional_bindings").map(|v| v.into_owned()) {
+    if let Some(Reflect::List(more)) = rule
+        .get_field_by_name("additional_bindings")
+        .map(|v| v.into_owned())
+    {
         for extra in more.iter().filter_map(Reflect::as_message) {
             collect(method, extra, out)?;
         }
@@ -221,7 +272,12 @@ fn collect(method: &Method, rule: &prost_reflect::DynamicMessage, out: &mut Vec<
 
 /// The request message as JSON: the body (or the body field), then the path
 /// variables, then (unless the body is `*`) the query parameters.
-pub fn request_json(binding: &Binding, vars: Vec<(Vec<String>, String)>, query: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+pub fn request_json(
+    binding: &Binding,
+    vars: Vec<(Vec<String>, String)>,
+    query: &str,
+    body: &[u8],
+) -> Result<Vec<u8>, String> {
     let input = binding.method.input();
     let parsed_body = || -> Result<Value, String> {
         if body.iter().all(u8::is_ascii_whitespace) {
@@ -264,7 +320,9 @@ pub fn response_part(binding: &Binding, printed: &str) -> String {
     if binding.response_body.is_empty() {
         return printed.to_string();
     }
-    let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(printed) else { return printed.to_string() };
+    let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(printed) else {
+        return printed.to_string();
+    };
     let output = binding.method.output();
     let names = output
         .get_field_by_name(&binding.response_body)
@@ -285,13 +343,20 @@ fn default_of(output: &MessageDescriptor, field: &str) -> String {
     }
 }
 
-fn field_kind(input: &MessageDescriptor, path: &[String]) -> Option<prost_reflect::FieldDescriptor> {
+fn field_kind(
+    input: &MessageDescriptor,
+    path: &[String],
+) -> Option<prost_reflect::FieldDescriptor> {
     let mut desc = input.clone();
     let mut found = None;
     for (i, name) in path.iter().enumerate() {
-        let field = desc.get_field_by_name(name).or_else(|| desc.get_field_by_json_name(name))?;
+        let field = desc
+            .get_field_by_name(name)
+            .or_else(|| desc.get_field_by_json_name(name))?;
         if i + 1 < path.len() {
-            let Kind::Message(inner) = field.kind() else { return None };
+            let Kind::Message(inner) = field.kind() else {
+                return None;
+            };
             desc = inner;
         }
         found = Some(field);
@@ -306,16 +371,29 @@ fn is_repeated(input: &MessageDescriptor, path: &[String]) -> bool {
 /// Text from a path or query string, as the JSON value its field takes.
 fn typed_scalar(input: &MessageDescriptor, path: &[String], text: String) -> Result<Value, String> {
     let Some(field) = field_kind(input, path) else {
-        return Err(format!("{}: no such field in {}", path.join("."), input.full_name()));
+        return Err(format!(
+            "{}: no such field in {}",
+            path.join("."),
+            input.full_name()
+        ));
     };
     Ok(match field.kind() {
         Kind::Bool => match text.as_str() {
             "true" => Value::Bool(true),
             "false" => Value::Bool(false),
-            _ => return Err(format!("{}: expected true or false, got '{text}'", path.join("."))),
+            _ => {
+                return Err(format!(
+                    "{}: expected true or false, got '{text}'",
+                    path.join(".")
+                ))
+            }
         },
-        Kind::Enum(_) if text.bytes().all(|b| b.is_ascii_digit() || b == b'-') && !text.is_empty() => {
-            text.parse::<i64>().map(Value::from).unwrap_or(Value::String(text))
+        Kind::Enum(_)
+            if text.bytes().all(|b| b.is_ascii_digit() || b == b'-') && !text.is_empty() =>
+        {
+            text.parse::<i64>()
+                .map(Value::from)
+                .unwrap_or(Value::String(text))
         }
         _ => Value::String(text),
     })
@@ -354,7 +432,10 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(&k.replace('+', " "), false), percent_decode(&v.replace('+', " "), false))
+            (
+                percent_decode(&k.replace('+', " "), false),
+                percent_decode(&v.replace('+', " "), false),
+            )
         })
         .collect()
 }
@@ -366,29 +447,50 @@ mod tests {
 
     fn library() -> Registry {
         let mut r = Registry::new().unwrap();
-        r.add_sources([("library.proto", include_str!("../../../protos/library.proto"))]).unwrap();
+        r.add_sources([(
+            "library.proto",
+            include_str!("../../../protos/library.proto"),
+        )])
+        .unwrap();
         r
     }
 
     fn binding(r: &Registry, method: &str, index: usize) -> Binding {
-        let m = r.method(&format!("/example.library.v1.Library/{method}")).unwrap();
+        let m = r
+            .method(&format!("/example.library.v1.Library/{method}"))
+            .unwrap();
         bindings_of(&m).unwrap().remove(index)
     }
 
     #[test]
     fn templates_match_and_bind() {
         let t = Template::parse("/v1/{name=shelves/*/books/*}").unwrap();
-        assert_eq!(t.matches("/v1/shelves/1/books/2"), Some(vec![(vec!["name".to_string()], "shelves/1/books/2".to_string())]));
+        assert_eq!(
+            t.matches("/v1/shelves/1/books/2"),
+            Some(vec![(
+                vec!["name".to_string()],
+                "shelves/1/books/2".to_string()
+            )])
+        );
         assert_eq!(t.matches("/v1/shelves/1/books"), None);
         let t = Template::parse("/v1/shelves/{shelf}").unwrap();
-        assert_eq!(t.matches("/v1/shelves/a%20b"), Some(vec![(vec!["shelf".to_string()], "a b".to_string())]));
+        assert_eq!(
+            t.matches("/v1/shelves/a%20b"),
+            Some(vec![(vec!["shelf".to_string()], "a b".to_string())])
+        );
         let t = Template::parse("/v1/search/{query=**}").unwrap();
-        assert_eq!(t.matches("/v1/search/a/b%2Fc"), Some(vec![(vec!["query".to_string()], "a/b%2Fc".to_string())]));
+        assert_eq!(
+            t.matches("/v1/search/a/b%2Fc"),
+            Some(vec![(vec!["query".to_string()], "a/b%2Fc".to_string())])
+        );
         let t = Template::parse("/v1/{name=shelves/*/books/*}:move").unwrap();
         assert!(t.matches("/v1/shelves/1/books/2:move").is_some());
         assert!(t.matches("/v1/shelves/1/books/2").is_none());
         let t = Template::parse("/v1/{book.name=shelves/*/books/*}").unwrap();
-        assert_eq!(t.matches("/v1/shelves/3/books/4").unwrap()[0].0, vec!["book".to_string(), "name".to_string()]);
+        assert_eq!(
+            t.matches("/v1/shelves/3/books/4").unwrap()[0].0,
+            vec!["book".to_string(), "name".to_string()]
+        );
         assert!(Template::parse("v1/x").is_err());
         assert!(Template::parse("/v1/**/x").is_err());
         assert!(Template::parse("/v1/{x").is_err());
@@ -397,9 +499,13 @@ mod tests {
     #[test]
     fn bindings_come_from_the_annotations() {
         let r = library();
-        let list = bindings_of(&r.method("/example.library.v1.Library/ListBooks").unwrap()).unwrap();
+        let list =
+            bindings_of(&r.method("/example.library.v1.Library/ListBooks").unwrap()).unwrap();
         assert_eq!(list.len(), 2);
-        assert_eq!((list[0].http_method.as_str(), list[1].http_method.as_str()), ("GET", "GET"));
+        assert_eq!(
+            (list[0].http_method.as_str(), list[1].http_method.as_str()),
+            ("GET", "GET")
+        );
         let head = binding(&r, "HeadShelf", 0);
         assert_eq!(head.http_method, "HEAD");
         assert_eq!(binding(&r, "SearchBooks", 0).response_body, "books");
@@ -412,27 +518,45 @@ mod tests {
         let create = binding(&r, "CreateBook", 0);
         let vars = create.template.matches("/v1/shelves/7/books").unwrap();
         let json = request_json(&create, vars, "", br#"{"title":"T"}"#).unwrap();
-        assert_eq!(String::from_utf8(json).unwrap(), r#"{"book":{"title":"T"},"shelf":"7"}"#);
+        assert_eq!(
+            String::from_utf8(json).unwrap(),
+            r#"{"book":{"title":"T"},"shelf":"7"}"#
+        );
         let list = binding(&r, "ListBooks", 0);
         let vars = list.template.matches("/v1/shelves/3/books").unwrap();
-        let json = request_json(&list, vars, "author=bob&page.size=5&genres=HISTORY&genres=2", b"").unwrap();
+        let json = request_json(
+            &list,
+            vars,
+            "author=bob&page.size=5&genres=HISTORY&genres=2",
+            b"",
+        )
+        .unwrap();
         assert_eq!(
             String::from_utf8(json).unwrap(),
             r#"{"author":"bob","genres":["HISTORY",2],"page":{"size":"5"},"shelf":"3"}"#
         );
         let err = request_json(&list, vec![], "nope=1", b"").unwrap_err();
-        assert_eq!(err, "nope: no such field in example.library.v1.ListBooksRequest");
+        assert_eq!(
+            err,
+            "nope: no such field in example.library.v1.ListBooksRequest"
+        );
         let update = binding(&r, "UpdateBook", 0);
         let vars = update.template.matches("/v1/shelves/1/books/2").unwrap();
         let json = request_json(&update, vars, "updateMask=title", br#"{"title":"New"}"#).unwrap();
-        assert_eq!(String::from_utf8(json).unwrap(), r#"{"book":{"name":"shelves/1/books/2","title":"New"},"updateMask":"title"}"#);
+        assert_eq!(
+            String::from_utf8(json).unwrap(),
+            r#"{"book":{"name":"shelves/1/books/2","title":"New"},"updateMask":"title"}"#
+        );
     }
 
     #[test]
     fn response_body_selects_a_field() {
         let r = library();
         let search = binding(&r, "SearchBooks", 0);
-        assert_eq!(response_part(&search, r#"{"books":[{"title":"a"}],"nextPageToken":"x"}"#), r#"[{"title":"a"}]"#);
+        assert_eq!(
+            response_part(&search, r#"{"books":[{"title":"a"}],"nextPageToken":"x"}"#),
+            r#"[{"title":"a"}]"#
+        );
         assert_eq!(response_part(&search, "{}"), "[]");
     }
 }

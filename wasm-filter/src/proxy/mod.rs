@@ -7,11 +7,14 @@
 //! the raw proxy-wasm 0.2.1 ABI rather than the Rust SDK, whose dispatcher
 //! panics (a trap, in wasm) on host answers it does not expect.
 
+pub mod callout;
 pub mod config;
 pub mod http_rule;
 pub mod pairs;
 pub mod transcoder;
 
+#[cfg(target_arch = "wasm32")]
+mod callout_host;
 #[cfg(target_arch = "wasm32")]
 mod filter;
 #[cfg(target_arch = "wasm32")]

@@ -4,7 +4,10 @@
 
 /// Serializes header pairs for the host.
 pub fn serialize(pairs: &[(&str, &[u8])]) -> Vec<u8> {
-    let size = 4 + pairs.iter().map(|(k, v)| 8 + k.len() + v.len() + 2).sum::<usize>();
+    let size = 4 + pairs
+        .iter()
+        .map(|(k, v)| 8 + k.len() + v.len() + 2)
+        .sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
     for (k, v) in pairs {
@@ -66,7 +69,10 @@ mod tests {
         assert_eq!(bytes, expected);
         assert_eq!(
             deserialize(&bytes).unwrap(),
-            vec![("grpc-status".to_string(), b"0".to_vec()), ("grpc-message".to_string(), vec![])]
+            vec![
+                ("grpc-status".to_string(), b"0".to_vec()),
+                ("grpc-message".to_string(), vec![])
+            ]
         );
     }
 

@@ -19,6 +19,8 @@ pub struct Reply {
     pub http_status: u16,
     /// A JSON document: the response message(s), or a `google.rpc.Status`.
     pub body: String,
+    /// The gRPC outcome the reply reports (OK for messages).
+    pub code: Code,
 }
 
 impl Reply {
@@ -28,7 +30,19 @@ impl Reply {
     }
 
     fn error_with_http(config: &FilterConfig, status: &Status, http_status: u16) -> Reply {
-        Reply { http_status, body: status_to_json(&config.registry, status, &config.json) }
+        Reply {
+            http_status,
+            body: status_to_json(&config.registry, status, &config.json),
+            code: status.code,
+        }
+    }
+
+    pub fn ok(body: String) -> Reply {
+        Reply {
+            http_status: 200,
+            body,
+            code: Code::Ok,
+        }
     }
 }
 
@@ -53,15 +67,27 @@ pub enum Plan {
 
 /// Decides from the request line and content type: a `google.api.http`
 /// binding first, then `POST /pkg.Service/Method`.
-pub fn plan(config: &FilterConfig, http_method: &str, full_path: &str, content_type: Option<&str>) -> Plan {
+pub fn plan(
+    config: &FilterConfig,
+    http_method: &str,
+    full_path: &str,
+    content_type: Option<&str>,
+) -> Plan {
     if content_type.is_some_and(|ct| ct.starts_with("application/grpc")) {
         return Plan::PassThrough;
     }
     let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
-    for binding in config.bindings.iter().filter(|b| b.http_method == http_method) {
+    for binding in config
+        .bindings
+        .iter()
+        .filter(|b| b.http_method == http_method)
+    {
         if let Some(vars) = binding.template.matches(path) {
             let method = binding.method.clone();
-            return Plan::Transcode(Route { method, binding: Some((binding.clone(), vars, query.to_string())) });
+            return Plan::Transcode(Route {
+                method,
+                binding: Some((binding.clone(), vars, query.to_string())),
+            });
         }
     }
     if http_method != "POST" {
@@ -71,6 +97,8 @@ pub fn plan(config: &FilterConfig, http_method: &str, full_path: &str, content_t
         Ok(method) if !config.exposes(method.service_name()) => not_found(config, path),
         Ok(method) => match method.streaming() {
             StreamingKind::Unary | StreamingKind::ServerStreaming => Plan::Transcode(Route { method, binding: None }),
+            // A callout sends the body's JSON messages as they arrive.
+            _ if config.callout.is_some() => Plan::Transcode(Route { method, binding: None }),
             _ => Plan::Reply(Reply::error_with_http(
                 config,
                 &Status::new(Code::Unimplemented, format!("{path} is a client-streaming method; JSON transcoding needs unary or server streaming")),
@@ -83,16 +111,39 @@ pub fn plan(config: &FilterConfig, http_method: &str, full_path: &str, content_t
 }
 
 fn not_found(config: &FilterConfig, path: &str) -> Plan {
-    Plan::Reply(Reply::error_with_http(config, &Status::new(Code::NotFound, format!("unknown method '{path}'")), 404))
+    Plan::Reply(Reply::error_with_http(
+        config,
+        &Status::new(Code::NotFound, format!("unknown method '{path}'")),
+        404,
+    ))
 }
 
 /// The request body (JSON; empty means `{}`), with path variables and query
 /// parameters of an HTTP binding, as one gRPC frame.
 pub fn encode_request(config: &FilterConfig, route: &Route, body: &[u8]) -> Result<Vec<u8>, Reply> {
+    let message = encode_message(config, route, body)?;
+    // Uncompressed: the filter never compresses, which also keeps the
+    // deflate encoder out of the module.
+    let mut frame = Vec::new();
+    encode_frame_into(&message, &mut frame).map_err(|e| {
+        Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500)
+    })?;
+    Ok(frame)
+}
+
+/// The request body as the bare protobuf message (callouts: the host frames it).
+pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Result<Vec<u8>, Reply> {
     if body.len() > config.max_request_bytes {
-        return Err(too_large(config, "request", body.len(), config.max_request_bytes));
+        return Err(too_large(
+            config,
+            "request",
+            body.len(),
+            config.max_request_bytes,
+        ));
     }
-    let bad_request = |message: String| Reply::error_with_http(config, &Status::new(Code::InvalidArgument, message), 400);
+    let bad_request = |message: String| {
+        Reply::error_with_http(config, &Status::new(Code::InvalidArgument, message), 400)
+    };
     let assembled;
     let json = match &route.binding {
         Some((binding, vars, query)) => {
@@ -102,20 +153,70 @@ pub fn encode_request(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
         None if body.iter().all(u8::is_ascii_whitespace) => &b"{}"[..],
         None => body,
     };
-    let method = &route.method;
-    let message = json_to_protobuf(&method.input(), json, &config.json).map_err(|e| {
-        Reply::error_with_http(config, &Status::new(Code::InvalidArgument, e.to_string()), 400)
-    })?;
-    // Uncompressed: the filter never compresses, which also keeps the
-    // deflate encoder out of the module.
-    let mut frame = Vec::new();
-    encode_frame_into(&message, &mut frame)
-        .map_err(|e| Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500))?;
-    Ok(frame)
+    json_to_protobuf(&route.method.input(), json, &config.json)
+        .map_err(|e| bad_request(e.to_string()))
+}
+
+/// One response message (bare protobuf) as JSON, cut to `response_body`.
+pub fn decode_message(
+    config: &FilterConfig,
+    route: &Route,
+    message: &[u8],
+) -> Result<String, Status> {
+    let printed = protobuf_to_json(&route.method.output(), message, &config.json)
+        .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+    Ok(match &route.binding {
+        Some((binding, _, _)) => response_part(binding, &printed),
+        None => printed,
+    })
+}
+
+/// The reply for a finished call whose messages were printed one by one:
+/// like [`decode_response`], from already decoded messages.
+pub fn reply_from_messages(
+    config: &FilterConfig,
+    route: &Route,
+    mut messages: Vec<String>,
+    status: &Status,
+) -> Reply {
+    let streaming = matches!(
+        route.method.streaming(),
+        StreamingKind::ServerStreaming | StreamingKind::Bidirectional
+    );
+    if !status.is_ok() {
+        if streaming && !messages.is_empty() {
+            messages.push(format!(
+                "{{\"error\":{}}}",
+                status_to_json(&config.registry, status, &config.json)
+            ));
+            return Reply {
+                http_status: status.code.to_http_status(),
+                body: format!("[{}]", messages.join(",")),
+                code: status.code,
+            };
+        }
+        return Reply::error(config, status);
+    }
+    if streaming {
+        return Reply::ok(format!("[{}]", messages.join(",")));
+    }
+    if messages.len() == 1 {
+        return Reply::ok(messages.remove(0));
+    }
+    Reply::error(
+        config,
+        &Status::new(
+            Code::Internal,
+            format!("expected one response message, got {}", messages.len()),
+        ),
+    )
 }
 
 pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -> Reply {
-    let status = Status::new(Code::ResourceExhausted, format!("{what} body of {size} bytes exceeds the limit of {limit} bytes"));
+    let status = Status::new(
+        Code::ResourceExhausted,
+        format!("{what} body of {size} bytes exceeds the limit of {limit} bytes"),
+    );
     Reply::error_with_http(config, &status, 413)
 }
 
@@ -123,43 +224,39 @@ pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -
 /// the message for a unary method, an array of messages for a streaming one.
 /// A streaming error after messages keeps them and ends the array with
 /// `{"error": {code, message, details}}`.
-pub fn decode_response(config: &FilterConfig, route: &Route, body: &[u8], encoding: Compression, status: &Status) -> Reply {
-    let method = &route.method;
-    if !status.is_ok() {
-        if method.streaming() == StreamingKind::ServerStreaming && !body.is_empty() {
-            if let Ok(mut messages) = decode_messages(config, route, body, encoding) {
-                messages.push(format!("{{\"error\":{}}}", status_to_json(&config.registry, status, &config.json)));
-                return Reply { http_status: status.code.to_http_status(), body: format!("[{}]", messages.join(",")) };
-            }
-        }
-        return Reply::error(config, status);
-    }
+pub fn decode_response(
+    config: &FilterConfig,
+    route: &Route,
+    body: &[u8],
+    encoding: Compression,
+    status: &Status,
+) -> Reply {
     match decode_messages(config, route, body, encoding) {
-        Ok(messages) if method.streaming() == StreamingKind::ServerStreaming => {
-            Reply { http_status: 200, body: format!("[{}]", messages.join(",")) }
-        }
-        Ok(mut messages) if messages.len() == 1 => Reply { http_status: 200, body: messages.remove(0) },
-        Ok(messages) => Reply::error(
-            config,
-            &Status::new(Code::Internal, format!("expected one response message, got {}", messages.len())),
-        ),
-        Err(status) => Reply::error(config, &status),
+        Ok(messages) => reply_from_messages(config, route, messages, status),
+        // Undecodable messages before a failure: the failure is the news.
+        Err(_) if !status.is_ok() => Reply::error(config, status),
+        Err(decode_error) => Reply::error(config, &decode_error),
     }
 }
 
-fn decode_messages(config: &FilterConfig, route: &Route, body: &[u8], encoding: Compression) -> Result<Vec<String>, Status> {
+fn decode_messages(
+    config: &FilterConfig,
+    route: &Route,
+    body: &[u8],
+    encoding: Compression,
+) -> Result<Vec<String>, Status> {
     let mut decoder = FrameDecoder::new(config.max_response_bytes, encoding);
     decoder.push(body);
-    let output = route.method.output();
     let mut out = Vec::new();
-    while let Some(message) = decoder.next_message().map_err(|e| Status::new(Code::Internal, e.to_string()))? {
-        let printed = protobuf_to_json(&output, &message, &config.json).map_err(|e| Status::new(Code::Internal, e.to_string()))?;
-        out.push(match &route.binding {
-            Some((binding, _, _)) => response_part(binding, &printed),
-            None => printed,
-        });
+    while let Some(message) = decoder
+        .next_message()
+        .map_err(|e| Status::new(Code::Internal, e.to_string()))?
+    {
+        out.push(decode_message(config, route, &message)?);
     }
-    decoder.finish().map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+    decoder
+        .finish()
+        .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
     Ok(out)
 }
 
@@ -185,14 +282,45 @@ mod tests {
     #[test]
     fn plans() {
         let c = config();
-        assert_eq!(transcode(plan(&c, "POST", "/helloworld.Greeter/SayHello", Some("application/json"))).method.name(), "SayHello");
-        assert!(matches!(plan(&c, "POST", "/helloworld.Greeter/SayHello", Some("application/grpc+proto")), Plan::PassThrough));
-        assert!(matches!(plan(&c, "GET", "/healthz", None), Plan::PassThrough));
-        assert!(matches!(plan(&c, "POST", "/upload", None), Plan::PassThrough));
-        let Plan::Reply(r) = plan(&c, "POST", "/helloworld.Greeter/SayBye", None) else { panic!() };
+        assert_eq!(
+            transcode(plan(
+                &c,
+                "POST",
+                "/helloworld.Greeter/SayHello",
+                Some("application/json")
+            ))
+            .method
+            .name(),
+            "SayHello"
+        );
+        assert!(matches!(
+            plan(
+                &c,
+                "POST",
+                "/helloworld.Greeter/SayHello",
+                Some("application/grpc+proto")
+            ),
+            Plan::PassThrough
+        ));
+        assert!(matches!(
+            plan(&c, "GET", "/healthz", None),
+            Plan::PassThrough
+        ));
+        assert!(matches!(
+            plan(&c, "POST", "/upload", None),
+            Plan::PassThrough
+        ));
+        let Plan::Reply(r) = plan(&c, "POST", "/helloworld.Greeter/SayBye", None) else {
+            panic!()
+        };
         assert_eq!(r.http_status, 404);
-        assert_eq!(r.body, r#"{"code":5,"message":"unknown method '/helloworld.Greeter/SayBye'","details":[]}"#);
-        let Plan::Reply(r) = plan(&c, "POST", "/routeguide.RouteGuide/RecordRoute", None) else { panic!() };
+        assert_eq!(
+            r.body,
+            r#"{"code":5,"message":"unknown method '/helloworld.Greeter/SayBye'","details":[]}"#
+        );
+        let Plan::Reply(r) = plan(&c, "POST", "/routeguide.RouteGuide/RecordRoute", None) else {
+            panic!()
+        };
         assert_eq!(r.http_status, 501);
     }
 
@@ -200,52 +328,142 @@ mod tests {
     fn requests() {
         let c = config();
         let m = transcode(plan(&c, "POST", "/helloworld.Greeter/SayHello", None));
-        assert_eq!(encode_request(&c, &m, br#"{"name":"x"}"#).unwrap(), b"\0\0\0\0\x03\x0a\x01x");
+        assert_eq!(
+            encode_request(&c, &m, br#"{"name":"x"}"#).unwrap(),
+            b"\0\0\0\0\x03\x0a\x01x"
+        );
         assert_eq!(encode_request(&c, &m, b"").unwrap(), b"\0\0\0\0\0");
         let r = encode_request(&c, &m, br#"{"name":1}"#).unwrap_err();
-        assert_eq!((r.http_status, r.body.as_str()), (400, r#"{"code":3,"message":"name: expected string, got number","details":[]}"#));
+        assert_eq!(
+            (r.http_status, r.body.as_str()),
+            (
+                400,
+                r#"{"code":3,"message":"name: expected string, got number","details":[]}"#
+            )
+        );
         let r = encode_request(&c, &m, &[b' '; 65]).unwrap_err();
         assert_eq!(r.http_status, 413);
-        assert!(r.body.contains("request body of 65 bytes exceeds the limit of 64 bytes"), "{}", r.body);
+        assert!(
+            r.body
+                .contains("request body of 65 bytes exceeds the limit of 64 bytes"),
+            "{}",
+            r.body
+        );
     }
 
     #[test]
     fn responses() {
         let c = config();
         let m = transcode(plan(&c, "POST", "/helloworld.Greeter/SayHello", None));
-        let ok = decode_response(&c, &m, b"\0\0\0\0\x03\x0a\x01y", Compression::Identity, &Status::ok());
-        assert_eq!(ok, Reply { http_status: 200, body: r#"{"message":"y"}"#.into() });
-        let err = decode_response(&c, &m, b"", Compression::Identity, &Status::new(Code::NotFound, "gone"));
-        assert_eq!(err, Reply { http_status: 404, body: r#"{"code":5,"message":"gone","details":[]}"#.into() });
-        let truncated = decode_response(&c, &m, b"\0\0\0\0\x09\x0a", Compression::Identity, &Status::ok());
+        let ok = decode_response(
+            &c,
+            &m,
+            b"\0\0\0\0\x03\x0a\x01y",
+            Compression::Identity,
+            &Status::ok(),
+        );
+        assert_eq!(
+            ok,
+            Reply {
+                http_status: 200,
+                body: r#"{"message":"y"}"#.into(),
+                code: Code::Ok
+            }
+        );
+        let err = decode_response(
+            &c,
+            &m,
+            b"",
+            Compression::Identity,
+            &Status::new(Code::NotFound, "gone"),
+        );
+        assert_eq!(
+            err,
+            Reply {
+                http_status: 404,
+                body: r#"{"code":5,"message":"gone","details":[]}"#.into(),
+                code: Code::NotFound
+            }
+        );
+        let truncated = decode_response(
+            &c,
+            &m,
+            b"\0\0\0\0\x09\x0a",
+            Compression::Identity,
+            &Status::ok(),
+        );
         assert_eq!(truncated.http_status, 500);
-        let s = transcode(plan(&c, "POST", "/routeguide.RouteGuide/ListFeatures", None));
+        let s = transcode(plan(
+            &c,
+            "POST",
+            "/routeguide.RouteGuide/ListFeatures",
+            None,
+        ));
         let two = [&b"\0\0\0\0\x03\x0a\x01a"[..], b"\0\0\0\0\x03\x0a\x01b"].concat();
         assert_eq!(
             decode_response(&c, &s, &two, Compression::Identity, &Status::ok()).body,
             r#"[{"name":"a"},{"name":"b"}]"#
         );
-        let failed = decode_response(&c, &s, &two, Compression::Identity, &Status::new(Code::Aborted, "late"));
-        assert_eq!(failed.body, r#"[{"name":"a"},{"name":"b"},{"error":{"code":10,"message":"late","details":[]}}]"#);
+        let failed = decode_response(
+            &c,
+            &s,
+            &two,
+            Compression::Identity,
+            &Status::new(Code::Aborted, "late"),
+        );
+        assert_eq!(
+            failed.body,
+            r#"[{"name":"a"},{"name":"b"},{"error":{"code":10,"message":"late","details":[]}}]"#
+        );
     }
 
     #[test]
     fn http_bindings_route_and_assemble_the_request() {
         let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")}});
         let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
-        let r = transcode(plan(&c, "PATCH", "/v1/shelves/1/books/2?updateMask=title", Some("application/json")));
+        let r = transcode(plan(
+            &c,
+            "PATCH",
+            "/v1/shelves/1/books/2?updateMask=title",
+            Some("application/json"),
+        ));
         assert_eq!(r.method.name(), "UpdateBook");
         let frame = encode_request(&c, &r, br#"{"title":"New"}"#).unwrap();
         let input = r.method.input();
         let json = protobuf_to_json(&input, &frame[5..], &Default::default()).unwrap();
-        assert_eq!(json, r#"{"book":{"name":"shelves/1/books/2","title":"New"},"updateMask":"title"}"#);
-        assert_eq!(transcode(plan(&c, "GET", "/v1/books?author=x", None)).method.name(), "ListBooks");
-        assert_eq!(transcode(plan(&c, "POST", "/v1/shelves/1/books/2:move", None)).method.name(), "MoveBook");
-        assert_eq!(transcode(plan(&c, "HEAD", "/v1/shelves/9", None)).method.name(), "HeadShelf");
-        assert!(matches!(plan(&c, "GET", "/v2/other", None), Plan::PassThrough));
+        assert_eq!(
+            json,
+            r#"{"book":{"name":"shelves/1/books/2","title":"New"},"updateMask":"title"}"#
+        );
+        assert_eq!(
+            transcode(plan(&c, "GET", "/v1/books?author=x", None))
+                .method
+                .name(),
+            "ListBooks"
+        );
+        assert_eq!(
+            transcode(plan(&c, "POST", "/v1/shelves/1/books/2:move", None))
+                .method
+                .name(),
+            "MoveBook"
+        );
+        assert_eq!(
+            transcode(plan(&c, "HEAD", "/v1/shelves/9", None))
+                .method
+                .name(),
+            "HeadShelf"
+        );
+        assert!(matches!(
+            plan(&c, "GET", "/v2/other", None),
+            Plan::PassThrough
+        ));
         let bad = transcode(plan(&c, "GET", "/v1/shelves/x/books?page.size=big", None));
         let reply = encode_request(&c, &bad, b"").unwrap_err();
         assert_eq!(reply.http_status, 400);
-        assert!(reply.body.contains("page.size: expected an integer"), "{}", reply.body);
+        assert!(
+            reply.body.contains("page.size: expected an integer"),
+            "{}",
+            reply.body
+        );
     }
 }

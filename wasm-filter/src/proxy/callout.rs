@@ -1,0 +1,243 @@
+//! The host-free half of callout mode: what a call carries (deadline,
+//! metadata), how a streamed JSON request body splits into messages, and
+//! how a host's failure report becomes a gRPC status.
+
+use serde::de::IgnoredAny;
+
+use crate::code::Code;
+use crate::metadata::{decode_binary, is_binary_key, Metadata, MetadataValue};
+use crate::status::{percent_decode, Status};
+use crate::timeout::parse_timeout;
+
+use super::config::Callout;
+
+/// Request headers with this prefix become call metadata (grpc-gateway's
+/// convention, so clients of either carry metadata the same way).
+pub const METADATA_PREFIX: &str = "grpc-metadata-";
+
+/// The call's deadline in milliseconds: the request's `grpc-timeout`, or
+/// the configured default. Never 0: Envoy fails a call with timeout 0 at once.
+pub fn deadline_ms(callout: &Callout, grpc_timeout: Option<&str>) -> Result<u64, Status> {
+    let Some(value) = grpc_timeout else {
+        return Ok(callout.timeout_ms);
+    };
+    let timeout =
+        parse_timeout(value).map_err(|e| Status::new(Code::InvalidArgument, e.to_string()))?;
+    Ok(u64::try_from(timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1))
+}
+
+/// The metadata of a call: the configured entries, then every request
+/// header `grpc-metadata-<key>` as `<key>`. `-bin` values stay base64 text,
+/// which is how the host puts them on the wire; they are checked here so
+/// that a bad one is the client's 400, not the server's.
+pub fn call_metadata(
+    callout: &Callout,
+    headers: &[(String, Vec<u8>)],
+) -> Result<Vec<(String, String)>, Status> {
+    let mut out = callout.metadata.clone();
+    let mut checked = Metadata::new();
+    for (name, value) in headers {
+        let Some(key) = name
+            .to_ascii_lowercase()
+            .strip_prefix(METADATA_PREFIX)
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(value).into_owned();
+        let result = if is_binary_key(&key) {
+            decode_binary(&key, value)
+                .and_then(|bytes| checked.append(&key, MetadataValue::Binary(bytes)))
+        } else {
+            checked.append(&key, MetadataValue::Ascii(text.clone()))
+        };
+        result.map_err(|e| Status::new(Code::InvalidArgument, format!("{name}: {e}")))?;
+        out.push((key, text));
+    }
+    Ok(out)
+}
+
+/// The status a host reported when a call failed. Envoy appends its
+/// response details in braces (`...{upstream_reset_before_response_started}`),
+/// which is noise to a client: it is cut. Envoy also reports an expired
+/// deadline as UNAVAILABLE; when the deadline has passed, that is
+/// DEADLINE_EXCEEDED.
+pub fn closed_status(code: u32, message: &str, elapsed_ms: u64, deadline_ms: u64) -> Status {
+    let code = i32::try_from(code)
+        .map(Code::from_i32)
+        .unwrap_or(Code::Unknown);
+    // Envoy reports the `grpc-message` header as it came: percent-encoded.
+    let decoded = percent_decode(message.as_bytes());
+    let message = strip_details_suffix(&decoded);
+    // Host timers may fire a little early by the module's clock: 5% slack.
+    let expired =
+        elapsed_ms.saturating_add(deadline_ms / 20) >= deadline_ms || message == ENVOY_TIMEOUT;
+    if code == Code::Unavailable && expired {
+        return Status::new(
+            Code::DeadlineExceeded,
+            format!("deadline of {deadline_ms} ms exceeded ({message})"),
+        );
+    }
+    if code == Code::Ok {
+        // A close without a failure, yet no message arrived.
+        return Status::new(Code::Internal, "the call ended without a response message");
+    }
+    Status::new(code, message)
+}
+
+/// Envoy's message for a call that hit its timeout.
+const ENVOY_TIMEOUT: &str = "upstream request timeout";
+
+fn strip_details_suffix(message: &str) -> &str {
+    let trimmed = message.trim_end();
+    if !trimmed.ends_with('}') {
+        return trimmed;
+    }
+    // The suffix's opening brace: walk back over balanced braces.
+    let mut depth = 0usize;
+    for (i, c) in trimmed.char_indices().rev() {
+        match c {
+            '}' => depth += 1,
+            '{' => {
+                depth -= 1;
+                if depth == 0 {
+                    return trimmed[..i].trim_end();
+                }
+            }
+            _ => {}
+        }
+    }
+    trimmed
+}
+
+/// Splits the complete JSON values at the start of a streamed request body
+/// (newline-delimited or simply concatenated); returns them and how many
+/// bytes they used. An incomplete last value waits for more bytes; a
+/// malformed one is an error.
+pub fn split_messages(buf: &[u8]) -> Result<(Vec<&[u8]>, usize), String> {
+    let mut values = serde_json::Deserializer::from_slice(buf).into_iter::<IgnoredAny>();
+    let mut out = Vec::new();
+    let mut start = 0;
+    loop {
+        // Whitespace between values is skipped by the deserializer.
+        let before = buf[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_whitespace())
+            .count()
+            + start;
+        match values.next() {
+            None => return Ok((out, buf.len())),
+            Some(Ok(IgnoredAny)) => {
+                let end = values.byte_offset();
+                out.push(&buf[before..end]);
+                start = end;
+            }
+            Some(Err(e)) if e.is_eof() => return Ok((out, start)),
+            Some(Err(e)) => return Err(format!("invalid JSON in message {}: {e}", out.len() + 1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn callout() -> Callout {
+        Callout {
+            upstream: b"c".to_vec(),
+            timeout_ms: 5000,
+            metadata: vec![("x-origin".into(), "proxy".into())],
+            upstream_header: None,
+        }
+    }
+
+    #[test]
+    fn deadlines() {
+        assert_eq!(deadline_ms(&callout(), None), Ok(5000));
+        assert_eq!(deadline_ms(&callout(), Some("250m")), Ok(250));
+        assert_eq!(deadline_ms(&callout(), Some("10u")), Ok(1));
+        let err = deadline_ms(&callout(), Some("soon")).unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument);
+        assert!(
+            err.message.starts_with("invalid grpc-timeout 'soon'"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn metadata_from_prefixed_headers() {
+        let headers = vec![
+            ("content-type".to_string(), b"application/json".to_vec()),
+            ("Grpc-Metadata-User".to_string(), b"ann".to_vec()),
+            ("grpc-metadata-trace-bin".to_string(), b"AQI".to_vec()),
+        ];
+        assert_eq!(
+            call_metadata(&callout(), &headers).unwrap(),
+            vec![
+                ("x-origin".to_string(), "proxy".to_string()),
+                ("user".to_string(), "ann".to_string()),
+                ("trace-bin".to_string(), "AQI".to_string())
+            ]
+        );
+        let bad = vec![("grpc-metadata-trace-bin".to_string(), b"@@".to_vec())];
+        let err = call_metadata(&callout(), &bad).unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument);
+        assert_eq!(
+            err.message,
+            "grpc-metadata-trace-bin: invalid value for metadata key 'trace-bin': not valid base64"
+        );
+        let reserved = vec![("grpc-metadata-grpc-timeout".to_string(), b"1S".to_vec())];
+        assert!(call_metadata(&callout(), &reserved)
+            .unwrap_err()
+            .message
+            .contains("reserved"));
+    }
+
+    #[test]
+    fn host_failures() {
+        let s = closed_status(
+            14,
+            "upstream connect error{remote_connection_failure{x}}",
+            3,
+            1000,
+        );
+        assert_eq!(s, Status::new(Code::Unavailable, "upstream connect error"));
+        let s = closed_status(14, "stream timeout{a}", 960, 1000);
+        assert_eq!(
+            s,
+            Status::new(
+                Code::DeadlineExceeded,
+                "deadline of 1000 ms exceeded (stream timeout)"
+            )
+        );
+        let s = closed_status(14, "upstream request timeout", 10, 1000);
+        assert_eq!(s.code, Code::DeadlineExceeded);
+        assert_eq!(
+            closed_status(14, "no%20route", 3, 1000),
+            Status::new(Code::Unavailable, "no route")
+        );
+        assert_eq!(
+            closed_status(5, "no {such} book", 0, 10),
+            Status::new(Code::NotFound, "no {such} book")
+        );
+        assert_eq!(closed_status(99, "x", 0, 10).code, Code::Unknown);
+        assert_eq!(closed_status(0, "", 0, 10).code, Code::Internal);
+    }
+
+    #[test]
+    fn streamed_bodies_split_into_messages() {
+        let (values, used) = split_messages(b"{\"a\":1}\n{\"b\":[2]} {\"c\"").unwrap();
+        assert_eq!(values, vec![&b"{\"a\":1}"[..], b"{\"b\":[2]}"]);
+        assert_eq!(used, 17);
+        assert_eq!(split_messages(b"  \n").unwrap(), (vec![], 3));
+        let (values, used) = split_messages(b"{}{}").unwrap();
+        assert_eq!((values.len(), used), (2, 4));
+        assert_eq!(
+            split_messages(b"{} ]").unwrap_err(),
+            "invalid JSON in message 2: expected value at line 1 column 4"
+        );
+    }
+}

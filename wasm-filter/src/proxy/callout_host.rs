@@ -1,0 +1,355 @@
+//! Callout mode against the host: the filter answers a transcoded request
+//! by calling the method itself with `proxy_grpc_call` (unary) or
+//! `proxy_grpc_stream` (everything else), then replies with a local response.
+//!
+//! The host's gRPC callbacks arrive on the root context with a token; a
+//! token table leads back to the HTTP stream. Streamed response messages go
+//! to the host function `grpc_wasm.deliver` when the host has one (the
+//! OpenResty shim: it hands each message to Lua as it comes); elsewhere
+//! they are gathered into one JSON array.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use crate::code::Code;
+use crate::descriptors::StreamingKind;
+use crate::status::Status;
+use crate::timeout::encode_timeout;
+
+use super::callout::{call_metadata, closed_status, deadline_ms, split_messages};
+use super::config::FilterConfig;
+use super::host::{self, *};
+use super::transcoder::{self, Reply, Route};
+
+/// The host function that receives each streamed message: the HTTP
+/// context id (u32, little-endian) followed by the message as JSON.
+pub const DELIVER_FUNCTION: &str = "grpc_wasm.deliver";
+
+/// One call in flight for an HTTP stream.
+#[derive(Debug, Default)]
+pub struct Call {
+    upstream: Vec<u8>,
+    metadata: Vec<(String, String)>,
+    deadline_ms: u64,
+    started_ns: u64,
+    /// 0 until the host accepted the call.
+    token: u32,
+    /// Messages gathered for the final reply (hosts without delivery).
+    messages: Vec<String>,
+    message_bytes: usize,
+    initial: Vec<(String, Vec<u8>)>,
+    trailing: Vec<(String, Vec<u8>)>,
+    delivering: bool,
+}
+
+thread_local! {
+    static TOKENS: RefCell<HashMap<u32, u32>> = RefCell::new(HashMap::new());
+}
+
+/// The context that owns a call's token.
+pub fn context_of(token: u32) -> Option<u32> {
+    TOKENS.with(|t| t.borrow().get(&token).copied())
+}
+
+fn forget(token: u32) {
+    TOKENS.with(|t| t.borrow_mut().remove(&token));
+}
+
+/// Prepares the call from the request headers: deadline, metadata, upstream.
+pub fn prepare(config: &FilterConfig) -> Result<Call, Status> {
+    let Some(callout) = &config.callout else {
+        return Err(Status::new(Code::Internal, "callout mode is off"));
+    };
+    let headers = header_pairs(MAP_REQUEST_HEADERS);
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    };
+    let deadline_ms = deadline_ms(callout, find("grpc-timeout").as_deref())?;
+    let metadata = call_metadata(callout, &headers)?;
+    let upstream = match callout.upstream_header.as_deref().and_then(find) {
+        Some(chosen) => chosen.into_bytes(),
+        None => callout.upstream.clone(),
+    };
+    if upstream.is_empty() {
+        return Err(Status::new(
+            Code::InvalidArgument,
+            "no upstream: the request names none and the configuration has none",
+        ));
+    }
+    Ok(Call {
+        upstream,
+        metadata,
+        deadline_ms,
+        started_ns: now_nanos(),
+        ..Call::default()
+    })
+}
+
+/// Does the request body carry a stream of messages (client or bidi streaming)?
+pub fn streams_requests(route: &Route) -> bool {
+    matches!(
+        route.method.streaming(),
+        StreamingKind::ClientStreaming | StreamingKind::Bidirectional
+    )
+}
+
+/// Starts the call with the whole request body (unary and server streaming).
+pub fn start_with_body(
+    config: &FilterConfig,
+    route: &Route,
+    call: &mut Call,
+    context_id: u32,
+    body: &[u8],
+) -> Result<(), Reply> {
+    let message = transcoder::encode_message(config, route, body)?;
+    let target = target(route, call);
+    let token = if route.method.streaming() == StreamingKind::Unary {
+        grpc_call(&target, &message, call.deadline_ms)
+    } else {
+        grpc_stream(&target).and_then(|token| {
+            grpc_send(token, &message)
+                .and_then(|()| grpc_close(token))
+                .map(|()| token)
+                .inspect_err(|_| {
+                    let _ = grpc_cancel(token);
+                })
+        })
+    }
+    .map_err(|s| host_refused(config, s))?;
+    own(call, token, context_id);
+    Ok(())
+}
+
+/// Opens a stream whose messages follow in the request body.
+pub fn open_stream(
+    config: &FilterConfig,
+    route: &Route,
+    call: &mut Call,
+    context_id: u32,
+) -> Result<(), Reply> {
+    let token = grpc_stream(&target(route, call)).map_err(|s| host_refused(config, s))?;
+    own(call, token, context_id);
+    Ok(())
+}
+
+/// Sends the complete JSON messages at the start of the buffered request
+/// body and returns how many bytes they took (the caller drains them); at
+/// the body's end, half-closes the stream.
+pub fn send_streamed(
+    config: &FilterConfig,
+    route: &Route,
+    call: &mut Call,
+    body: &[u8],
+    end: bool,
+) -> Result<usize, Reply> {
+    let bad_request =
+        |message: String| Reply::error(config, &Status::new(Code::InvalidArgument, message));
+    let (values, used) = split_messages(body).map_err(bad_request)?;
+    let plain = Route {
+        method: route.method.clone(),
+        binding: None,
+    };
+    for value in values {
+        let message = transcoder::encode_message(config, &plain, value)?;
+        grpc_send(call.token, &message).map_err(|s| host_refused(config, s))?;
+    }
+    if end {
+        if !body[used..].iter().all(u8::is_ascii_whitespace) {
+            return Err(bad_request(
+                "invalid JSON: the request body ends inside a message".into(),
+            ));
+        }
+        grpc_close(call.token).map_err(|s| host_refused(config, s))?;
+    }
+    Ok(used)
+}
+
+fn target<'a>(route: &'a Route, call: &'a Call) -> GrpcTarget<'a> {
+    GrpcTarget {
+        upstream: &call.upstream,
+        service: route.method.service_name(),
+        method: route.method.name(),
+        metadata: &call.metadata,
+    }
+}
+
+fn own(call: &mut Call, token: u32, context_id: u32) {
+    call.token = token;
+    TOKENS.with(|t| t.borrow_mut().insert(token, context_id));
+}
+
+fn host_refused(config: &FilterConfig, status: HostStatus) -> Reply {
+    Reply::error(
+        config,
+        &Status::new(
+            Code::Unavailable,
+            format!("the host refused the gRPC call (host status {})", status.0),
+        ),
+    )
+}
+
+/// Streams get the deadline as metadata too: the host enforces none for them.
+pub fn add_stream_deadline(call: &mut Call) {
+    let timeout = std::time::Duration::from_millis(call.deadline_ms);
+    call.metadata
+        .push(("grpc-timeout".to_string(), encode_timeout(timeout)));
+}
+
+pub fn on_initial_metadata(call: &mut Call) {
+    call.initial = header_pairs(MAP_GRPC_INITIAL_METADATA);
+}
+
+pub fn on_trailing_metadata(call: &mut Call) {
+    call.trailing = header_pairs(MAP_GRPC_TRAILING_METADATA);
+}
+
+/// A response message. Returns the final reply when the call is over
+/// (unary success, or a stream that broke a limit).
+pub fn on_message(
+    config: &FilterConfig,
+    route: &Route,
+    call: &mut Call,
+    context_id: u32,
+    size: usize,
+) -> Option<Reply> {
+    let bytes = match host::buffer(BUFFER_GRPC_RECEIVE, 0, size) {
+        Ok(bytes) => bytes,
+        Err(s) => {
+            return Some(fail(
+                config,
+                call,
+                Status::new(
+                    Code::Internal,
+                    format!("cannot read the response message (host status {})", s.0),
+                ),
+            ))
+        }
+    };
+    let json = match transcoder::decode_message(config, route, &bytes) {
+        Ok(json) => json,
+        Err(status) => return Some(fail(config, call, status)),
+    };
+    if route.method.streaming() == StreamingKind::Unary {
+        forget(call.token);
+        return Some(transcoder::reply_from_messages(
+            config,
+            route,
+            vec![json],
+            &Status::ok(),
+        ));
+    }
+    if deliver(call, context_id, &json) {
+        return None;
+    }
+    call.message_bytes += json.len();
+    if call.message_bytes > config.max_response_bytes {
+        let reply = transcoder::too_large(
+            config,
+            "response",
+            call.message_bytes,
+            config.max_response_bytes,
+        );
+        let _ = grpc_cancel(call.token);
+        forget(call.token);
+        return Some(reply);
+    }
+    call.messages.push(json);
+    None
+}
+
+/// Hands a message to the host's delivery function; false when the host has
+/// none (then the message waits for the final reply).
+fn deliver(call: &mut Call, context_id: u32, json: &str) -> bool {
+    if !call.delivering && !call.messages.is_empty() {
+        return false;
+    }
+    let mut args = Vec::with_capacity(4 + json.len());
+    args.extend_from_slice(&context_id.to_le_bytes());
+    args.extend_from_slice(json.as_bytes());
+    call.delivering = call_foreign(DELIVER_FUNCTION, &args).is_ok();
+    call.delivering
+}
+
+/// The call ended (stream end, or a failure): the final reply.
+pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32) -> Reply {
+    forget(call.token);
+    let (reported, message) = grpc_status();
+    let code = if code == 0 { reported } else { code };
+    let status = if code == 0 && route.method.streaming() != StreamingKind::Unary {
+        Status::ok()
+    } else {
+        let mut status = closed_status(code, &message, elapsed_ms(call), call.deadline_ms);
+        status.details = trailing_details(call);
+        status
+    };
+    if call.delivering {
+        // The messages are with the host already; the reply only ends the call.
+        return if status.is_ok() {
+            Reply::ok(String::new())
+        } else {
+            Reply::error(config, &status)
+        };
+    }
+    transcoder::reply_from_messages(config, route, std::mem::take(&mut call.messages), &status)
+}
+
+fn trailing_details(call: &Call) -> Option<Vec<u8>> {
+    let (_, value) = call
+        .trailing
+        .iter()
+        .find(|(k, _)| k == "grpc-status-details-bin")?;
+    crate::metadata::decode_binary("grpc-status-details-bin", value).ok()
+}
+
+fn fail(config: &FilterConfig, call: &mut Call, status: Status) -> Reply {
+    let _ = grpc_cancel(call.token);
+    forget(call.token);
+    Reply::error(config, &status)
+}
+
+fn elapsed_ms(call: &Call) -> u64 {
+    now_nanos().saturating_sub(call.started_ns) / 1_000_000
+}
+
+/// A stream past its deadline: cancelled, and answered DEADLINE_EXCEEDED.
+pub fn expire(config: &FilterConfig, call: &mut Call) -> Option<Reply> {
+    if call.token == 0 || context_of(call.token).is_none() || elapsed_ms(call) < call.deadline_ms {
+        return None;
+    }
+    let status = Status::new(
+        Code::DeadlineExceeded,
+        format!("deadline of {} ms exceeded", call.deadline_ms),
+    );
+    Some(fail(config, call, status))
+}
+
+/// The HTTP stream ended first: the host would let the call run on.
+pub fn cancel(call: &Call) {
+    if call.token != 0 && context_of(call.token).is_some() {
+        let _ = grpc_cancel(call.token);
+        forget(call.token);
+    }
+}
+
+/// The response headers of a callout reply: the status, and the call's
+/// response metadata (`grpc-metadata-*` from headers, `grpc-trailer-*`).
+pub fn reply_headers(call: &Call, reply: &Reply) -> Vec<(String, Vec<u8>)> {
+    let mut out = vec![
+        ("content-type".to_string(), b"application/json".to_vec()),
+        (
+            "grpc-status".to_string(),
+            reply.code.as_i32().to_string().into_bytes(),
+        ),
+    ];
+    let reserved = |k: &str| k.starts_with(':') || k.starts_with("grpc-") || k == "content-type";
+    for (k, v) in call.initial.iter().filter(|(k, _)| !reserved(k)) {
+        out.push((format!("grpc-metadata-{k}"), v.clone()));
+    }
+    for (k, v) in call.trailing.iter().filter(|(k, _)| !reserved(k)) {
+        out.push((format!("grpc-trailer-{k}"), v.clone()));
+    }
+    out
+}
