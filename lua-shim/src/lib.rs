@@ -1,10 +1,19 @@
 //! The native side of grpc-wasm for OpenResty.
 //!
-//! For now it holds the wasmtime host of the core module: the WASI subset a
-//! proxy gives its modules ([`wasm::wasi`]) and a typed client of the core's
-//! own exports ([`wasm::CoreModule`]). The Lua API and the HTTP/2 transport
-//! come with their own issue.
+//! - [`host`]: a proxy-wasm host (wasmtime) that runs the grpc-wasm module
+//!   in callout mode, exactly as Envoy would;
+//! - [`transport`]: HTTP/2 with tonic and rustls;
+//! - [`client`]: the two joined, with per-call event queues;
+//! - [`ffi`]: the C ABI that `resty.ffi.grpc` calls through LuaJIT's FFI,
+//!   and [`resty_ffi`]: the lua-resty-ffi runtime contract (`libffi_init`).
+//! - [`wasm`]: the WASI subset and a typed client of the core's own exports.
 
+pub mod client;
+pub mod ffi;
+pub mod host;
+mod notify;
+pub mod transport;
 pub mod wasm;
 
+pub use client::{Client, ClientError, Event};
 pub use wasm::{CoreModule, HostError};

@@ -98,6 +98,31 @@ pub unsafe extern "C" fn grpc_wasm_load_proto(
     })
 }
 
+/// The files a `.proto` source imports, one per line: hosts that read
+/// sources from disk resolve them before `load_proto` or configuration.
+///
+/// # Safety
+/// The pointers must address `len` readable bytes of this module's memory.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_proto_imports(
+    name: *const u8,
+    name_len: usize,
+    source: *const u8,
+    source_len: usize,
+) -> u32 {
+    let (name, source) = (bytes(name, name_len), bytes(source, source_len));
+    run(|_| {
+        let name = utf8(name, "file name")?;
+        let source = utf8(source, "file source")?;
+        let file = protox::file::File::from_source(name, source).map_err(|e| e.to_string())?;
+        Ok(file
+            .file_descriptor_proto()
+            .dependency
+            .join("\n")
+            .into_bytes())
+    })
+}
+
 /// Sets the JSON options from a bit set: 1 emit defaults, 2 int64 as
 /// number, 4 enums as numbers, 8 proto field names, 16 ignore unknown fields.
 #[no_mangle]

@@ -11,9 +11,18 @@ use grpc_wasm::{JsonOptions, Registry};
 use lua_shim::CoreModule;
 
 const PROTOS: [(&str, &str); 3] = [
-    ("helloworld.proto", include_str!("../../../protos/helloworld.proto")),
-    ("route_guide.proto", include_str!("../../../protos/route_guide.proto")),
-    ("library.proto", include_str!("../../../protos/library.proto")),
+    (
+        "helloworld.proto",
+        include_str!("../../../protos/helloworld.proto"),
+    ),
+    (
+        "route_guide.proto",
+        include_str!("../../../protos/route_guide.proto"),
+    ),
+    (
+        "library.proto",
+        include_str!("../../../protos/library.proto"),
+    ),
 ];
 const ROUNDS: usize = 7;
 
@@ -25,10 +34,11 @@ struct Case {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let wasm_path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/grpc_wasm.wasm").to_string());
-    let wasm = std::fs::read(&wasm_path).map_err(|e| format!("{wasm_path}: {e} (run `make wasm`)"))?;
+    let wasm_path = std::env::args().nth(1).unwrap_or_else(|| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../target/grpc_wasm.wasm").to_string()
+    });
+    let wasm =
+        std::fs::read(&wasm_path).map_err(|e| format!("{wasm_path}: {e} (run `make wasm`)"))?;
 
     let mut registry = Registry::new()?;
     registry.add_sources(PROTOS)?;
@@ -38,7 +48,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     println!("JSON -> protobuf -> JSON round trip, median of {ROUNDS} alternating rounds");
-    println!("{:<34} {:>12} {:>12} {:>11}", "message", "native µs/op", "wasm µs/op", "wasm/native");
+    println!(
+        "{:<34} {:>12} {:>12} {:>11}",
+        "message", "native µs/op", "wasm µs/op", "wasm/native"
+    );
     for case in cases() {
         let desc = registry.message(case.type_name)?;
         let options = JsonOptions::default();
@@ -46,7 +59,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // the native side, so that both run the same code.
         let lookup = |name: &str| registry.message(name).map_err(|e| e.to_string());
         // Both sides must agree before their speed means anything.
-        let native_out = protobuf_to_json(&desc, &json_to_protobuf(&desc, &case.json, &options)?, &options)?;
+        let native_out = protobuf_to_json(
+            &desc,
+            &json_to_protobuf(&desc, &case.json, &options)?,
+            &options,
+        )?;
         let wasm_bytes = core.json_to_proto(case.type_name, &case.json)?;
         let wasm_out = core.proto_to_json(case.type_name, &wasm_bytes)?;
         if native_out.as_bytes() != wasm_out.as_slice() {
@@ -56,12 +73,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut in_wasm = Vec::new();
         for _ in 0..ROUNDS {
             native.push(time(case.iterations, || {
-                let bytes = json_to_protobuf(&lookup(case.type_name)?, &case.json, &options).map_err(|e| e.to_string())?;
-                protobuf_to_json(&lookup(case.type_name)?, &bytes, &options).map(drop).map_err(|e| e.to_string())
+                let bytes = json_to_protobuf(&lookup(case.type_name)?, &case.json, &options)
+                    .map_err(|e| e.to_string())?;
+                protobuf_to_json(&lookup(case.type_name)?, &bytes, &options)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
             })?);
             in_wasm.push(time(case.iterations, || {
-                let bytes = core.json_to_proto(case.type_name, &case.json).map_err(|e| e.to_string())?;
-                core.proto_to_json(case.type_name, &bytes).map(drop).map_err(|e| e.to_string())
+                let bytes = core
+                    .json_to_proto(case.type_name, &case.json)
+                    .map_err(|e| e.to_string())?;
+                core.proto_to_json(case.type_name, &bytes)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
             })?);
         }
         let (n, w) = (median(native), median(in_wasm));
@@ -73,14 +97,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             w / n
         );
     }
-    println!("wasm module: {wasm_path}: {} bytes ({:.2} MiB)", wasm.len(), wasm.len() as f64 / 1048576.0);
+    println!(
+        "wasm module: {wasm_path}: {} bytes ({:.2} MiB)",
+        wasm.len(),
+        wasm.len() as f64 / 1048576.0
+    );
     Ok(())
 }
 
 fn cases() -> Vec<Case> {
     let book = r#"{"name":"shelves/1/books/N","author":"Ursula K. Le Guin","title":"The Dispossessed","genre":"FICTION","tags":["classic","anarchism","space"],"pages":"387"}"#;
     let count = 1024 * 1024 / book.len();
-    let books: Vec<String> = (0..count).map(|i| book.replace("books/N", &format!("books/{i}"))).collect();
+    let books: Vec<String> = (0..count)
+        .map(|i| book.replace("books/N", &format!("books/{i}")))
+        .collect();
     vec![
         Case { name: "small HelloRequest", type_name: "helloworld.HelloRequest", json: br#"{"name":"foobar"}"#.to_vec(), iterations: 20_000 },
         Case {

@@ -23,14 +23,21 @@ struct Args {
 }
 
 const PROTOS: [(&str, &str); 2] = [
-    ("helloworld.proto", include_str!("../../../protos/helloworld.proto")),
-    ("route_guide.proto", include_str!("../../../protos/route_guide.proto")),
+    (
+        "helloworld.proto",
+        include_str!("../../../protos/helloworld.proto"),
+    ),
+    (
+        "route_guide.proto",
+        include_str!("../../../protos/route_guide.proto"),
+    ),
 ];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let wasm = std::fs::read(&args.wasm).map_err(|e| format!("{}: {e} (run `make wasm`)", args.wasm))?;
+    let wasm =
+        std::fs::read(&args.wasm).map_err(|e| format!("{}: {e} (run `make wasm`)", args.wasm))?;
     let mut core = CoreModule::new(&wasm)?;
     for (name, source) in PROTOS {
         core.load_proto(name, source)?;
@@ -40,7 +47,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let greeter = connect(&args.greeter).await?;
     let routeguide = connect(&args.routeguide).await?;
 
-    unary(&mut core, greeter, "/helloworld.Greeter/SayHello", ("helloworld.HelloRequest", "helloworld.HelloReply"), r#"{"name":"grpc-wasm"}"#).await?;
+    unary(
+        &mut core,
+        greeter,
+        "/helloworld.Greeter/SayHello",
+        ("helloworld.HelloRequest", "helloworld.HelloReply"),
+        r#"{"name":"grpc-wasm"}"#,
+    )
+    .await?;
     unary(
         &mut core,
         routeguide.clone(),
@@ -53,7 +67,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn connect(addr: &str) -> Result<Channel, Box<dyn std::error::Error>> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?.connect().await?)
+    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?)
 }
 
 async fn unary(
@@ -67,22 +83,36 @@ async fn unary(
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
     let reply = grpc
-        .unary(tonic::Request::new(request), PathAndQuery::from_static(path), RawCodec)
+        .unary(
+            tonic::Request::new(request),
+            PathAndQuery::from_static(path),
+            RawCodec,
+        )
         .await?
         .into_inner();
     let reply = core.proto_to_json(output, &reply)?;
-    println!("{path}\n  request  {json}\n  response {}", String::from_utf8_lossy(&reply));
+    println!(
+        "{path}\n  request  {json}\n  response {}",
+        String::from_utf8_lossy(&reply)
+    );
     Ok(())
 }
 
-async fn list_features(core: &mut CoreModule, channel: Channel) -> Result<(), Box<dyn std::error::Error>> {
+async fn list_features(
+    core: &mut CoreModule,
+    channel: Channel,
+) -> Result<(), Box<dyn std::error::Error>> {
     let path = "/routeguide.RouteGuide/ListFeatures";
     let json = r#"{"lo":{"latitude":400000000,"longitude":-750000000},"hi":{"latitude":420000000,"longitude":-730000000}}"#;
     let request = core.json_to_proto("routeguide.Rectangle", json.as_bytes())?;
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
     let mut stream = grpc
-        .server_streaming(tonic::Request::new(request), PathAndQuery::from_static(path), RawCodec)
+        .server_streaming(
+            tonic::Request::new(request),
+            PathAndQuery::from_static(path),
+            RawCodec,
+        )
         .await?
         .into_inner();
     println!("{path} (server streaming)\n  request  {json}");

@@ -51,7 +51,8 @@ impl CoreModule {
             .map_err(|e| HostError::Load(e.to_string()))?;
         // cdylib modules built for wasip1 run their constructors here.
         if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
-            init.call(&mut store, ()).map_err(|e| HostError::Trap(e.to_string()))?;
+            init.call(&mut store, ())
+                .map_err(|e| HostError::Trap(e.to_string()))?;
         }
         let memory = instance
             .get_memory(&mut store, "memory")
@@ -76,7 +77,10 @@ impl CoreModule {
 
     /// Sets the JSON options (bit set, see abi.rs).
     pub fn set_json_options(&mut self, flags: u32) -> Result<(), HostError> {
-        let code = self.set_json_options.call(&mut self.store, flags).map_err(trap)?;
+        let code = self
+            .set_json_options
+            .call(&mut self.store, flags)
+            .map_err(trap)?;
         self.result(code).map(drop)
     }
 
@@ -91,9 +95,21 @@ impl CoreModule {
     }
 
     /// Both inputs go into the module's scratch buffer in one write.
-    fn call2(&mut self, f: &TypedFunc<(u32, u32, u32, u32), u32>, a: &[u8], b: &[u8]) -> Result<Vec<u8>, HostError> {
-        let total = a.len().checked_add(b.len()).filter(|&t| t <= u32::MAX as usize).ok_or(HostError::BadBuffer)?;
-        let ptr = self.buffer.call(&mut self.store, total as u32).map_err(trap)?;
+    fn call2(
+        &mut self,
+        f: &TypedFunc<(u32, u32, u32, u32), u32>,
+        a: &[u8],
+        b: &[u8],
+    ) -> Result<Vec<u8>, HostError> {
+        let total = a
+            .len()
+            .checked_add(b.len())
+            .filter(|&t| t <= u32::MAX as usize)
+            .ok_or(HostError::BadBuffer)?;
+        let ptr = self
+            .buffer
+            .call(&mut self.store, total as u32)
+            .map_err(trap)?;
         let data = self.memory.data_mut(&mut self.store);
         let start = ptr as usize;
         let dst = start
@@ -103,7 +119,10 @@ impl CoreModule {
         dst[..a.len()].copy_from_slice(a);
         dst[a.len()..].copy_from_slice(b);
         let code = f
-            .call(&mut self.store, (ptr, a.len() as u32, ptr + a.len() as u32, b.len() as u32))
+            .call(
+                &mut self.store,
+                (ptr, a.len() as u32, ptr + a.len() as u32, b.len() as u32),
+            )
             .map_err(trap)?;
         self.result(code)
     }
@@ -119,7 +138,9 @@ impl CoreModule {
             .to_vec();
         match code {
             0 => Ok(bytes),
-            _ => Err(HostError::Core(String::from_utf8_lossy(&bytes).into_owned())),
+            _ => Err(HostError::Core(
+                String::from_utf8_lossy(&bytes).into_owned(),
+            )),
         }
     }
 }

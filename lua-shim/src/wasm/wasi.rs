@@ -20,14 +20,24 @@ const MODULE: &str = "wasi_snapshot_preview1";
 pub fn add_to_linker<T: 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.func_wrap(MODULE, "random_get", random_get::<T>)?;
     linker.func_wrap(MODULE, "environ_sizes_get", sizes_get::<T>)?;
-    linker.func_wrap(MODULE, "environ_get", |_: Caller<'_, T>, _: i32, _: i32| ERRNO_SUCCESS)?;
+    linker.func_wrap(MODULE, "environ_get", |_: Caller<'_, T>, _: i32, _: i32| {
+        ERRNO_SUCCESS
+    })?;
     linker.func_wrap(MODULE, "args_sizes_get", sizes_get::<T>)?;
-    linker.func_wrap(MODULE, "args_get", |_: Caller<'_, T>, _: i32, _: i32| ERRNO_SUCCESS)?;
+    linker.func_wrap(MODULE, "args_get", |_: Caller<'_, T>, _: i32, _: i32| {
+        ERRNO_SUCCESS
+    })?;
     linker.func_wrap(MODULE, "fd_write", fd_write::<T>)?;
     linker.func_wrap(MODULE, "clock_time_get", clock_time_get::<T>)?;
-    linker.func_wrap(MODULE, "proc_exit", |_: Caller<'_, T>, code: i32| -> wasmtime::Result<()> {
-        Err(wasmtime::Error::msg(format!("wasm module called proc_exit({code})")))
-    })?;
+    linker.func_wrap(
+        MODULE,
+        "proc_exit",
+        |_: Caller<'_, T>, code: i32| -> wasmtime::Result<()> {
+            Err(wasmtime::Error::msg(format!(
+                "wasm module called proc_exit({code})"
+            )))
+        },
+    )?;
     Ok(())
 }
 
@@ -39,8 +49,12 @@ fn memory<T>(caller: &mut Caller<'_, T>) -> Option<Memory> {
 }
 
 fn random_get<T>(mut caller: Caller<'_, T>, ptr: i32, len: i32) -> i32 {
-    let Some(mem) = memory(&mut caller) else { return ERRNO_FAULT };
-    let Some(buf) = slice_mut(mem.data_mut(&mut caller), ptr, len) else { return ERRNO_FAULT };
+    let Some(mem) = memory(&mut caller) else {
+        return ERRNO_FAULT;
+    };
+    let Some(buf) = slice_mut(mem.data_mut(&mut caller), ptr, len) else {
+        return ERRNO_FAULT;
+    };
     match getrandom::fill(buf) {
         Ok(()) => ERRNO_SUCCESS,
         Err(_) => ERRNO_IO,
@@ -49,10 +63,14 @@ fn random_get<T>(mut caller: Caller<'_, T>, ptr: i32, len: i32) -> i32 {
 
 /// No environment variables and no arguments: both counts are zero.
 fn sizes_get<T>(mut caller: Caller<'_, T>, count_ptr: i32, size_ptr: i32) -> i32 {
-    let Some(mem) = memory(&mut caller) else { return ERRNO_FAULT };
+    let Some(mem) = memory(&mut caller) else {
+        return ERRNO_FAULT;
+    };
     let data = mem.data_mut(&mut caller);
     for ptr in [count_ptr, size_ptr] {
-        let Some(out) = slice_mut(data, ptr, 4) else { return ERRNO_FAULT };
+        let Some(out) = slice_mut(data, ptr, 4) else {
+            return ERRNO_FAULT;
+        };
         out.copy_from_slice(&0u32.to_le_bytes());
     }
     ERRNO_SUCCESS
@@ -60,19 +78,31 @@ fn sizes_get<T>(mut caller: Caller<'_, T>, count_ptr: i32, size_ptr: i32) -> i32
 
 /// stdout and stderr go to the host's stderr (a module has no business
 /// writing to a proxy's stdout); other descriptors do not exist.
-fn fd_write<T>(mut caller: Caller<'_, T>, fd: i32, iovs: i32, iovs_len: i32, written_ptr: i32) -> i32 {
+fn fd_write<T>(
+    mut caller: Caller<'_, T>,
+    fd: i32,
+    iovs: i32,
+    iovs_len: i32,
+    written_ptr: i32,
+) -> i32 {
     use std::io::Write;
     if fd != 1 && fd != 2 {
         return ERRNO_BADF;
     }
-    let Some(mem) = memory(&mut caller) else { return ERRNO_FAULT };
+    let Some(mem) = memory(&mut caller) else {
+        return ERRNO_FAULT;
+    };
     let data = mem.data_mut(&mut caller);
     let mut total: u32 = 0;
     let mut stderr = std::io::stderr().lock();
     for i in 0..iovs_len.max(0) {
-        let Some(iov) = iovs.checked_add(i * 8).and_then(|p| slice(data, p, 8)) else { return ERRNO_FAULT };
+        let Some(iov) = iovs.checked_add(i * 8).and_then(|p| slice(data, p, 8)) else {
+            return ERRNO_FAULT;
+        };
         let (ptr, len) = (le_u32(&iov[0..4]), le_u32(&iov[4..8]));
-        let Some(bytes) = slice(data, ptr as i32, len as i32) else { return ERRNO_FAULT };
+        let Some(bytes) = slice(data, ptr as i32, len as i32) else {
+            return ERRNO_FAULT;
+        };
         if stderr.write_all(bytes).is_err() {
             return ERRNO_IO;
         }
@@ -92,7 +122,9 @@ fn clock_time_get<T>(mut caller: Caller<'_, T>, _clock: i32, _precision: i64, ou
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let Some(mem) = memory(&mut caller) else { return ERRNO_FAULT };
+    let Some(mem) = memory(&mut caller) else {
+        return ERRNO_FAULT;
+    };
     match slice_mut(mem.data_mut(&mut caller), out_ptr, 8) {
         Some(out) => {
             out.copy_from_slice(&nanos.to_le_bytes());

@@ -343,6 +343,11 @@ pub fn reply_headers(call: &Call, reply: &Reply) -> Vec<(String, Vec<u8>)> {
             "grpc-status".to_string(),
             reply.code.as_i32().to_string().into_bytes(),
         ),
+        // Clients print it; they need no table of codes of their own.
+        (
+            "grpc-status-name".to_string(),
+            reply.code.name().as_bytes().to_vec(),
+        ),
     ];
     let reserved = |k: &str| k.starts_with(':') || k.starts_with("grpc-") || k == "content-type";
     for (k, v) in call.initial.iter().filter(|(k, _)| !reserved(k)) {

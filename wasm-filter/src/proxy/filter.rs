@@ -638,7 +638,12 @@ fn internal(config: &FilterConfig, message: &str) -> Reply {
 /// leaves its own reply alone when it passes the response callbacks.
 fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
     stream.answered = true;
-    let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+    let code = reply.code.as_i32().to_string();
+    let headers: [(&str, &[u8]); 3] = [
+        ("content-type", b"application/json"),
+        ("grpc-status", code.as_bytes()),
+        ("grpc-status-name", reply.code.name().as_bytes()),
+    ];
     if let Err(s) = send_reply(reply.http_status, &reply.body, &headers) {
         log(
             LOG_ERROR,

@@ -1,0 +1,208 @@
+"""JSON -> gRPC -> JSON through Envoy: the grpc-wasm filter against Envoy's native
+grpc_json_transcoder, with plain gRPC through Envoy as the floor, all against the same
+greeter-server, measured with h2load (Debian package nghttp2-client).
+
+    python3 host-tests/envoy/bench_transcoding.py [--requests N] [--rounds R]
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import PROTOS, Envoy, Server, read_protos  # noqa: E402
+
+PATH = "/helloworld.Greeter/SayHello"
+JSON_REQUEST = b'{"name":"world"}'
+JSON_REPLY = {"message": "Hello world!"}
+# One gRPC frame: not compressed, 4-byte big-endian length, then HelloRequest{name: "world"}.
+GRPC_REQUEST = b"\x00\x00\x00\x00\x07\x0a\x05world"
+GRPC_REPLY = b"\x0a\x0cHello world!"
+JSON_HEADERS = ["content-type: application/json"]
+GRPC_HEADERS = ["content-type: application/grpc", "te: trailers"]
+CLIENTS, STREAMS, WARMUP = 100, 10, 2000
+GOAL = 0.9  # ours / native throughput
+
+
+def descriptor_set(directory):
+    out = os.path.join(directory, "helloworld.pb")
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "--include_imports",
+                    f"--descriptor_set_out={out}", "-I", PROTOS, os.path.join(PROTOS, "helloworld.proto")],
+                   check=True)
+    return out
+
+
+def native_transcoder(descriptor):
+    return {"name": "envoy.filters.http.grpc_json_transcoder", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_json_transcoder.v3.GrpcJsonTranscoder",
+        "proto_descriptor": descriptor,
+        "services": ["helloworld.Greeter"],
+        # helloworld.proto has no google.api.http rules: without this the native filter maps
+        # nothing and would pass the JSON through to the server untouched.
+        "auto_mapping": True,
+    }}
+
+
+def check_json(proxy):
+    """Returns the size of the reply body, after checking it is the expected one."""
+    req = urllib.request.Request(f"http://127.0.0.1:{proxy.port}{PATH}", data=JSON_REQUEST, method="POST",
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        raw, headers = r.read(), dict(r.headers)
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        reply = None
+    if reply != JSON_REPLY:
+        raise RuntimeError(f"unexpected reply {raw!r} {headers}:\n{proxy.log()}")
+    return len(raw)
+
+
+def check_grpc(proxy):
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as channel:
+        reply = channel.unary_unary(PATH)(GRPC_REQUEST[5:], timeout=10)
+    if reply != GRPC_REPLY:
+        raise RuntimeError(f"unexpected reply {reply!r}:\n{proxy.log()}")
+    return 5 + len(reply)
+
+
+def h2load(port, headers, body_file, requests, log_file=None):
+    cmd = ["h2load", "-n", str(requests), "-c", str(CLIENTS), "-m", str(STREAMS), "-d", body_file,
+           f"http://127.0.0.1:{port}{PATH}"]
+    for h in headers:
+        cmd += ["-H", h]
+    if log_file:
+        cmd += ["--log-file", log_file]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
+
+
+def field(pattern, output):
+    match = re.search(pattern, output)
+    if not match:
+        raise RuntimeError(f"h2load output without {pattern!r}:\n{output}")
+    return match.group(1)
+
+
+def busy_cpus(seconds=1.0):
+    """How many CPUs something else keeps busy right now (load average lags by minutes)."""
+    def sample():
+        ticks = [int(t) for t in open("/proc/stat").readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
+    total, idle = sample()
+    time.sleep(seconds)
+    total2, idle2 = sample()
+    return os.cpu_count() * (1 - (idle2 - idle) / max(1, total2 - total))
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(case, requests, directory):
+    log_file = os.path.join(directory, "h2load.log")
+    port, pid = case["proxy"].port, case["proxy"].proc.pid
+    h2load(port, case["headers"], case["body"], WARMUP)
+    cpu = cpu_seconds(pid)
+    out = h2load(port, case["headers"], case["body"], requests, log_file)
+    cpu = cpu_seconds(pid) - cpu
+    ok = int(field(r"status codes: (\d+) 2xx", out))
+    data = int(field(r"\((\d+)\) data", out))
+    # A 2xx can still carry an error (gRPC status in trailers, a JSON error body): every
+    # reply having exactly the checked reply's size rules that out.
+    if ok != requests or data != requests * case["reply_size"]:
+        raise RuntimeError(f"{case['name']}: {ok} of {requests} 2xx, {data} data bytes "
+                           f"for {case['reply_size']} per reply:\n{out}")
+    latencies = sorted(int(line.split("\t")[2]) for line in open(log_file))
+    return {"rps": float(field(r"finished in [^,]+, ([\d.]+) req/s", out)), "cpu": cpu / requests * 1e6,
+            "p50": percentile(latencies, 0.50) / 1000, "p99": percentile(latencies, 0.99) / 1000}
+
+
+def percentile(values, p):
+    return values[max(0, math.ceil(p * len(values)) - 1)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=20000, help="requests per measured run")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; the median is reported")
+    args = parser.parse_args()
+    if args.requests < CLIENTS:
+        parser.error(f"--requests must be at least {CLIENTS}")
+    if not shutil.which("h2load"):
+        sys.exit("h2load not found: install it with `apt-get install -y nghttp2-client`")
+
+    directory = tempfile.mkdtemp(prefix="grpc-wasm-bench-")
+    bodies = {}
+    for name, body in [("json", JSON_REQUEST), ("grpc", GRPC_REQUEST)]:
+        bodies[name] = os.path.join(directory, f"request.{name}")
+        with open(bodies[name], "wb") as f:
+            f.write(body)
+
+    server = Server("greeter-server")
+    clusters = [("/", "greeter", server.port)]
+    proxies = []
+    try:
+        ours = Envoy({"protos": read_protos("helloworld.proto")}, clusters)
+        proxies.append(ours)
+        native = Envoy(None, clusters, [native_transcoder(descriptor_set(directory))])
+        proxies.append(native)
+        plain = Envoy(None, clusters, [])
+        proxies.append(plain)
+        cases = [
+            {"name": "grpc-wasm (ours)", "proxy": ours, "headers": JSON_HEADERS, "body": bodies["json"],
+             "reply_size": check_json(ours)},
+            {"name": "native transcoder", "proxy": native, "headers": JSON_HEADERS, "body": bodies["json"],
+             "reply_size": check_json(native)},
+            {"name": "plain gRPC", "proxy": plain, "headers": GRPC_HEADERS, "body": bodies["grpc"],
+             "reply_size": check_grpc(plain)},
+        ]
+
+        busy = busy_cpus()
+        print(f"h2load -c {CLIENTS} -m {STREAMS} -n {args.requests} (warm-up {WARMUP}), "
+              f"Envoy --concurrency 1, {args.rounds} round(s); CPUs busy before: {busy:.2f} of {os.cpu_count()}")
+        if busy > 0.2:
+            print("warning: the machine is busy; req/s will be low and noisy (Envoy CPU per request less so)")
+        runs = {c["name"]: [] for c in cases}
+        for r in range(args.rounds):
+            for case in cases:
+                result = measure(case, args.requests, directory)
+                runs[case["name"]].append(result)
+                if args.rounds > 1:
+                    print(f"  round {r + 1} {case['name']:<18} {result['rps']:>9.0f} req/s "
+                          f"{result['cpu']:>6.1f} us CPU/req")
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+    summary = {name: {k: statistics.median(run[k] for run in results) for k in ("rps", "cpu", "p50", "p99")}
+               for name, results in runs.items()}
+    # Envoy's CPU time per request is the cost the filter controls; req/s also moves with
+    # whatever else shares the two cores.
+    print(f"\n{'':<18} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'Envoy CPU us/req':>17}")
+    for name, s in summary.items():
+        print(f"{name:<18} {s['rps']:>9.0f} {s['p50']:>8.2f} {s['p99']:>8.2f} {s['cpu']:>17.1f}")
+    to_native = summary["grpc-wasm (ours)"]["rps"] / summary["native transcoder"]["rps"]
+    to_plain = summary["grpc-wasm (ours)"]["rps"] / summary["plain gRPC"]["rps"]
+    verdict = "met" if to_native >= GOAL else "NOT met"
+    print(f"\nours / native throughput:     {to_native:.2f}  (goal >= {GOAL}: {verdict})")
+    print(f"ours / plain gRPC throughput: {to_plain:.2f}")
+    print(f"ours / native, as Envoy CPU per request allows: "
+          f"{summary['native transcoder']['cpu'] / summary['grpc-wasm (ours)']['cpu']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

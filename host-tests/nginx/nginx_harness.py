@@ -1,0 +1,106 @@
+"""Real nginx (Debian's nginx + libnginx-mod-http-lua + lua-resty-core +
+lua-cjson) with resty.ffi.grpc loaded through LuaJIT's FFI (no C module),
+against the tonic test servers."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "envoy"))
+from harness import BIN, PROTOS, ROOT, Server, free_port  # noqa: E402,F401
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))
+WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
+CERTS = os.path.join(ROOT, "host-tests", "certs")
+
+CONF = """
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+daemon off;
+# The tests run as root in temporary directories that only root can read.
+user root;
+master_process on;
+worker_processes {workers};
+error_log {prefix}/logs/error.log info;
+pid {prefix}/logs/nginx.pid;
+env GRPC_WASM_SHIM={shim};
+env GRPC_WASM_MODULE={wasm};
+env GRPC_WASM_CACHE_DIR={cache};
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    lua_package_path "{prefix}/?.lua;{lib}/?.lua;/usr/share/lua/5.1/?.lua;;";
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location ~ ^/t/(\\w+)$ {{
+            content_by_lua_file {lua}/$1.lua;
+        }}
+    }}
+}}
+"""
+
+
+def ensure_certs():
+    if not os.path.exists(os.path.join(CERTS, "client1.key")):
+        subprocess.run([os.path.join(BIN, "gen-certs"), "--out", CERTS], check=True, capture_output=True)
+    return CERTS
+
+
+class Nginx:
+    """nginx on a free port; `testenv.lua` tells the Lua tests where things are."""
+
+    def __init__(self, env, workers=2):
+        self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-nginx-")
+        os.makedirs(os.path.join(self.prefix, "logs"))
+        self.port = free_port()
+        cache = os.path.join(os.path.expanduser("~"), ".cache", "grpc-wasm")
+        os.makedirs(cache, exist_ok=True)
+        with open(os.path.join(self.prefix, "nginx.conf"), "w") as f:
+            f.write(CONF.format(workers=workers, prefix=self.prefix, shim=SHIM, wasm=WASM, cache=cache,
+                                lib=os.path.join(ROOT, "lua-shim", "lib"), lua=os.path.join(HERE, "lua"),
+                                port=self.port))
+        with open(os.path.join(self.prefix, "testenv.lua"), "w") as f:
+            f.write("return {\n" + "".join(f"  {k} = {v!r},\n" for k, v in env.items()).replace("'", '"') + "}\n")
+        self.proc = subprocess.Popen(["nginx", "-p", self.prefix, "-c", os.path.join(self.prefix, "nginx.conf")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.wait_ready()
+
+    def wait_ready(self, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nginx exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=1)
+            except urllib.error.HTTPError:
+                return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.1)
+        raise RuntimeError(f"nginx not ready:\n{self.log()}")
+
+    def get(self, path, timeout=60):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=timeout) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def log(self):
+        try:
+            return open(os.path.join(self.prefix, "logs", "error.log")).read()
+        except OSError:
+            return "(no log)"
+
+    def stop(self):
+        # QUIT: a graceful stop, so that a worker that cannot exit shows.
+        if self.proc.poll() is None:
+            self.proc.send_signal(3)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()

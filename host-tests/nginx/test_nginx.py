@@ -1,0 +1,108 @@
+"""resty.ffi.grpc in real nginx through LuaJIT's FFI (stock nginx-lua, no
+C module), against the tonic test servers."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from nginx_harness import PROTOS, Nginx, Server, ensure_certs, free_port  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def nginx():
+    certs = ensure_certs()
+    servers = {
+        "greeter": Server("greeter-server"),
+        "routeguide": Server("routeguide-server"),
+        "testing": Server("testing-server"),
+        "echo_tls": Server("echo-server", "--tls-dir", certs),
+        "echo_mtls": Server("echo-server", "--tls-dir", certs, "--mtls"),
+    }
+    env = {name: s.addr for name, s in servers.items()}
+    env.update(dead=f"127.0.0.1:{free_port()}", certs=certs, protos=PROTOS)
+    proxy = Nginx(env)
+    yield proxy
+    proxy.stop()
+    for s in servers.values():
+        s.stop()
+    log = proxy.log()
+    # After the whole suite: no crash, no worker exit, no alert.
+    assert "[alert]" not in log and "[emerg]" not in log and "[crit]" not in log, log[-5000:]
+    # Workers exit only at the final graceful stop, and cleanly.
+    assert not re.search(r"exited on signal|exited with code [1-9]", log), log[-5000:]
+    assert proxy.proc.returncode == 0, log[-5000:]
+
+
+def test_the_issue_program(nginx):
+    status, body = nginx.get("/t/program")
+    assert status == 200, body + nginx.log()[-3000:]
+    assert body.splitlines() == [
+        "unary: Hello foobar!",
+        "mtls: hello",
+        "first feature: 12 Orchard Lane, Chester, NJ 07930, USA",
+        "server streaming: 35 features",
+        "client streaming: points 3 features 1",
+        "client streaming end: nil",
+        "bidi 1: ",
+        "bidi 2: note 1",
+        "bidi 3: note 1,note 2",
+        "bidi end: true nil",
+    ]
+
+
+def test_failures(nginx):
+    status, body = nginx.get("/t/failures")
+    assert status == 200, body + nginx.log()[-3000:]
+    lines = body.splitlines()
+    assert lines[0] == "down: false | UNAVAILABLE | 14", body
+    assert lines[1] == "down fast: true", body
+    assert lines[2] == "deadline: false | DEADLINE_EXCEEDED | 4", body
+    assert lines[3] == "deadline in time: true", body
+    assert lines[4] == "details: false | NOT_FOUND (5): no such book | 5", body
+    assert lines[5] == "details[1]: type.googleapis.com/google.rpc.ErrorInfo TEST_FAILURE", body
+    assert lines[6] == "details[2]: type.googleapis.com/google.rpc.BadRequest code", body
+    assert lines[7] == "unknown method: false | NOT_FOUND (5): unknown method '/grpcwasm.testing.Testing/Nope' | 5", body
+    assert lines[8] == "wrong type: false | INVALID_ARGUMENT (3): millis: expected integer, got array | 3", body
+    assert lines[9] == "not a table: false | the message must be a table or a JSON string, got number | -", body
+    assert lines[10] == "metadata: true ann nil header ann trailer ann", body
+    assert lines[11] == "wrong ca: false | UNAVAILABLE | 14", body
+    assert lines[12] == "wrong name: false | UNAVAILABLE | 14", body
+    assert lines[13].startswith("bad pem: false | invalid TLS options: ca is not PEM text"), body
+    assert lines[14] == "after close: false | the connection is closed | -", body
+    assert lines[15] == "stream after close: false | the connection is closed | -", body
+    assert lines[16] == "stream error after 2: FAILED_PRECONDITION (9): stop", body
+    assert lines[17] == "recv after end: true nil", body
+    assert lines[18].startswith("missing file: false | cannot read "), body
+    assert lines[19] == "bad address: false | the address must be a string like '127.0.0.1:50051' | -", body
+    assert lines[20] == "collected: ok", body
+
+
+def test_server_killed_mid_stream(nginx):
+    server = Server("testing-server")
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(r=nginx.get(f"/t/midstream?addr={server.addr}")))
+    started = time.time()
+    thread.start()
+    time.sleep(1.0)
+    server.proc.kill()
+    thread.join(timeout=30)
+    status, body = result["r"]
+    assert status == 200, body
+    assert body.strip() in ("after some: UNAVAILABLE", "after some: INTERNAL", "after some: UNKNOWN"), body
+    assert time.time() - started < 10
+
+
+@pytest.mark.skipif(not shutil.which("h2load"), reason="h2load (nghttp2-client) is not installed")
+def test_500_concurrent_requests(nginx):
+    assert nginx.get("/t/unary")[1].strip() == "Hello load!"
+    out = subprocess.run(["h2load", "--h1", "-n", "5000", "-c", "500", f"http://127.0.0.1:{nginx.port}/t/unary"],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert re.search(r"requests: 5000 total, 5000 started, 5000 done, 5000 succeeded, 0 failed, 0 errored", out), out
+    assert "status codes: 5000 2xx" in out, out

@@ -1,0 +1,468 @@
+//! The shim's engine: one proxy-wasm host (the module, in callout mode), a
+//! tokio runtime for the transport, and per-call event queues that the Lua
+//! side drains. A call is an HTTP context of the module; its events are
+//! streamed messages and one final reply.
+//!
+//! Threads: Lua calls in from the nginx worker thread; transport events
+//! arrive on the runtime's one worker thread. Both reach the module through
+//! one mutex, so a call costs two thread hops: worker → runtime (the
+//! request leaves) and runtime → worker (the wake-up).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use base64::Engine;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tonic::transport::Channel;
+
+use crate::host::{GrpcCommand, GrpcEvent, HostError, LocalReply, Outputs, Pairs, ProxyHost};
+use crate::transport::{self, Sink, TlsOptions, TransportError};
+
+/// The request header that names the connection (the module's
+/// `callout.upstream_header`).
+const UPSTREAM_HEADER: &str = "x-grpc-wasm-upstream";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("cannot read {0}: {1}")]
+    Io(String, String),
+    #[error("import '{0}' of {1} not found in {2:?}")]
+    MissingImport(String, String, Vec<PathBuf>),
+    #[error("unknown or closed connection")]
+    UnknownConn,
+    #[error("unknown or finished call")]
+    UnknownCall,
+    #[error("cannot start the runtime: {0}")]
+    Runtime(String),
+}
+
+/// What a call has for its caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// One streamed response message, as JSON.
+    Message(Vec<u8>),
+    /// The end: the module's reply (JSON message or `google.rpc.Status`).
+    End(LocalReply),
+}
+
+/// Called with a call id when that call has a new event.
+pub type Wake = Arc<dyn Fn(u32) + Send + Sync>;
+
+enum Transport {
+    Unary(AbortHandle),
+    Stream(Option<mpsc::UnboundedSender<Vec<u8>>>, AbortHandle),
+}
+
+#[derive(Default)]
+struct Protos {
+    sources: BTreeMap<String, String>,
+    descriptor_sets: Vec<u8>,
+    print_options: serde_json::Map<String, serde_json::Value>,
+}
+
+struct Inner {
+    host: Mutex<ProxyHost>,
+    runtime: tokio::runtime::Runtime,
+    conns: Mutex<HashMap<u32, Channel>>,
+    next_conn: AtomicU32,
+    calls: Mutex<HashMap<u32, Transport>>,
+    events: Mutex<HashMap<u32, VecDeque<Event>>>,
+    protos: Mutex<Protos>,
+    ticking: AtomicBool,
+    wake: Wake,
+}
+
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere must not make every later call fail.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Client {
+    /// Loads the module (compiled once into `cache_dir`) and starts the runtime.
+    pub fn new(wasm: &[u8], cache_dir: Option<&Path>, wake: Wake) -> Result<Client, ClientError> {
+        let host = ProxyHost::new(wasm, cache_dir)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("grpc-wasm")
+            .enable_all()
+            .build()
+            .map_err(|e| ClientError::Runtime(e.to_string()))?;
+        let client = Client {
+            inner: Arc::new(Inner {
+                host: Mutex::new(host),
+                runtime,
+                conns: Mutex::new(HashMap::new()),
+                next_conn: AtomicU32::new(1),
+                calls: Mutex::new(HashMap::new()),
+                events: Mutex::new(HashMap::new()),
+                protos: Mutex::new(Protos::default()),
+                ticking: AtomicBool::new(false),
+                wake,
+            }),
+        };
+        client.reconfigure()?;
+        Ok(client)
+    }
+
+    /// Loads a `.proto` file and, recursively, the files it imports, found
+    /// in the file's own directory and then `include`. google/api,
+    /// google/rpc and the well-known types are bundled in the module.
+    pub fn load_file(&self, path: &Path, include: &[PathBuf]) -> Result<(), ClientError> {
+        let mut dirs: Vec<PathBuf> = include.to_vec();
+        if let Some(parent) = path.parent() {
+            dirs.insert(
+                0,
+                if parent.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    parent.to_path_buf()
+                },
+            );
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut found = BTreeMap::new();
+        self.collect(&name, path, &dirs, &mut found)?;
+        lock(&self.inner.protos).sources.extend(found);
+        self.reconfigure()
+    }
+
+    fn collect(
+        &self,
+        name: &str,
+        path: &Path,
+        dirs: &[PathBuf],
+        found: &mut BTreeMap<String, String>,
+    ) -> Result<(), ClientError> {
+        if found.contains_key(name) || lock(&self.inner.protos).sources.contains_key(name) {
+            return Ok(());
+        }
+        let source = std::fs::read_to_string(path)
+            .map_err(|e| ClientError::Io(path.display().to_string(), e.to_string()))?;
+        let imports = lock(&self.inner.host).proto_imports(name, &source)?;
+        found.insert(name.to_string(), source);
+        for import in imports {
+            match dirs.iter().map(|d| d.join(&import)).find(|p| p.is_file()) {
+                Some(p) => self.collect(&import, &p, dirs, found)?,
+                None if import.starts_with("google/") => {}
+                None => {
+                    return Err(ClientError::MissingImport(
+                        import,
+                        name.to_string(),
+                        dirs.to_vec(),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a serialized `FileDescriptorSet` (sets concatenate into one).
+    pub fn load_descriptor_set(&self, bytes: &[u8]) -> Result<(), ClientError> {
+        lock(&self.inner.protos)
+            .descriptor_sets
+            .extend_from_slice(bytes);
+        let result = self.reconfigure();
+        if result.is_err() {
+            let mut protos = lock(&self.inner.protos);
+            let keep = protos.descriptor_sets.len() - bytes.len();
+            protos.descriptor_sets.truncate(keep);
+        }
+        result
+    }
+
+    /// Sets the module's JSON print options (`emit_defaults`, ...).
+    pub fn set_print_options(
+        &self,
+        options: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), ClientError> {
+        let old = std::mem::replace(&mut lock(&self.inner.protos).print_options, options);
+        let result = self.reconfigure();
+        if result.is_err() {
+            lock(&self.inner.protos).print_options = old;
+        }
+        result
+    }
+
+    fn reconfigure(&self) -> Result<(), ClientError> {
+        let config = {
+            let protos = lock(&self.inner.protos);
+            let mut config = serde_json::json!({
+                "protos": protos.sources,
+                "callout": {"upstream_header": UPSTREAM_HEADER},
+                "print_options": protos.print_options,
+            });
+            if !protos.descriptor_sets.is_empty() {
+                config["descriptor_set"] = base64::engine::general_purpose::STANDARD
+                    .encode(&protos.descriptor_sets)
+                    .into();
+            }
+            if protos.sources.is_empty() && protos.descriptor_sets.is_empty() {
+                config["protos"] = serde_json::json!({"empty.proto": "syntax = \"proto3\";"});
+            }
+            config.to_string()
+        };
+        let mut host = lock(&self.inner.host);
+        let result = host.configure(config.as_bytes());
+        if result.is_err() {
+            // Keep what was loaded before the bad file.
+            drop(host);
+        }
+        result.map_err(Into::into)
+    }
+
+    pub fn connect(&self, addr: &str, tls: &TlsOptions) -> Result<u32, ClientError> {
+        let _guard = self.inner.runtime.enter();
+        let channel = transport::connect(addr, tls)?;
+        let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inner.conns).insert(id, channel);
+        Ok(id)
+    }
+
+    pub fn close_conn(&self, conn: u32) {
+        lock(&self.inner.conns).remove(&conn);
+    }
+
+    /// Starts a call on `path` (`/pkg.Service/Method`). With `body`, the
+    /// request is complete (unary and server streaming); without, messages
+    /// follow with [`Client::send`]. Returns the call id.
+    pub fn start(
+        &self,
+        conn: u32,
+        path: &str,
+        body: Option<&[u8]>,
+        timeout_ms: Option<u64>,
+        metadata: &[(String, String)],
+    ) -> Result<u32, ClientError> {
+        if !lock(&self.inner.conns).contains_key(&conn) {
+            return Err(ClientError::UnknownConn);
+        }
+        let mut headers: Pairs = vec![
+            (":method".into(), b"POST".to_vec()),
+            (":path".into(), path.as_bytes().to_vec()),
+            ("content-type".into(), b"application/json".to_vec()),
+            (UPSTREAM_HEADER.into(), conn.to_string().into_bytes()),
+        ];
+        if let Some(ms) = timeout_ms {
+            // grpc-timeout allows at most 8 digits.
+            let value = if ms < 100_000_000 {
+                format!("{}m", ms.max(1))
+            } else {
+                format!("{}S", (ms / 1000).min(99_999_999))
+            };
+            headers.push(("grpc-timeout".into(), value.into_bytes()));
+        }
+        for (k, v) in metadata {
+            headers.push((format!("grpc-metadata-{k}"), v.clone().into_bytes()));
+        }
+        let mut host = lock(&self.inner.host);
+        let id = host.open(headers, body)?;
+        lock(&self.inner.events).insert(id, VecDeque::new());
+        self.run(&mut host);
+        Ok(id)
+    }
+
+    /// One more request message (JSON) for a streaming call.
+    pub fn send(&self, id: u32, json: &[u8]) -> Result<(), ClientError> {
+        self.feed(id, json, false)
+    }
+
+    /// No more request messages.
+    pub fn close_send(&self, id: u32) -> Result<(), ClientError> {
+        self.feed(id, b"", true)
+    }
+
+    fn feed(&self, id: u32, bytes: &[u8], end: bool) -> Result<(), ClientError> {
+        if !lock(&self.inner.events).contains_key(&id) {
+            return Err(ClientError::UnknownCall);
+        }
+        let mut host = lock(&self.inner.host);
+        let mut framed = Vec::with_capacity(bytes.len() + 1);
+        framed.extend_from_slice(bytes);
+        if !end {
+            // Messages are newline-delimited in the request body.
+            framed.push(b'\n');
+        }
+        host.body(id, &framed, end)?;
+        self.run(&mut host);
+        Ok(())
+    }
+
+    /// The call's next event, if one has arrived.
+    pub fn next_event(&self, id: u32) -> Option<Event> {
+        lock(&self.inner.events).get_mut(&id)?.pop_front()
+    }
+
+    /// Ends a call early or forgets a finished one; the module cancels
+    /// whatever still runs.
+    pub fn close(&self, id: u32) {
+        if lock(&self.inner.events).remove(&id).is_none() {
+            return;
+        }
+        let mut host = lock(&self.inner.host);
+        if host.finish(id).is_ok() {
+            self.run(&mut host);
+        }
+    }
+
+    /// Carries out what the module asked for, until it asks for nothing more.
+    fn run(&self, host: &mut ProxyHost) {
+        let mut outputs = host.take_outputs();
+        let mut pending: VecDeque<(u32, GrpcEvent)> = VecDeque::new();
+        loop {
+            self.deliver(host, &mut outputs);
+            for command in std::mem::take(&mut outputs.commands) {
+                self.command(command, &mut pending);
+            }
+            let Some((token, event)) = pending.pop_front() else {
+                break;
+            };
+            if host.grpc_event(token, event).is_ok() {
+                outputs = host.take_outputs();
+            }
+        }
+        self.start_ticks(host.tick_ms());
+    }
+
+    fn deliver(&self, host: &mut ProxyHost, outputs: &mut Outputs) {
+        for (id, json) in std::mem::take(&mut outputs.messages) {
+            self.push(id, Event::Message(json));
+        }
+        for (id, reply) in std::mem::take(&mut outputs.replies) {
+            self.push(id, Event::End(reply));
+            // The exchange is over, as after a local reply in Envoy.
+            if host.finish(id).is_ok() {
+                let more = host.take_outputs();
+                outputs.commands.extend(more.commands);
+            }
+        }
+    }
+
+    fn push(&self, id: u32, event: Event) {
+        let known = match lock(&self.inner.events).get_mut(&id) {
+            Some(queue) => {
+                queue.push_back(event);
+                true
+            }
+            None => false,
+        };
+        if known {
+            (self.inner.wake)(id);
+        }
+    }
+
+    fn command(&self, command: GrpcCommand, pending: &mut VecDeque<(u32, GrpcEvent)>) {
+        let rt = self.inner.runtime.handle();
+        match command {
+            GrpcCommand::Call {
+                token,
+                target,
+                message,
+                timeout_ms,
+            } => match self.channel(&target.upstream) {
+                Some(channel) => {
+                    let handle = transport::unary(
+                        rt,
+                        channel,
+                        token,
+                        target,
+                        message,
+                        timeout_ms,
+                        self.sink(),
+                    );
+                    lock(&self.inner.calls).insert(token, Transport::Unary(handle));
+                }
+                None => pending.push_back((token, closed_conn())),
+            },
+            GrpcCommand::Stream { token, target } => match self.channel(&target.upstream) {
+                Some(channel) => {
+                    let (tx, handle) = transport::stream(rt, channel, token, target, self.sink());
+                    lock(&self.inner.calls).insert(token, Transport::Stream(Some(tx), handle));
+                }
+                None => pending.push_back((token, closed_conn())),
+            },
+            GrpcCommand::Send { token, message } => {
+                if let Some(Transport::Stream(Some(tx), _)) = lock(&self.inner.calls).get(&token) {
+                    let _ = tx.send(message);
+                }
+            }
+            GrpcCommand::Close { token } => {
+                if let Some(Transport::Stream(tx, _)) = lock(&self.inner.calls).get_mut(&token) {
+                    tx.take();
+                }
+            }
+            GrpcCommand::Cancel { token } => match lock(&self.inner.calls).remove(&token) {
+                Some(Transport::Unary(handle) | Transport::Stream(_, handle)) => handle.abort(),
+                None => {}
+            },
+        }
+    }
+
+    fn channel(&self, upstream: &str) -> Option<Channel> {
+        let id: u32 = upstream.parse().ok()?;
+        lock(&self.inner.conns).get(&id).cloned()
+    }
+
+    /// Transport events, on the runtime thread: into the module, then out.
+    fn sink(&self) -> Sink {
+        let weak = Arc::downgrade(&self.inner);
+        Arc::new(move |token, event| {
+            let Some(inner) = weak.upgrade() else { return };
+            let client = Client { inner };
+            let ends = matches!(event, GrpcEvent::Close(..) | GrpcEvent::Message(_));
+            if ends {
+                let unary_done = matches!(event, GrpcEvent::Message(_))
+                    && matches!(
+                        lock(&client.inner.calls).get(&token),
+                        Some(Transport::Unary(_))
+                    );
+                if unary_done || matches!(event, GrpcEvent::Close(..)) {
+                    lock(&client.inner.calls).remove(&token);
+                }
+            }
+            let mut host = lock(&client.inner.host);
+            if host.grpc_event(token, event).is_ok() {
+                client.run(&mut host);
+            }
+        })
+    }
+
+    /// The module's ticks (stream deadlines), once it asks for them.
+    fn start_ticks(&self, period_ms: u32) {
+        if period_ms == 0 || self.inner.ticking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        self.inner.runtime.spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_millis(u64::from(period_ms)));
+            loop {
+                interval.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let client = Client { inner };
+                let mut host = lock(&client.inner.host);
+                if host.tick().is_ok() {
+                    client.run(&mut host);
+                }
+            }
+        });
+    }
+}
+
+fn closed_conn() -> GrpcEvent {
+    GrpcEvent::Close(14, b"the connection is closed".to_vec())
+}

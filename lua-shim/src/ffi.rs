@@ -1,0 +1,400 @@
+//! The C ABI behind `resty.ffi.grpc` on stock nginx-lua (LuaJIT FFI).
+//!
+//! Every function catches panics and reports failure as a return value
+//! with the text in `grpc_wasm_last_error()`: nothing unwinds into nginx.
+//! One client per process, made on first use in each worker (after fork),
+//! so no thread or socket crosses from the master.
+//!
+//! Strings come as pointer + length (Lua strings may hold NUL bytes); the
+//! few C strings are NUL-terminated paths and PEM texts.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::client::{lock, Client, Event};
+use crate::notify::Notifier;
+use crate::transport::TlsOptions;
+
+struct Process {
+    pid: u32,
+    client: Client,
+    notifier: Arc<Notifier>,
+    socket_path: CString,
+    /// The event each call last handed out, kept alive until the next one.
+    current: Mutex<HashMap<u32, Event>>,
+}
+
+static PROCESS: Mutex<Option<Arc<Process>>> = Mutex::new(None);
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(message: impl Into<String>) {
+    let text = message.into().replace('\0', " ");
+    LAST_ERROR.with(|e| *e.borrow_mut() = CString::new(text).unwrap_or_default());
+}
+
+/// Runs `f`; a panic or an error becomes -1 and the last error.
+fn guard(f: impl FnOnce() -> Result<i32, String>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(message)) => {
+            set_error(message);
+            -1
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned());
+            set_error(format!(
+                "internal error (panic): {}",
+                what.unwrap_or_default()
+            ));
+            -1
+        }
+    }
+}
+
+fn process() -> Result<Arc<Process>, String> {
+    let guard = lock(&PROCESS);
+    match guard.as_ref() {
+        Some(p) if p.pid == std::process::id() => Ok(p.clone()),
+        _ => Err("grpc-wasm is not initialised in this worker (call grpc.init or any API function first)".into()),
+    }
+}
+
+unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if ptr.is_null() || len == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(ptr, len)
+    }
+}
+
+unsafe fn text(ptr: *const c_char) -> Option<String> {
+    (!ptr.is_null()).then(|| CStr::from_ptr(ptr).to_string_lossy().into_owned())
+}
+
+/// The last error of this thread, as a C string (valid until the next call).
+#[no_mangle]
+pub extern "C" fn grpc_wasm_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Loads the module and starts this worker's runtime; again in the same
+/// process, does nothing. A process forked after init starts afresh (the
+/// parent's threads do not exist in it).
+///
+/// # Safety
+/// `module_path` and `socket_dir` are NUL-terminated strings; `cache_dir` may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_init(
+    module_path: *const c_char,
+    cache_dir: *const c_char,
+    socket_dir: *const c_char,
+) -> i32 {
+    guard(|| {
+        let mut slot = lock(&PROCESS);
+        if slot.as_ref().is_some_and(|p| p.pid == std::process::id()) {
+            return Ok(0);
+        }
+        if let Some(stale) = slot.take() {
+            // The parent's runtime threads are gone in this process; dropping
+            // it would wait for them.
+            std::mem::forget(stale);
+        }
+        let module_path = text(module_path).ok_or("no module path")?;
+        let wasm = std::fs::read(&module_path)
+            .map_err(|e| format!("cannot read the wasm module {module_path}: {e}"))?;
+        let socket_dir = text(socket_dir)
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let notifier = Notifier::listen(&socket_dir)
+            .map_err(|e| format!("cannot listen in {}: {e}", socket_dir.display()))?;
+        let wake = {
+            let notifier = notifier.clone();
+            Arc::new(move |id| notifier.wake(id))
+        };
+        let cache = text(cache_dir).map(PathBuf::from);
+        let client = Client::new(&wasm, cache.as_deref(), wake).map_err(|e| e.to_string())?;
+        let socket_path = CString::new(notifier.path().to_string_lossy().into_owned())
+            .map_err(|e| e.to_string())?;
+        *slot = Some(Arc::new(Process {
+            pid: std::process::id(),
+            client,
+            notifier,
+            socket_path,
+            current: Mutex::new(HashMap::new()),
+        }));
+        Ok(0)
+    })
+}
+
+/// The Unix socket path the worker's reader cosocket connects to.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_socket_path() -> *const c_char {
+    match process() {
+        Ok(p) => p.socket_path.as_ptr(),
+        Err(_) => std::ptr::null(),
+    }
+}
+
+/// Takes up to `max` ready call ids into `out`; returns how many.
+///
+/// # Safety
+/// `out` has room for `max` ids.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_ready(out: *mut u32, max: i32) -> i32 {
+    guard(|| {
+        let p = process()?;
+        if out.is_null() || max <= 0 {
+            return Ok(0);
+        }
+        let out = std::slice::from_raw_parts_mut(out, max as usize);
+        Ok(p.notifier.drain(out) as i32)
+    })
+}
+
+/// Loads a `.proto` file and its imports; `include` is a list of
+/// directories separated by newlines (may be NULL).
+///
+/// # Safety
+/// NUL-terminated strings; `include` may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_loadfile(path: *const c_char, include: *const c_char) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let path = text(path).ok_or("no path")?;
+        let dirs: Vec<PathBuf> = text(include)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        p.client
+            .load_file(Path::new(&path), &dirs)
+            .map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `data` addresses `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_load_descriptor_set(data: *const u8, len: usize) -> i32 {
+    guard(|| {
+        let p = process()?;
+        p.client
+            .load_descriptor_set(bytes(data, len))
+            .map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
+/// Sets the JSON print options from a JSON object.
+///
+/// # Safety
+/// `json` addresses `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_set_print_options(json: *const u8, len: usize) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let options = serde_json::from_slice(bytes(json, len))
+            .map_err(|e| format!("invalid options: {e}"))?;
+        p.client
+            .set_print_options(options)
+            .map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
+/// Opens a connection (lazily: the first call connects). Returns its id.
+///
+/// # Safety
+/// NUL-terminated strings; all but `addr` may be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_connect(
+    addr: *const c_char,
+    host: *const c_char,
+    ca: *const c_char,
+    cert: *const c_char,
+    key: *const c_char,
+) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let addr = text(addr).ok_or("no address")?;
+        let tls = TlsOptions {
+            host: text(host),
+            ca: text(ca),
+            cert: text(cert),
+            key: text(key),
+        };
+        let id = p.client.connect(&addr, &tls).map_err(|e| e.to_string())?;
+        Ok(id as i32)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
+    let _ = guard(|| {
+        process()?.client.close_conn(conn);
+        Ok(0)
+    });
+}
+
+/// Starts a call. `body` NULL: a stream whose messages follow. `metadata`
+/// is `key\0value\0` pairs. Returns the call id (> 0).
+///
+/// # Safety
+/// Each pointer addresses its length in bytes (or is NULL with length 0).
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_start(
+    conn: u32,
+    path: *const u8,
+    path_len: usize,
+    body: *const u8,
+    body_len: usize,
+    timeout_ms: i64,
+    metadata: *const u8,
+    metadata_len: usize,
+) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let path = std::str::from_utf8(bytes(path, path_len))
+            .map_err(|_| "the method path is not UTF-8")?;
+        let body = (!body.is_null()).then(|| bytes(body, body_len));
+        let timeout = (timeout_ms > 0).then_some(timeout_ms as u64);
+        let metadata = split_pairs(bytes(metadata, metadata_len));
+        let id = p
+            .client
+            .start(conn, path, body, timeout, &metadata)
+            .map_err(|e| e.to_string())?;
+        Ok(id as i32)
+    })
+}
+
+fn split_pairs(raw: &[u8]) -> Vec<(String, String)> {
+    let parts: Vec<String> = raw
+        .split(|b| *b == 0)
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    parts
+        .chunks_exact(2)
+        .map(|kv| (kv[0].clone(), kv[1].clone()))
+        .collect()
+}
+
+/// # Safety
+/// `json` addresses `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_send(id: u32, json: *const u8, len: usize) -> i32 {
+    guard(|| {
+        process()?
+            .client
+            .send(id, bytes(json, len))
+            .map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn grpc_wasm_close_send(id: u32) -> i32 {
+    guard(|| {
+        process()?
+            .client
+            .close_send(id)
+            .map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
+/// An event handed to Lua; the pointers stay valid until the next
+/// `grpc_wasm_next_event` or `grpc_wasm_close` for the same call.
+#[repr(C)]
+pub struct EventView {
+    /// 1: a streamed message; 2: the end (reply).
+    pub kind: i32,
+    pub http_status: i32,
+    pub body: *const u8,
+    pub body_len: usize,
+    /// The reply's headers as `key\0value\0` pairs.
+    pub headers: *const u8,
+    pub headers_len: usize,
+}
+
+/// The call's next event: 1 and `out` filled, or 0 when none has arrived.
+///
+/// # Safety
+/// `out` points to an `EventView`.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i32 {
+    guard(|| {
+        let p = process()?;
+        if out.is_null() {
+            return Err("no event buffer".into());
+        }
+        let Some(event) = p.client.next_event(id) else {
+            return Ok(0);
+        };
+        let mut current = lock(&p.current);
+        let event = match event {
+            Event::End(mut reply) => {
+                // Flattened once here, kept with the event.
+                let flat: Vec<u8> = reply
+                    .headers
+                    .iter()
+                    .flat_map(|(k, v)| [k.as_bytes(), b"\0", v, b"\0"].concat())
+                    .collect();
+                reply.headers = vec![(String::new(), flat)];
+                Event::End(reply)
+            }
+            message => message,
+        };
+        current.insert(id, event);
+        let view = match current.get(&id) {
+            Some(Event::Message(json)) => EventView {
+                kind: 1,
+                http_status: 200,
+                body: json.as_ptr(),
+                body_len: json.len(),
+                headers: std::ptr::null(),
+                headers_len: 0,
+            },
+            Some(Event::End(reply)) => {
+                let flat = reply
+                    .headers
+                    .first()
+                    .map(|(_, v)| v.as_slice())
+                    .unwrap_or_default();
+                EventView {
+                    kind: 2,
+                    http_status: reply.http_status as i32,
+                    body: reply.body.as_ptr(),
+                    body_len: reply.body.len(),
+                    headers: flat.as_ptr(),
+                    headers_len: flat.len(),
+                }
+            }
+            None => return Ok(0),
+        };
+        out.write(view);
+        Ok(1)
+    })
+}
+
+/// Ends (or forgets) a call; a running call is cancelled.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_close(id: u32) {
+    let _ = guard(|| {
+        let p = process()?;
+        lock(&p.current).remove(&id);
+        p.client.close(id);
+        Ok(0)
+    });
+}

@@ -1,0 +1,482 @@
+//! The proxy-wasm 0.2.1 host functions the module imports, as wasmtime
+//! host functions. Each one checks every pointer it is given and answers
+//! with a proxy-wasm status, never a trap: the module sees what Envoy would
+//! show it.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use wasmtime::{Caller, Linker};
+
+use super::pairs;
+use super::state::{GrpcCommand, GrpcTarget, HostState, LocalReply, Pairs};
+
+pub const OK: u32 = 0;
+pub const NOT_FOUND: u32 = 1;
+pub const BAD_ARGUMENT: u32 = 2;
+pub const INVALID_MEMORY_ACCESS: u32 = 6;
+
+const BUFFER_REQUEST_BODY: u32 = 0;
+const BUFFER_GRPC_RECEIVE: u32 = 5;
+const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
+const MAP_REQUEST_HEADERS: u32 = 0;
+const MAP_GRPC_INITIAL: u32 = 4;
+const MAP_GRPC_TRAILING: u32 = 5;
+
+/// The host function the shim offers through `proxy_call_foreign_function`.
+pub const DELIVER_FUNCTION: &str = "grpc_wasm.deliver";
+
+type Ctx<'a> = Caller<'a, HostState>;
+
+pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.func_wrap("env", "proxy_log", log)?;
+    linker.func_wrap("env", "proxy_get_buffer_bytes", get_buffer_bytes)?;
+    linker.func_wrap("env", "proxy_set_buffer_bytes", set_buffer_bytes)?;
+    linker.func_wrap("env", "proxy_get_header_map_value", get_header_map_value)?;
+    linker.func_wrap("env", "proxy_get_header_map_pairs", get_header_map_pairs)?;
+    linker.func_wrap(
+        "env",
+        "proxy_replace_header_map_value",
+        replace_header_map_value,
+    )?;
+    linker.func_wrap(
+        "env",
+        "proxy_remove_header_map_value",
+        remove_header_map_value,
+    )?;
+    linker.func_wrap("env", "proxy_send_local_response", send_local_response)?;
+    linker.func_wrap("env", "proxy_get_current_time_nanoseconds", current_time)?;
+    linker.func_wrap(
+        "env",
+        "proxy_set_tick_period_milliseconds",
+        |mut c: Ctx, ms: u32| {
+            c.data_mut().tick_ms = ms;
+            OK
+        },
+    )?;
+    // No properties: the module asks only to recognise other hosts.
+    linker.func_wrap(
+        "env",
+        "proxy_get_property",
+        |_: Ctx, _: u32, _: u32, _: u32, _: u32| NOT_FOUND,
+    )?;
+    linker.func_wrap(
+        "env",
+        "proxy_set_effective_context",
+        |mut c: Ctx, id: u32| {
+            let known = id == super::ROOT_ID || c.data().http.contains_key(&id);
+            if known {
+                c.data_mut().effective = id;
+                OK
+            } else {
+                BAD_ARGUMENT
+            }
+        },
+    )?;
+    linker.func_wrap("env", "proxy_call_foreign_function", call_foreign_function)?;
+    linker.func_wrap("env", "proxy_grpc_call", grpc_call)?;
+    linker.func_wrap("env", "proxy_grpc_stream", grpc_stream)?;
+    linker.func_wrap(
+        "env",
+        "proxy_grpc_send",
+        |mut c: Ctx, token: u32, ptr: u32, len: u32, _end: u32| {
+            let Some(message) = read(&mut c, ptr, len) else {
+                return INVALID_MEMORY_ACCESS;
+            };
+            c.data_mut()
+                .outputs
+                .commands
+                .push(GrpcCommand::Send { token, message });
+            OK
+        },
+    )?;
+    linker.func_wrap("env", "proxy_grpc_close", |mut c: Ctx, token: u32| {
+        c.data_mut()
+            .outputs
+            .commands
+            .push(GrpcCommand::Close { token });
+        OK
+    })?;
+    linker.func_wrap("env", "proxy_grpc_cancel", |mut c: Ctx, token: u32| {
+        c.data_mut()
+            .outputs
+            .commands
+            .push(GrpcCommand::Cancel { token });
+        OK
+    })?;
+    linker.func_wrap("env", "proxy_get_status", get_status)?;
+    Ok(())
+}
+
+fn read(c: &mut Ctx, ptr: u32, len: u32) -> Option<Vec<u8>> {
+    let memory = c.data().memory?;
+    let (start, end) = (ptr as usize, (ptr as usize).checked_add(len as usize)?);
+    memory.data(&*c).get(start..end).map(<[u8]>::to_vec)
+}
+
+fn read_str(c: &mut Ctx, ptr: u32, len: u32) -> Option<String> {
+    read(c, ptr, len).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+fn write_u32(c: &mut Ctx, addr: u32, value: u32) -> bool {
+    let Some(memory) = c.data().memory else {
+        return false;
+    };
+    let start = addr as usize;
+    match memory.data_mut(&mut *c).get_mut(start..start + 4) {
+        Some(slot) => {
+            slot.copy_from_slice(&value.to_le_bytes());
+            true
+        }
+        None => false,
+    }
+}
+
+/// Copies `bytes` into memory the module allocates, and writes its address
+/// and length where the module asked.
+fn give(c: &mut Ctx, bytes: &[u8], ret_ptr: u32, ret_len: u32) -> u32 {
+    let Some(allocate) = c.data().allocate.clone() else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    let Ok(len) = u32::try_from(bytes.len()) else {
+        return BAD_ARGUMENT;
+    };
+    let Ok(addr) = allocate.call(&mut *c, len) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    let Some(memory) = c.data().memory else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    let start = addr as usize;
+    let Some(dst) = memory.data_mut(&mut *c).get_mut(start..start + bytes.len()) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    dst.copy_from_slice(bytes);
+    if write_u32(c, ret_ptr, addr) && write_u32(c, ret_len, len) {
+        OK
+    } else {
+        INVALID_MEMORY_ACCESS
+    }
+}
+
+fn log(mut c: Ctx, level: u32, ptr: u32, len: u32) -> u32 {
+    let Some(message) = read_str(&mut c, ptr, len) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    if level >= 4 {
+        c.data_mut().last_error = message.clone();
+    }
+    if level >= 3 || std::env::var_os("GRPC_WASM_DEBUG").is_some() {
+        eprintln!("[grpc-wasm] {message}");
+    }
+    OK
+}
+
+fn buffer_of(c: &Ctx, kind: u32) -> Option<Vec<u8>> {
+    let state = c.data();
+    match kind {
+        BUFFER_REQUEST_BODY => state
+            .http
+            .get(&state.effective)
+            .map(|h| h.request_body.clone()),
+        BUFFER_GRPC_RECEIVE => Some(state.grpc_message.clone()),
+        BUFFER_PLUGIN_CONFIGURATION => Some(state.plugin_config.clone()),
+        _ => None,
+    }
+}
+
+fn get_buffer_bytes(
+    mut c: Ctx,
+    kind: u32,
+    start: u32,
+    max: u32,
+    ret_ptr: u32,
+    ret_len: u32,
+) -> u32 {
+    let Some(buffer) = buffer_of(&c, kind) else {
+        return NOT_FOUND;
+    };
+    let start = (start as usize).min(buffer.len());
+    let end = start.saturating_add(max as usize).min(buffer.len());
+    give(&mut c, &buffer[start..end], ret_ptr, ret_len)
+}
+
+/// Envoy's rule: at 0, drop `size` bytes and put `data` in front; at or past
+/// the end, append; anything else is refused.
+fn set_buffer_bytes(mut c: Ctx, kind: u32, start: u32, size: u32, ptr: u32, len: u32) -> u32 {
+    let Some(data) = read(&mut c, ptr, len) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    if kind != BUFFER_REQUEST_BODY {
+        return NOT_FOUND;
+    }
+    let effective = c.data().effective;
+    let Some(http) = c.data_mut().http.get_mut(&effective) else {
+        return NOT_FOUND;
+    };
+    let body = &mut http.request_body;
+    if start == 0 {
+        body.drain(..(size as usize).min(body.len()));
+        body.splice(0..0, data);
+    } else if start as usize >= body.len() {
+        body.extend_from_slice(&data);
+    } else {
+        return BAD_ARGUMENT;
+    }
+    OK
+}
+
+fn map_of<'a>(c: &'a mut Ctx<'_>, kind: u32) -> Option<&'a mut Pairs> {
+    let state = c.data_mut();
+    match kind {
+        MAP_REQUEST_HEADERS => state
+            .http
+            .get_mut(&state.effective)
+            .map(|h| &mut h.request_headers),
+        MAP_GRPC_INITIAL => Some(&mut state.grpc_initial),
+        MAP_GRPC_TRAILING => Some(&mut state.grpc_trailing),
+        _ => None,
+    }
+}
+
+fn get_header_map_value(
+    mut c: Ctx,
+    kind: u32,
+    kptr: u32,
+    klen: u32,
+    ret_ptr: u32,
+    ret_len: u32,
+) -> u32 {
+    let Some(key) = read_str(&mut c, kptr, klen) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    let Some(map) = map_of(&mut c, kind) else {
+        return NOT_FOUND;
+    };
+    let Some(value) = map
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(&key))
+        .map(|(_, v)| v.clone())
+    else {
+        return NOT_FOUND;
+    };
+    give(&mut c, &value, ret_ptr, ret_len)
+}
+
+fn get_header_map_pairs(mut c: Ctx, kind: u32, ret_ptr: u32, ret_len: u32) -> u32 {
+    let Some(map) = map_of(&mut c, kind) else {
+        return NOT_FOUND;
+    };
+    let bytes = pairs::serialize(map);
+    give(&mut c, &bytes, ret_ptr, ret_len)
+}
+
+fn replace_header_map_value(
+    mut c: Ctx,
+    kind: u32,
+    kptr: u32,
+    klen: u32,
+    vptr: u32,
+    vlen: u32,
+) -> u32 {
+    let (Some(key), Some(value)) = (read_str(&mut c, kptr, klen), read(&mut c, vptr, vlen)) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    let Some(map) = map_of(&mut c, kind) else {
+        return NOT_FOUND;
+    };
+    map.retain(|(k, _)| !k.eq_ignore_ascii_case(&key));
+    map.push((key.to_ascii_lowercase(), value));
+    OK
+}
+
+fn remove_header_map_value(mut c: Ctx, kind: u32, kptr: u32, klen: u32) -> u32 {
+    let Some(key) = read_str(&mut c, kptr, klen) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    let Some(map) = map_of(&mut c, kind) else {
+        return NOT_FOUND;
+    };
+    map.retain(|(k, _)| !k.eq_ignore_ascii_case(&key));
+    OK
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send_local_response(
+    mut c: Ctx,
+    status: u32,
+    _dptr: u32,
+    _dlen: u32,
+    bptr: u32,
+    blen: u32,
+    hptr: u32,
+    hlen: u32,
+    _grpc_status: i32,
+) -> u32 {
+    let (Some(body), Some(map)) = (read(&mut c, bptr, blen), read(&mut c, hptr, hlen)) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    let Some(headers) = pairs::deserialize(&map) else {
+        return BAD_ARGUMENT;
+    };
+    let effective = c.data().effective;
+    if !c.data().http.contains_key(&effective) {
+        return BAD_ARGUMENT;
+    }
+    c.data_mut().outputs.replies.push((
+        effective,
+        LocalReply {
+            http_status: status,
+            body,
+            headers,
+        },
+    ));
+    OK
+}
+
+fn current_time(mut c: Ctx, ret: u32) -> u32 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let Some(memory) = c.data().memory else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    match memory
+        .data_mut(&mut c)
+        .get_mut(ret as usize..ret as usize + 8)
+    {
+        Some(slot) => {
+            slot.copy_from_slice(&nanos.to_le_bytes());
+            OK
+        }
+        None => INVALID_MEMORY_ACCESS,
+    }
+}
+
+fn call_foreign_function(
+    mut c: Ctx,
+    nptr: u32,
+    nlen: u32,
+    aptr: u32,
+    alen: u32,
+    _ret_ptr: u32,
+    _ret_len: u32,
+) -> u32 {
+    let (Some(name), Some(args)) = (read_str(&mut c, nptr, nlen), read(&mut c, aptr, alen)) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    if name != DELIVER_FUNCTION || args.len() < 4 {
+        return NOT_FOUND;
+    }
+    let context = u32::from_le_bytes([args[0], args[1], args[2], args[3]]);
+    c.data_mut()
+        .outputs
+        .messages
+        .push((context, args[4..].to_vec()));
+    OK
+}
+
+#[allow(clippy::too_many_arguments)]
+fn target(
+    c: &mut Ctx,
+    up: (u32, u32),
+    service: (u32, u32),
+    method: (u32, u32),
+    map: (u32, u32),
+) -> Result<GrpcTarget, u32> {
+    let upstream = read_str(c, up.0, up.1).ok_or(INVALID_MEMORY_ACCESS)?;
+    let service = read_str(c, service.0, service.1).ok_or(INVALID_MEMORY_ACCESS)?;
+    let method = read_str(c, method.0, method.1).ok_or(INVALID_MEMORY_ACCESS)?;
+    let map = read(c, map.0, map.1).ok_or(INVALID_MEMORY_ACCESS)?;
+    let metadata = pairs::deserialize(&map).ok_or(BAD_ARGUMENT)?;
+    Ok(GrpcTarget {
+        upstream,
+        service,
+        method,
+        metadata,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn grpc_call(
+    mut c: Ctx,
+    uptr: u32,
+    ulen: u32,
+    sptr: u32,
+    slen: u32,
+    mptr: u32,
+    mlen: u32,
+    hptr: u32,
+    hlen: u32,
+    msg_ptr: u32,
+    msg_len: u32,
+    timeout_ms: u32,
+    token_ptr: u32,
+) -> u32 {
+    let target = match target(
+        &mut c,
+        (uptr, ulen),
+        (sptr, slen),
+        (mptr, mlen),
+        (hptr, hlen),
+    ) {
+        Ok(t) => t,
+        Err(status) => return status,
+    };
+    let Some(message) = read(&mut c, msg_ptr, msg_len) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    let token = c.data_mut().token();
+    if !write_u32(&mut c, token_ptr, token) {
+        return INVALID_MEMORY_ACCESS;
+    }
+    c.data_mut().outputs.commands.push(GrpcCommand::Call {
+        token,
+        target,
+        message,
+        timeout_ms,
+    });
+    OK
+}
+
+#[allow(clippy::too_many_arguments)]
+fn grpc_stream(
+    mut c: Ctx,
+    uptr: u32,
+    ulen: u32,
+    sptr: u32,
+    slen: u32,
+    mptr: u32,
+    mlen: u32,
+    hptr: u32,
+    hlen: u32,
+    token_ptr: u32,
+) -> u32 {
+    let target = match target(
+        &mut c,
+        (uptr, ulen),
+        (sptr, slen),
+        (mptr, mlen),
+        (hptr, hlen),
+    ) {
+        Ok(t) => t,
+        Err(status) => return status,
+    };
+    let token = c.data_mut().token();
+    if !write_u32(&mut c, token_ptr, token) {
+        return INVALID_MEMORY_ACCESS;
+    }
+    c.data_mut()
+        .outputs
+        .commands
+        .push(GrpcCommand::Stream { token, target });
+    OK
+}
+
+fn get_status(mut c: Ctx, code_ptr: u32, ret_ptr: u32, ret_len: u32) -> u32 {
+    let (code, message) = c.data().grpc_status.clone();
+    if !write_u32(&mut c, code_ptr, code) {
+        return INVALID_MEMORY_ACCESS;
+    }
+    give(&mut c, &message, ret_ptr, ret_len)
+}

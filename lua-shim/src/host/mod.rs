@@ -1,0 +1,361 @@
+//! A proxy-wasm host for the grpc-wasm module, on wasmtime: the shim drives
+//! the very filter that runs in Envoy, in callout mode. A Lua call becomes
+//! an HTTP context (request headers and a JSON body); the module answers it
+//! with `proxy_grpc_call` / `proxy_grpc_stream`, which the transport carries
+//! out, and ends it with a local reply.
+
+mod imports;
+pub mod pairs;
+pub mod state;
+
+use std::path::Path;
+
+use wasmtime::{Config, Engine, Instance, Linker, Module, Store, TypedFunc};
+
+pub use imports::DELIVER_FUNCTION;
+pub use state::{GrpcCommand, GrpcTarget, LocalReply, Outputs, Pairs};
+use state::{HostState, HttpContext};
+
+use crate::wasm::wasi;
+
+/// The one root context (one plugin configuration per host).
+pub const ROOT_ID: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("cannot load the wasm module: {0}")]
+    Load(String),
+    #[error("the wasm module lacks the export '{0}'")]
+    MissingExport(&'static str),
+    #[error("the wasm module trapped: {0}")]
+    Trap(String),
+    #[error("{0}")]
+    Refused(String),
+}
+
+fn trap(e: wasmtime::Error) -> HostError {
+    HostError::Trap(e.to_string())
+}
+
+struct Exports {
+    context_create: TypedFunc<(u32, u32), ()>,
+    configure: TypedFunc<(u32, u32), u32>,
+    request_headers: TypedFunc<(u32, u32, u32), u32>,
+    request_body: TypedFunc<(u32, u32, u32), u32>,
+    done: TypedFunc<u32, u32>,
+    delete: TypedFunc<u32, ()>,
+    grpc_initial: TypedFunc<(u32, u32, u32), ()>,
+    grpc_receive: TypedFunc<(u32, u32, u32), ()>,
+    grpc_trailing: TypedFunc<(u32, u32, u32), ()>,
+    grpc_close: TypedFunc<(u32, u32, u32), ()>,
+    tick: TypedFunc<u32, ()>,
+    proto_imports: TypedFunc<(u32, u32, u32, u32), u32>,
+    scratch: TypedFunc<u32, u32>,
+    result: TypedFunc<(), u64>,
+}
+
+/// One instance of the module with its root context.
+pub struct ProxyHost {
+    store: Store<HostState>,
+    exports: Exports,
+    next_context: u32,
+}
+
+/// A transport event for a call, delivered to the module as Envoy would.
+#[derive(Debug)]
+pub enum GrpcEvent {
+    InitialMetadata(Pairs),
+    Message(Vec<u8>),
+    TrailingMetadata(Pairs),
+    /// The call ended: status code and the raw (percent-encoded) message.
+    Close(u32, Vec<u8>),
+}
+
+impl ProxyHost {
+    /// Compiles (or loads from `cache_dir`) and instantiates the module.
+    pub fn new(wasm: &[u8], cache_dir: Option<&Path>) -> Result<Self, HostError> {
+        let engine = Engine::new(&Config::new()).map_err(|e| HostError::Load(e.to_string()))?;
+        let module = compile(&engine, wasm, cache_dir)?;
+        let mut linker = Linker::new(&engine);
+        let load = |e: wasmtime::Error| HostError::Load(e.to_string());
+        wasi::add_to_linker(&mut linker).map_err(load)?;
+        imports::add_to_linker(&mut linker).map_err(load)?;
+        linker
+            .define_unknown_imports_as_traps(&module)
+            .map_err(load)?;
+        let mut store = Store::new(&engine, HostState::default());
+        let instance = linker.instantiate(&mut store, &module).map_err(load)?;
+        if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
+            init.call(&mut store, ()).map_err(trap)?;
+        }
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or(HostError::MissingExport("memory"))?;
+        let allocate = export(&instance, &mut store, "proxy_on_memory_allocate")?;
+        store.data_mut().memory = Some(memory);
+        store.data_mut().allocate = Some(allocate);
+        let exports = Exports {
+            context_create: export(&instance, &mut store, "proxy_on_context_create")?,
+            configure: export(&instance, &mut store, "proxy_on_configure")?,
+            request_headers: export(&instance, &mut store, "proxy_on_request_headers")?,
+            request_body: export(&instance, &mut store, "proxy_on_request_body")?,
+            done: export(&instance, &mut store, "proxy_on_done")?,
+            delete: export(&instance, &mut store, "proxy_on_delete")?,
+            grpc_initial: export(
+                &instance,
+                &mut store,
+                "proxy_on_grpc_receive_initial_metadata",
+            )?,
+            grpc_receive: export(&instance, &mut store, "proxy_on_grpc_receive")?,
+            grpc_trailing: export(
+                &instance,
+                &mut store,
+                "proxy_on_grpc_receive_trailing_metadata",
+            )?,
+            grpc_close: export(&instance, &mut store, "proxy_on_grpc_close")?,
+            tick: export(&instance, &mut store, "proxy_on_tick")?,
+            proto_imports: export(&instance, &mut store, "grpc_wasm_proto_imports")?,
+            scratch: export(&instance, &mut store, "grpc_wasm_buffer")?,
+            result: export(&instance, &mut store, "grpc_wasm_result")?,
+        };
+        let start: TypedFunc<(u32, u32), u32> = export(&instance, &mut store, "proxy_on_vm_start")?;
+        exports
+            .context_create
+            .call(&mut store, (ROOT_ID, 0))
+            .map_err(trap)?;
+        start.call(&mut store, (ROOT_ID, 0)).map_err(trap)?;
+        Ok(ProxyHost {
+            store,
+            exports,
+            next_context: ROOT_ID,
+        })
+    }
+
+    /// (Re)configures the root context; the module's own reason on refusal.
+    pub fn configure(&mut self, config: &[u8]) -> Result<(), HostError> {
+        let state = self.store.data_mut();
+        state.plugin_config = config.to_vec();
+        state.effective = ROOT_ID;
+        state.last_error.clear();
+        let ok = self
+            .exports
+            .configure
+            .call(&mut self.store, (ROOT_ID, config.len() as u32))
+            .map_err(trap)?;
+        if ok == 1 {
+            Ok(())
+        } else {
+            let reason = std::mem::take(&mut self.store.data_mut().last_error);
+            Err(HostError::Refused(
+                reason
+                    .trim_start_matches("grpc-wasm: bad configuration: ")
+                    .to_string(),
+            ))
+        }
+    }
+
+    /// The imports of a `.proto` source, by the module's own parser.
+    pub fn proto_imports(&mut self, name: &str, source: &str) -> Result<Vec<String>, HostError> {
+        let total = name.len() + source.len();
+        let ptr = self
+            .exports
+            .scratch
+            .call(&mut self.store, total as u32)
+            .map_err(trap)?;
+        let memory = self
+            .store
+            .data()
+            .memory
+            .ok_or(HostError::MissingExport("memory"))?;
+        let dst = memory
+            .data_mut(&mut self.store)
+            .get_mut(ptr as usize..ptr as usize + total)
+            .ok_or_else(|| HostError::Trap("scratch buffer out of bounds".into()))?;
+        dst[..name.len()].copy_from_slice(name.as_bytes());
+        dst[name.len()..].copy_from_slice(source.as_bytes());
+        let args = (
+            ptr,
+            name.len() as u32,
+            ptr + name.len() as u32,
+            source.len() as u32,
+        );
+        let code = self
+            .exports
+            .proto_imports
+            .call(&mut self.store, args)
+            .map_err(trap)?;
+        let packed = self
+            .exports
+            .result
+            .call(&mut self.store, ())
+            .map_err(trap)?;
+        let (at, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+        let text = memory
+            .data(&self.store)
+            .get(at..at + len)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
+        if code != 0 {
+            return Err(HostError::Refused(text));
+        }
+        Ok(text
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// Opens an HTTP context with these request headers; with a body, the
+    /// request ends with it.
+    pub fn open(&mut self, headers: Pairs, body: Option<&[u8]>) -> Result<u32, HostError> {
+        self.next_context = self.next_context.wrapping_add(1).max(ROOT_ID + 1);
+        let id = self.next_context;
+        let count = headers.len() as u32;
+        self.store.data_mut().http.insert(
+            id,
+            HttpContext {
+                request_headers: headers,
+                request_body: Vec::new(),
+            },
+        );
+        self.exports
+            .context_create
+            .call(&mut self.store, (id, ROOT_ID))
+            .map_err(trap)?;
+        self.store.data_mut().effective = id;
+        self.exports
+            .request_headers
+            .call(&mut self.store, (id, count, 0))
+            .map_err(trap)?;
+        if let Some(body) = body {
+            self.body(id, body, true)?;
+        }
+        Ok(id)
+    }
+
+    /// More request body for a context (a streamed message), or its end.
+    pub fn body(&mut self, id: u32, bytes: &[u8], end: bool) -> Result<(), HostError> {
+        let state = self.store.data_mut();
+        let Some(http) = state.http.get_mut(&id) else {
+            return Ok(());
+        };
+        http.request_body.extend_from_slice(bytes);
+        let size = http.request_body.len() as u32;
+        state.effective = id;
+        self.exports
+            .request_body
+            .call(&mut self.store, (id, size, end as u32))
+            .map_err(trap)?;
+        Ok(())
+    }
+
+    /// Ends a context: the module cancels whatever it still runs for it.
+    pub fn finish(&mut self, id: u32) -> Result<(), HostError> {
+        if self.store.data_mut().http.contains_key(&id) {
+            self.store.data_mut().effective = id;
+            self.exports.done.call(&mut self.store, id).map_err(trap)?;
+            self.exports
+                .delete
+                .call(&mut self.store, id)
+                .map_err(trap)?;
+            self.store.data_mut().http.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Hands a transport event to the module's root context.
+    pub fn grpc_event(&mut self, token: u32, event: GrpcEvent) -> Result<(), HostError> {
+        self.store.data_mut().effective = ROOT_ID;
+        let root = ROOT_ID;
+        match event {
+            GrpcEvent::InitialMetadata(map) => {
+                let n = map.len() as u32;
+                self.store.data_mut().grpc_initial = map;
+                self.exports
+                    .grpc_initial
+                    .call(&mut self.store, (root, token, n))
+                    .map_err(trap)
+            }
+            GrpcEvent::Message(bytes) => {
+                let n = bytes.len() as u32;
+                self.store.data_mut().grpc_message = bytes;
+                self.exports
+                    .grpc_receive
+                    .call(&mut self.store, (root, token, n))
+                    .map_err(trap)
+            }
+            GrpcEvent::TrailingMetadata(map) => {
+                let n = map.len() as u32;
+                self.store.data_mut().grpc_trailing = map;
+                self.exports
+                    .grpc_trailing
+                    .call(&mut self.store, (root, token, n))
+                    .map_err(trap)
+            }
+            GrpcEvent::Close(code, message) => {
+                self.store.data_mut().grpc_status = (code, message);
+                self.exports
+                    .grpc_close
+                    .call(&mut self.store, (root, token, code))
+                    .map_err(trap)
+            }
+        }
+    }
+
+    pub fn tick(&mut self) -> Result<(), HostError> {
+        self.store.data_mut().effective = ROOT_ID;
+        self.exports
+            .tick
+            .call(&mut self.store, ROOT_ID)
+            .map_err(trap)
+    }
+
+    /// The tick period the module asked for (0: none).
+    pub fn tick_ms(&self) -> u32 {
+        self.store.data().tick_ms
+    }
+
+    /// Takes what the module asked for since the last call.
+    pub fn take_outputs(&mut self) -> Outputs {
+        std::mem::take(&mut self.store.data_mut().outputs)
+    }
+}
+
+fn export<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+    instance: &Instance,
+    store: &mut Store<HostState>,
+    name: &'static str,
+) -> Result<TypedFunc<P, R>, HostError> {
+    instance
+        .get_typed_func(store, name)
+        .map_err(|_| HostError::MissingExport(name))
+}
+
+/// Compiling the module takes seconds; a worker that finds it compiled by
+/// an earlier one (same bytes, same engine) loads it in milliseconds.
+fn compile(engine: &Engine, wasm: &[u8], cache_dir: Option<&Path>) -> Result<Module, HostError> {
+    use std::hash::{Hash, Hasher};
+    let Some(dir) = cache_dir else {
+        return Module::new(engine, wasm).map_err(|e| HostError::Load(e.to_string()));
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    wasm.hash(&mut hasher);
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let path = dir.join(format!("grpc-wasm-{:016x}.cwasm", hasher.finish()));
+    // SAFETY: the file is one this function wrote with Module::serialize for
+    // the same engine settings (the name carries their hash); wasmtime still
+    // checks its header and refuses a mismatch, which falls back to compiling.
+    if let Ok(module) = unsafe { Module::deserialize_file(engine, &path) } {
+        return Ok(module);
+    }
+    let module = Module::new(engine, wasm).map_err(|e| HostError::Load(e.to_string()))?;
+    if let Ok(bytes) = module.serialize() {
+        let _ = std::fs::create_dir_all(dir);
+        // Written aside and renamed, so that a concurrent reader never sees half a file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+    Ok(module)
+}

@@ -1,0 +1,96 @@
+//! What the proxy-wasm host keeps between calls into the module: the HTTP
+//! contexts' headers and bodies, the buffers of the gRPC callback in
+//! progress, and what the module asked for (replies, calls, messages).
+
+use std::collections::HashMap;
+
+use wasmtime::{Memory, TypedFunc};
+
+/// A header map in arrival order; keys may repeat.
+pub type Pairs = Vec<(String, Vec<u8>)>;
+
+#[derive(Default)]
+pub struct HttpContext {
+    pub request_headers: Pairs,
+    pub request_body: Vec<u8>,
+}
+
+/// A `proxy_send_local_response` the module made for an HTTP context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalReply {
+    pub http_status: u32,
+    pub body: Vec<u8>,
+    pub headers: Pairs,
+}
+
+/// What the module asked the host to do with gRPC; carried out by the
+/// transport once the callback has returned.
+#[derive(Debug)]
+pub enum GrpcCommand {
+    Call {
+        token: u32,
+        target: GrpcTarget,
+        message: Vec<u8>,
+        timeout_ms: u32,
+    },
+    Stream {
+        token: u32,
+        target: GrpcTarget,
+    },
+    Send {
+        token: u32,
+        message: Vec<u8>,
+    },
+    Close {
+        token: u32,
+    },
+    Cancel {
+        token: u32,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct GrpcTarget {
+    pub upstream: String,
+    pub service: String,
+    pub method: String,
+    pub metadata: Pairs,
+}
+
+/// Everything the module produced during one host call.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    pub replies: Vec<(u32, LocalReply)>,
+    pub commands: Vec<GrpcCommand>,
+    /// Streamed messages handed over with `grpc_wasm.deliver`: context, JSON.
+    pub messages: Vec<(u32, Vec<u8>)>,
+}
+
+#[derive(Default)]
+pub struct HostState {
+    pub memory: Option<Memory>,
+    pub allocate: Option<TypedFunc<u32, u32>>,
+    /// The context host calls act on (`proxy_set_effective_context`).
+    pub effective: u32,
+    pub http: HashMap<u32, HttpContext>,
+    pub plugin_config: Vec<u8>,
+    /// The gRPC callback in progress: message, metadata, status.
+    pub grpc_message: Vec<u8>,
+    pub grpc_initial: Pairs,
+    pub grpc_trailing: Pairs,
+    pub grpc_status: (u32, Vec<u8>),
+    /// Foreign function arguments of the call in progress.
+    pub next_token: u32,
+    pub tick_ms: u32,
+    /// The module's last error-level log line (a refused configuration).
+    pub last_error: String,
+    pub outputs: Outputs,
+}
+
+impl HostState {
+    /// Tokens as Envoy numbers them: calls and streams never collide.
+    pub fn token(&mut self) -> u32 {
+        self.next_token = self.next_token.wrapping_add(1).max(1);
+        self.next_token
+    }
+}

@@ -1,0 +1,251 @@
+//! The HTTP/2 transport: tonic channels (plaintext, TLS, mTLS with rustls)
+//! that carry the calls the module asks for, and report back what Envoy
+//! would: initial metadata, messages, trailing metadata, then a close with
+//! the status code and the raw `grpc-message`.
+
+mod codec;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::uri::PathAndQuery;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::metadata::MetadataMap;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+pub use codec::RawCodec;
+
+use crate::host::{GrpcEvent, GrpcTarget, Pairs};
+
+/// Where a transport event goes: the call's token and the event.
+pub type Sink = Arc<dyn Fn(u32, GrpcEvent) + Send + Sync>;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TransportError {
+    #[error("invalid address '{0}': {1}")]
+    Address(String, String),
+    #[error("invalid TLS options: {0}")]
+    Tls(String),
+}
+
+/// TLS settings, all PEM text; none at all means plaintext.
+#[derive(Debug, Default, Clone)]
+pub struct TlsOptions {
+    /// The server name to verify (and send as SNI); the address's host by default.
+    pub host: Option<String>,
+    pub ca: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+impl TlsOptions {
+    fn enabled(&self) -> bool {
+        self.host.is_some() || self.ca.is_some() || self.cert.is_some() || self.key.is_some()
+    }
+}
+
+/// A lazily connected, multiplexed HTTP/2 channel; it reconnects by itself
+/// after the server comes back. Must run inside the runtime.
+pub fn connect(addr: &str, tls: &TlsOptions) -> Result<Channel, TransportError> {
+    let scheme = if tls.enabled() { "https" } else { "http" };
+    let bad = |e: &dyn std::fmt::Display| TransportError::Address(addr.to_string(), e.to_string());
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .map_err(|e| bad(&e))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    if tls.enabled() {
+        let mut config = ClientTlsConfig::new();
+        if let Some(host) = &tls.host {
+            config = config.domain_name(host.clone());
+        }
+        match &tls.ca {
+            Some(ca) => {
+                check_pem(ca, "ca")?;
+                config = config.ca_certificate(Certificate::from_pem(ca));
+            }
+            None => config = config.with_enabled_roots(),
+        }
+        match (&tls.cert, &tls.key) {
+            (Some(cert), Some(key)) => {
+                check_pem(cert, "cert")?;
+                check_pem(key, "priv_key")?;
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(TransportError::Tls(
+                    "mTLS needs both cert and priv_key".into(),
+                ))
+            }
+        }
+        endpoint = endpoint
+            .tls_config(config)
+            .map_err(|e| TransportError::Tls(e.to_string()))?;
+    }
+    Ok(endpoint.connect_lazy())
+}
+
+fn check_pem(text: &str, what: &str) -> Result<(), TransportError> {
+    if text.contains("-----BEGIN ") {
+        Ok(())
+    } else {
+        Err(TransportError::Tls(format!(
+            "{what} is not PEM text (give the file's contents, e.g. grpc.readfile(path))"
+        )))
+    }
+}
+
+fn path(target: &GrpcTarget) -> Result<PathAndQuery, tonic::Status> {
+    PathAndQuery::try_from(format!("/{}/{}", target.service, target.method))
+        .map_err(|e| tonic::Status::invalid_argument(format!("invalid method path: {e}")))
+}
+
+fn request<T>(message: T, metadata: &Pairs) -> tonic::Request<T> {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in metadata {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            http::HeaderValue::from_bytes(v),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    let mut request = tonic::Request::new(message);
+    *request.metadata_mut() = MetadataMap::from_headers(headers);
+    request
+}
+
+fn pairs(metadata: &MetadataMap) -> Pairs {
+    metadata
+        .clone()
+        .into_headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// A failed call as Envoy reports it: trailing metadata (with the details
+/// as `grpc-status-details-bin`), then the close.
+fn report_failure(sink: &Sink, token: u32, status: &tonic::Status) {
+    use base64::Engine;
+    let mut trailing = pairs(status.metadata());
+    if !status.details().is_empty() {
+        let encoded = base64::engine::general_purpose::STANDARD_NO_PAD.encode(status.details());
+        trailing.push(("grpc-status-details-bin".into(), encoded.into_bytes()));
+    }
+    sink(token, GrpcEvent::TrailingMetadata(trailing));
+    sink(
+        token,
+        GrpcEvent::Close(status.code() as u32, raw_message(status.message())),
+    );
+}
+
+/// tonic decodes `grpc-message`; the module expects it as it was on the wire.
+fn raw_message(message: &str) -> Vec<u8> {
+    const ENCODE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
+    percent_encoding::utf8_percent_encode(message, ENCODE)
+        .to_string()
+        .into_bytes()
+}
+
+/// A unary call with its deadline, enforced here as well as sent. It goes
+/// as a one-message stream so that headers and trailers stay apart (tonic's
+/// unary API merges them); the module sees Envoy's order: metadata, then
+/// the message.
+pub fn unary(
+    rt: &tokio::runtime::Handle,
+    channel: Channel,
+    token: u32,
+    target: GrpcTarget,
+    message: Vec<u8>,
+    timeout_ms: u32,
+    sink: Sink,
+) -> AbortHandle {
+    rt.spawn(async move {
+        let timeout = Duration::from_millis(u64::from(timeout_ms.max(1)));
+        let call = async {
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let mut req = request(tokio_stream::once(message), &target.metadata);
+            req.set_timeout(timeout);
+            let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
+            let (headers, mut body, _) = response.into_parts();
+            let mut messages = Vec::with_capacity(1);
+            while let Some(message) = body.message().await? {
+                messages.push(message);
+            }
+            let trailers = body
+                .trailers()
+                .await?
+                .map(|t| pairs(&t))
+                .unwrap_or_default();
+            Ok::<_, tonic::Status>((pairs(&headers), messages, trailers))
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok((headers, mut messages, trailers))) if messages.len() == 1 => {
+                sink(token, GrpcEvent::InitialMetadata(headers));
+                sink(token, GrpcEvent::TrailingMetadata(trailers));
+                sink(token, GrpcEvent::Message(messages.remove(0)));
+            }
+            Ok(Ok((_, messages, _))) => {
+                let message = format!("expected one response message, got {}", messages.len());
+                sink(
+                    token,
+                    GrpcEvent::Close(tonic::Code::Internal as u32, raw_message(&message)),
+                );
+            }
+            Ok(Err(status)) => report_failure(&sink, token, &status),
+            Err(_) => sink(
+                token,
+                GrpcEvent::Close(
+                    tonic::Code::DeadlineExceeded as u32,
+                    b"deadline exceeded".to_vec(),
+                ),
+            ),
+        }
+    })
+    .abort_handle()
+}
+
+/// A stream: messages go out as the module sends them; dropping the sender
+/// half-closes.
+pub fn stream(
+    rt: &tokio::runtime::Handle,
+    channel: Channel,
+    token: u32,
+    target: GrpcTarget,
+    sink: Sink,
+) -> (mpsc::UnboundedSender<Vec<u8>>, AbortHandle) {
+    let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let handle = rt.spawn(async move {
+        let run = async {
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let req = request(UnboundedReceiverStream::new(rx), &target.metadata);
+            let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
+            let (metadata, mut messages, _) = response.into_parts();
+            sink(token, GrpcEvent::InitialMetadata(pairs(&metadata)));
+            while let Some(message) = messages.message().await? {
+                sink(token, GrpcEvent::Message(message));
+            }
+            let trailers = messages
+                .trailers()
+                .await?
+                .map(|t| pairs(&t))
+                .unwrap_or_default();
+            sink(token, GrpcEvent::TrailingMetadata(trailers));
+            Ok::<(), tonic::Status>(())
+        };
+        match run.await {
+            Ok(()) => sink(token, GrpcEvent::Close(0, Vec::new())),
+            Err(status) => report_failure(&sink, token, &status),
+        }
+    });
+    (tx, handle.abort_handle())
+}
