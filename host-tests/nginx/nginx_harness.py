@@ -34,7 +34,8 @@ env GRPC_WASM_CACHE_DIR={cache};
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
-    lua_package_path "{prefix}/?.lua;{lib}/?.lua;/usr/share/lua/5.1/?.lua;;";
+    lua_package_path "{prefix}/?.lua;{lib}/?.lua;{lua}/?.lua;/usr/share/lua/5.1/?.lua;;";
+    {http_extra}
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         location ~ ^/t/(\\w+)$ {{
@@ -54,7 +55,7 @@ def ensure_certs():
 class Nginx:
     """nginx on a free port; `testenv.lua` tells the Lua tests where things are."""
 
-    def __init__(self, env, workers=2):
+    def __init__(self, env, workers=2, http_extra=""):
         self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-nginx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
         self.port = free_port()
@@ -63,7 +64,7 @@ class Nginx:
         with open(os.path.join(self.prefix, "nginx.conf"), "w") as f:
             f.write(CONF.format(workers=workers, prefix=self.prefix, shim=SHIM, wasm=WASM, cache=cache,
                                 lib=os.path.join(ROOT, "lua-shim", "lib"), lua=os.path.join(HERE, "lua"),
-                                port=self.port))
+                                port=self.port, http_extra=http_extra))
         with open(os.path.join(self.prefix, "testenv.lua"), "w") as f:
             f.write("return {\n" + "".join(f"  {k} = {v!r},\n" for k, v in env.items()).replace("'", '"') + "}\n")
         self.proc = subprocess.Popen(["nginx", "-p", self.prefix, "-c", os.path.join(self.prefix, "nginx.conf")],

@@ -12,11 +12,20 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from nginx_harness import PROTOS, Nginx, Server, ensure_certs, free_port  # noqa: E402
+from nginx_harness import PROTOS, SHIM, Nginx, Server, ensure_certs, free_port  # noqa: E402
+
+
+def check_log(proxy):
+    log = proxy.log()
+    # After the whole suite: no crash, no worker exit, no alert.
+    assert "[alert]" not in log and "[emerg]" not in log and "[crit]" not in log, log[-5000:]
+    # Workers exit only at the final graceful stop, and cleanly.
+    assert not re.search(r"exited on signal|exited with code [1-9]", log), log[-5000:]
+    assert proxy.proc.returncode == 0, log[-5000:]
 
 
 @pytest.fixture(scope="module")
-def nginx():
+def servers():
     certs = ensure_certs()
     servers = {
         "greeter": Server("greeter-server"),
@@ -26,18 +35,31 @@ def nginx():
         "echo_mtls": Server("echo-server", "--tls-dir", certs, "--mtls"),
     }
     env = {name: s.addr for name, s in servers.items()}
-    env.update(dead=f"127.0.0.1:{free_port()}", certs=certs, protos=PROTOS)
-    proxy = Nginx(env)
-    yield proxy
-    proxy.stop()
+    env.update(dead=f"127.0.0.1:{free_port()}", certs=certs, protos=PROTOS, shim=SHIM)
+    yield env
     for s in servers.values():
         s.stop()
-    log = proxy.log()
-    # After the whole suite: no crash, no worker exit, no alert.
-    assert "[alert]" not in log and "[emerg]" not in log and "[crit]" not in log, log[-5000:]
-    # Workers exit only at the final graceful stop, and cleanly.
-    assert not re.search(r"exited on signal|exited with code [1-9]", log), log[-5000:]
-    assert proxy.proc.returncode == 0, log[-5000:]
+
+
+@pytest.fixture(scope="module")
+def nginx(servers):
+    proxy = Nginx(servers)
+    yield proxy
+    proxy.stop()
+    check_log(proxy)
+
+
+@pytest.fixture(scope="module")
+def nginx_resty_ffi(servers, tmp_path_factory):
+    """nginx whose Lua sees ngx.load_ffi: resty.ffi.grpc takes the
+    lua-resty-ffi path, served by the C harness."""
+    out = tmp_path_factory.mktemp("harness")
+    subprocess.run(["sh", os.path.join(os.path.dirname(__file__), "..", "resty-ffi", "build.sh"), str(out)], check=True)
+    env = dict(servers, resty_ffi_harness=str(out / "libresty_ffi_harness.so"))
+    proxy = Nginx(env, http_extra='init_by_lua_block { require("fake_resty_ffi") }')
+    yield proxy
+    proxy.stop()
+    check_log(proxy)
 
 
 def test_the_issue_program(nginx):
@@ -55,6 +77,19 @@ def test_the_issue_program(nginx):
         "bidi 3: note 1,note 2",
         "bidi end: true nil",
     ]
+
+
+def test_the_issue_program_through_lua_resty_ffi(nginx_resty_ffi):
+    status, body = nginx_resty_ffi.get("/t/program")
+    assert status == 200, body + nginx_resty_ffi.log()[-3000:]
+    assert body.splitlines()[0] == "unary: Hello foobar!"
+    assert body.splitlines()[-1] == "bidi end: true nil"
+    assert len(body.splitlines()) == 10
+    assert nginx_resty_ffi.get("/t/mode") == (200, "resty_ffi\n")
+
+
+def test_stock_nginx_takes_the_ffi_path(nginx):
+    assert nginx.get("/t/mode") == (200, "ffi\n")
 
 
 def test_failures(nginx):

@@ -50,7 +50,8 @@ static void serve(struct state *st, void *task)
     if (starts(req, len, "slow"))
         usleep(300000);
     int dup = starts(req, len, "dup");
-    char *out = malloc(len ? (size_t)len : 1);
+    /* NUL-terminated: an empty echo (length 0) is then read as "". */
+    char *out = calloc((size_t)len + 1, 1);
     for (int i = 0; i < len; i++)
         out[i] = (char)toupper((unsigned char)req[i]);
     ngx_http_lua_ffi_respond(task, 0, out, len);

@@ -427,6 +427,17 @@ int harness_wait(void *task, int timeout_ms, int *rc, char **rsp, int *rsp_len)
     return 0;
 }
 
+/* 1 once the task has its response (collect it with harness_wait), else 0.
+ * Lets a Lua stand-in of lua-resty-ffi poll from nginx's event loop. */
+int harness_done(void *task)
+{
+    struct task *t = task;
+    pthread_mutex_lock(&g_mu);
+    int done = t->state == RESPONDED;
+    pthread_mutex_unlock(&g_mu);
+    return done;
+}
+
 /* As harness_wait; -2 if the task could not be submitted (see harness_error). */
 int harness_call(void *h, const char *req, int len, int timeout_ms,
                  int *rc, char **rsp, int *rsp_len)

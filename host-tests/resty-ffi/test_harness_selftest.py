@@ -12,13 +12,12 @@ from resty_ffi import Harness, HarnessError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("resty-ffi")
-    subprocess.run(["sh", os.path.join(HERE, "build.sh"), str(out)], check=True)
+def built(harness_build):
+    out, harness = harness_build
     fake = out / "libfake.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-o", str(fake),
                     os.path.join(HERE, "fake_lib.c")], check=True)
-    return Harness(out / "libresty_ffi_harness.so"), fake
+    return harness, fake
 
 
 @pytest.fixture

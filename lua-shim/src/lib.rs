@@ -12,6 +12,7 @@ pub mod client;
 pub mod ffi;
 pub mod host;
 mod notify;
+pub mod resty_ffi;
 pub mod transport;
 pub mod wasm;
 

@@ -121,11 +121,10 @@ local function reader(premature, path)
     end
 end
 
-local initialised
-local function init_worker()
-    if initialised == ngx.worker.pid() then
-        return true
-    end
+-- Path (b): LuaJIT FFI into liblua_shim.so, woken through the socket.
+local ffi_backend = {}
+
+function ffi_backend.init()
     local shim, err = find_shim()
     if not shim then
         return nil, err
@@ -148,20 +147,233 @@ local function init_worker()
     if not tok then
         return nil, "cannot start the wake-up reader: " .. terr
     end
-    initialised = ngx.worker.pid()
     return true
 end
 
+local function status(rc)
+    if rc ~= 0 then
+        return nil, last_error()
+    end
+    return true
+end
+
+function ffi_backend.loadfile(path, include)
+    return status(C.grpc_wasm_loadfile(path, include and concat(include, "\n") or nil))
+end
+
+function ffi_backend.load_descriptor_set(bytes)
+    return status(C.grpc_wasm_load_descriptor_set(bytes, #bytes))
+end
+
+function ffi_backend.set_json_options(json)
+    return status(C.grpc_wasm_set_print_options(json, #json))
+end
+
+function ffi_backend.connect(addr, opts)
+    local id = C.grpc_wasm_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key)
+    if id < 0 then
+        return nil, last_error()
+    end
+    return id
+end
+
+function ffi_backend.conn_close(id)
+    C.grpc_wasm_conn_close(id)
+end
+
+-- key\0value\0 pairs
+local function flatten(metadata)
+    if not metadata then
+        return nil, 0
+    end
+    local parts = {}
+    for k, v in pairs(metadata) do
+        parts[#parts + 1] = k
+        parts[#parts + 1] = v
+    end
+    local flat = concat(parts, "\0") .. "\0"
+    return flat, #flat
+end
+
+function ffi_backend.start(conn, path, body, timeout, metadata)
+    local md, md_len = flatten(metadata)
+    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len)
+    if id < 0 then
+        return nil, last_error()
+    end
+    return id
+end
+
+function ffi_backend.send(id, body)
+    return status(C.grpc_wasm_send(id, body, #body))
+end
+
+function ffi_backend.close_send(id)
+    return status(C.grpc_wasm_close_send(id))
+end
+
+-- "message", json | "end", body, http status, raw headers | nil, err
+function ffi_backend.next_event(id, timeout_ms)
+    local deadline = ngx.now() + timeout_ms / 1000 + 1
+    while true do
+        local n = C.grpc_wasm_next_event(id, event)
+        if n < 0 then
+            return nil, last_error()
+        end
+        if n == 1 then
+            local ev = event[0]
+            local body = ffi_string(ev.body, ev.body_len)
+            if ev.kind == 1 then
+                return "message", body
+            end
+            return "end", body, ev.http_status, ffi_string(ev.headers, ev.headers_len)
+        end
+        local sema = waiters[id]
+        if not sema then
+            sema = semaphore.new()
+            waiters[id] = sema
+        end
+        -- The module ends every call by its deadline; this wait is only a
+        -- safety net against a lost wake-up.
+        local left = deadline - ngx.now()
+        if left <= 0 then
+            return nil, "timeout waiting for the call's end"
+        end
+        local ok, err = sema:wait(left)
+        if not ok and err ~= "timeout" then
+            return nil, err
+        end
+    end
+end
+
+function ffi_backend.close(id)
+    waiters[id] = nil
+    C.grpc_wasm_close(id)
+end
+
+-- Path (a): lua-resty-ffi's runtime; each operation is a task (JSON) that
+-- the shim's own thread answers; `next` is answered when the event comes.
+local resty_backend = {}
+local runtime
+-- Closes asked for by the garbage collector, which cannot yield for a task.
+local collected = {}
+
+local function task(request)
+    while #collected > 0 do
+        local req = table.remove(collected)
+        runtime:call(cjson.encode(req))
+    end
+    local ok, res, err = runtime:call(cjson.encode(request))
+    if not ok then
+        return nil, err or ("grpc-wasm runtime error " .. tostring(res))
+    end
+    return res or ""
+end
+
+function resty_backend.init()
+    local cfg = cjson.encode({
+        module = settings.module or os.getenv("GRPC_WASM_MODULE"),
+        cache_dir = settings.cache_dir or os.getenv("GRPC_WASM_CACHE_DIR") or "/tmp",
+    })
+    local rt, err = ngx.load_ffi(settings.ffi_name or "lua_shim", cfg)
+    if not rt then
+        return nil, "ngx.load_ffi failed: " .. tostring(err)
+    end
+    runtime = rt
+    return true
+end
+
+function resty_backend.loadfile(path, include)
+    return task({ op = "loadfile", path = path, include = include })
+end
+
+function resty_backend.load_descriptor_set(bytes)
+    return task({ op = "descriptor_set", base64 = ngx.encode_base64(bytes) })
+end
+
+function resty_backend.set_json_options(json)
+    return task({ op = "json_options", options = cjson.decode(json) })
+end
+
+function resty_backend.connect(addr, opts)
+    local id, err = task({ op = "connect", addr = addr, host = opts.host, ca = opts.ca,
+                           cert = opts.cert, priv_key = opts.priv_key })
+    return tonumber(id), err
+end
+
+function resty_backend.conn_close(id)
+    task({ op = "conn_close", conn = id })
+end
+
+function resty_backend.start(conn, path, body, timeout, metadata)
+    local id, err = task({ op = "start", conn = conn, path = path, body = body, timeout = timeout,
+                           metadata = metadata })
+    return tonumber(id), err
+end
+
+function resty_backend.send(id, body)
+    return task({ op = "send", id = id, body = body })
+end
+
+function resty_backend.close_send(id)
+    return task({ op = "close_send", id = id })
+end
+
+function resty_backend.next_event(id)
+    local data, err = task({ op = "next", id = id })
+    if not data then
+        return nil, err
+    end
+    if data:sub(1, 2) == "M\n" then
+        return "message", data:sub(3)
+    end
+    local status, hlen, at = data:match("^E (%d+) (%d+)\n()")
+    if not status then
+        return nil, "malformed event from the runtime"
+    end
+    hlen = tonumber(hlen)
+    return "end", data:sub(at + hlen), tonumber(status), data:sub(at, at + hlen - 1)
+end
+
+function resty_backend.close(id)
+    task({ op = "close", id = id })
+end
+
+function resty_backend.collect_conn(id)
+    collected[#collected + 1] = { op = "conn_close", conn = id }
+end
+
+function resty_backend.collect_call(id)
+    collected[#collected + 1] = { op = "close", id = id }
+end
+
+ffi_backend.collect_conn = ffi_backend.conn_close
+ffi_backend.collect_call = ffi_backend.close
+
+local backend
+local initialised
 local function ready()
     if initialised == ngx.worker.pid() then
         return true
     end
-    return init_worker()
+    -- lua-resty-ffi when present (unless told otherwise), else LuaJIT FFI.
+    local mode = settings.mode or (ngx.load_ffi and "resty_ffi" or "ffi")
+    local chosen = mode == "resty_ffi" and resty_backend or ffi_backend
+    local ok, err = chosen.init()
+    if not ok then
+        return nil, err
+    end
+    backend = chosen
+    _M.mode = mode
+    initialised = ngx.worker.pid()
+    return true
 end
 
 --- Sets where things are before first use: shim (path of liblua_shim.so),
 -- module (path of grpc_wasm.wasm), cache_dir (compiled module cache),
--- socket_dir (wake-up sockets), timeout (default deadline, ms).
+-- socket_dir (wake-up sockets), timeout (default deadline, ms), mode
+-- ("resty_ffi" or "ffi"; by default resty_ffi when ngx.load_ffi exists),
+-- ffi_name (the library name for ngx.load_ffi, "lua_shim").
 function _M.init(opts)
     for k, v in pairs(opts or {}) do
         settings[k] = v
@@ -190,9 +402,12 @@ function _M.loadfile(path, opts)
     if not ok then
         return false, err
     end
-    local include = opts and opts.include and concat(opts.include, "\n") or nil
-    if C.grpc_wasm_loadfile(path, include) ~= 0 then
-        return false, last_error()
+    if type(path) ~= "string" then
+        return false, "the path must be a string"
+    end
+    local lok, lerr = backend.loadfile(path, opts and opts.include)
+    if not lok then
+        return false, lerr
     end
     return true
 end
@@ -206,8 +421,9 @@ function _M.load_descriptor_set(bytes)
     if type(bytes) ~= "string" then
         return false, "the descriptor set must be a string"
     end
-    if C.grpc_wasm_load_descriptor_set(bytes, #bytes) ~= 0 then
-        return false, last_error()
+    local lok, lerr = backend.load_descriptor_set(bytes)
+    if not lok then
+        return false, lerr
     end
     return true
 end
@@ -220,8 +436,9 @@ function _M.set_json_options(opts)
         return false, err
     end
     local json = cjson.encode(opts or {})
-    if C.grpc_wasm_set_print_options(json, #json) ~= 0 then
-        return false, last_error()
+    local sok, serr = backend.set_json_options(json)
+    if not sok then
+        return false, serr
     end
     return true
 end
@@ -243,12 +460,13 @@ function _M.connect(addr, opts)
         return false, "the address must be a string like '127.0.0.1:50051'"
     end
     opts = opts or {}
-    local id = C.grpc_wasm_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key)
-    if id < 0 then
-        return false, last_error()
+    local id, cerr = backend.connect(addr, opts)
+    if not id then
+        return false, cerr
     end
     -- Closed when collected, if the caller never closes it.
-    local handle = ffi_gc(ffi_new("uint32_t[1]", id), function(h) C.grpc_wasm_conn_close(h[0]) end)
+    local collect = backend.collect_conn
+    local handle = ffi_gc(ffi_new("uint32_t[1]", id), function(h) collect(h[0]) end)
     return true, setmetatable({ id = id, handle = handle }, Conn)
 end
 
@@ -257,7 +475,7 @@ function Conn:close()
         return true
     end
     self.closed = true
-    C.grpc_wasm_conn_close(self.id)
+    backend.conn_close(self.id)
     ffi_gc(self.handle, nil)
     return true
 end
@@ -279,31 +497,25 @@ local function encode(message)
     return json
 end
 
--- key\0value\0 pairs; -bin values go as base64, as gRPC carries them.
+-- -bin values go as base64, as gRPC carries them.
 local function encode_metadata(metadata)
     if not metadata then
-        return nil, 0
+        return nil
     end
-    local parts = {}
+    local out = {}
     for k, v in pairs(metadata) do
         k = tostring(k):lower()
         v = tostring(v)
         if k:sub(-4) == "-bin" then
             v = ngx.encode_base64(v)
         end
-        parts[#parts + 1] = k
-        parts[#parts + 1] = v
+        out[k] = v
     end
-    local flat = concat(parts, "\0") .. "\0"
-    return flat, #flat
+    return out
 end
 
-local function parse_headers(ptr, len)
+local function parse_headers(raw)
     local headers, trailers, list = {}, {}, {}
-    if ptr == nil or len == 0 then
-        return headers, trailers, list
-    end
-    local raw = ffi_string(ptr, len)
     for k, v in raw:gmatch("([^%z]*)%z([^%z]*)%z") do
         list[k] = v
         local m = k:match("^grpc%-metadata%-(.*)$")
@@ -319,44 +531,19 @@ end
 
 -- The next event of a call: "message", json | "end", info | nil, err.
 local function wait_event(id, timeout_ms)
-    local deadline = ngx.now() + timeout_ms / 1000 + 1
-    while true do
-        local n = C.grpc_wasm_next_event(id, event)
-        if n < 0 then
-            return nil, last_error()
-        end
-        if n == 1 then
-            local ev = event[0]
-            local body = ffi_string(ev.body, ev.body_len)
-            if ev.kind == 1 then
-                return "message", body
-            end
-            local headers, trailers, list = parse_headers(ev.headers, ev.headers_len)
-            return "end", {
-                code = tonumber(list["grpc-status"]) or 2,
-                name = list["grpc-status-name"] or "UNKNOWN",
-                http_status = ev.http_status,
-                body = body,
-                headers = headers,
-                trailers = trailers,
-            }
-        end
-        local sema = waiters[id]
-        if not sema then
-            sema = semaphore.new()
-            waiters[id] = sema
-        end
-        -- The module ends every call by its deadline; this wait is only a
-        -- safety net against a lost wake-up.
-        local left = deadline - ngx.now()
-        if left <= 0 then
-            return nil, "timeout waiting for the call's end"
-        end
-        local ok, err = sema:wait(left)
-        if not ok and err ~= "timeout" then
-            return nil, err
-        end
+    local kind, body, http_status, raw = backend.next_event(id, timeout_ms)
+    if kind ~= "end" then
+        return kind, body
     end
+    local headers, trailers, list = parse_headers(raw)
+    return "end", {
+        code = tonumber(list["grpc-status"]) or 2,
+        name = list["grpc-status-name"] or "UNKNOWN",
+        http_status = http_status,
+        body = body,
+        headers = headers,
+        trailers = trailers,
+    }
 end
 
 local function failure(info)
@@ -374,17 +561,15 @@ local function start(conn, path, body, opts)
         return nil, "the method path must be a string like '/pkg.Service/Method'"
     end
     local timeout = opts and opts.timeout or DEFAULT_TIMEOUT
-    local md, md_len = encode_metadata(opts and opts.metadata)
-    local id = C.grpc_wasm_start(conn.id, path, #path, body, body and #body or 0, timeout, md, md_len)
-    if id < 0 then
-        return nil, last_error()
+    local id, err = backend.start(conn.id, path, body, timeout, encode_metadata(opts and opts.metadata))
+    if not id then
+        return nil, err
     end
     return id, timeout
 end
 
 local function forget(id)
-    waiters[id] = nil
-    C.grpc_wasm_close(id)
+    backend.close(id)
 end
 
 --- A unary call: ok, response table | false, err, info. info has code,
@@ -434,7 +619,8 @@ function Conn:new_stream(path, opts)
     if not id then
         return false, timeout
     end
-    local handle = ffi_gc(ffi_new("uint32_t[1]", id), function(h) forget(h[0]) end)
+    local collect = backend.collect_call
+    local handle = ffi_gc(ffi_new("uint32_t[1]", id), function(h) collect(h[0]) end)
     return true, setmetatable({ id = id, timeout = timeout, handle = handle }, Stream)
 end
 
@@ -446,8 +632,9 @@ function Stream:send(message)
     if not body then
         return false, err
     end
-    if C.grpc_wasm_send(self.id, body, #body) ~= 0 then
-        return false, last_error()
+    local sok, serr = backend.send(self.id, body)
+    if not sok then
+        return false, serr
     end
     return true
 end
@@ -456,8 +643,9 @@ function Stream:close_send()
     if self.closed or self.finished then
         return false, "the stream is closed"
     end
-    if C.grpc_wasm_close_send(self.id) ~= 0 then
-        return false, last_error()
+    local cok, cerr = backend.close_send(self.id)
+    if not cok then
+        return false, cerr
     end
     return true
 end

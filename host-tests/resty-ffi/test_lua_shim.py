@@ -1,0 +1,95 @@
+"""liblua_shim.so through lua-resty-ffi's exact C ABI (the harness stands in
+for OpenResty): tasks in, answers out, a panic inside a task, and the
+shutdown by a NULL poll."""
+
+import json
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "envoy"))
+from harness import PROTOS, ROOT, Server  # noqa: E402
+from resty_ffi import Harness, HarnessError  # noqa: E402
+
+SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))
+WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
+
+
+@pytest.fixture(scope="module")
+def h(harness_build):
+    # The shim's test-only "panic" op.
+    os.environ["GRPC_WASM_TEST_HOOKS"] = "1"
+    return harness_build[1]
+
+
+@pytest.fixture(scope="module")
+def servers():
+    started = {"greeter": Server("greeter-server"), "routeguide": Server("routeguide-server")}
+    yield started
+    for s in started.values():
+        s.stop()
+
+
+def task(h, rt, **request):
+    return h.call(rt, json.dumps(request).encode(), timeout=15)
+
+
+def end_of(answer):
+    """An `E <status> <headers length>` event: (http status, headers, body)."""
+    head, rest = answer.split(b"\n", 1)
+    _, status, length = head.split(b" ")
+    raw, body = rest[:int(length)], rest[int(length):]
+    parts = raw.split(b"\0")[:-1]
+    return int(status), dict(zip(parts[::2], parts[1::2])), body
+
+
+def test_init_copies_cfg_and_reports_failure(h):
+    with pytest.raises(HarnessError):
+        h.load(SHIM, json.dumps({"module": "/nonexistent.wasm"}))
+
+
+def test_unary_streaming_panic_and_shutdown(h, servers):
+    h.reset_counters()
+    rt = h.load(SHIM, json.dumps({"module": WASM}))
+    assert task(h, rt, op="loadfile", path=os.path.join(PROTOS, "helloworld.proto")) == (0, None)
+    assert task(h, rt, op="loadfile", path=os.path.join(PROTOS, "route_guide.proto")) == (0, None)
+    rc, conn = task(h, rt, op="connect", addr=servers["greeter"].addr)
+    assert rc == 0
+    # unary: start, then the end event
+    rc, call = task(h, rt, op="start", conn=int(conn), path="/helloworld.Greeter/SayHello", body='{"name":"ffi"}')
+    assert rc == 0
+    rc, answer = task(h, rt, op="next", id=int(call))
+    status, headers, body = end_of(answer)
+    assert (rc, status, headers[b"grpc-status"], body) == (0, 200, b"0", b'{"message":"Hello ffi!"}')
+    # an error answers rc 1 with the text
+    assert task(h, rt, op="start", conn=999, path="/x/y", body="{}") == (1, b"unknown or closed connection")
+    # a panic inside a task: answered (rc 2), and the runtime goes on
+    rc, text = task(h, rt, op="panic")
+    assert rc == 2 and b"panic" in text
+    # server streaming: messages one by one, then the end
+    rc, rg = task(h, rt, op="connect", addr=servers["routeguide"].addr)
+    rc, call = task(h, rt, op="start", conn=int(rg), path="/routeguide.RouteGuide/ListFeatures")
+    rect = {"lo": {"latitude": 400000000, "longitude": -750000000}, "hi": {"latitude": 420000000, "longitude": -730000000}}
+    assert task(h, rt, op="send", id=int(call), body=json.dumps(rect)) == (0, None)
+    assert task(h, rt, op="close_send", id=int(call)) == (0, None)
+    messages = 0
+    while True:
+        rc, answer = task(h, rt, op="next", id=int(call))
+        assert rc == 0
+        if answer.startswith(b"M\n"):
+            messages += 1
+            assert b'"location"' in answer
+            continue
+        assert end_of(answer)[1][b"grpc-status"] == b"0"
+        break
+    assert messages == 35
+    # a task still waiting when the queue goes away is answered anyway
+    rc, call = task(h, rt, op="start", conn=int(rg), path="/routeguide.RouteGuide/RouteChat")
+    waiting = h.submit(rt, json.dumps({"op": "next", "id": int(call)}).encode())
+    assert h.shutdown(rt)
+    assert h.wait(waiting, timeout=5) == (1, b"the grpc-wasm runtime was unloaded")
+    assert h.violations() == 0, h.last_violation()
+    assert h.poll_after_null() == 0

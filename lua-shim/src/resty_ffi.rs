@@ -1,0 +1,341 @@
+//! The lua-resty-ffi runtime contract: `libffi_init(cfg, tq)` starts a
+//! thread that takes tasks with `ngx_http_lua_ffi_task_poll`, reads each
+//! with `ngx_http_lua_ffi_get_req` and answers it exactly once with
+//! `ngx_http_lua_ffi_respond` (rc 0 = ok; the response from `malloc`, which
+//! lua-resty-ffi frees). A NULL poll means the queue is gone: the thread
+//! answers the tasks it still holds and ends.
+//!
+//! OpenResty exports the three functions; they are looked up at init with
+//! `dlsym`, so the same library also loads into stock nginx, which lacks them.
+//!
+//! A task is a JSON object with an `op`. `next` waits for a call's next
+//! event; the task is answered when the event arrives (from the transport
+//! thread), so a waiting Lua coroutine costs no thread.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::client::{lock, Client, Event};
+use crate::transport::TlsOptions;
+
+type Poll = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+type GetReq = unsafe extern "C" fn(*mut c_void, *mut c_int) -> *mut c_char;
+type Respond = unsafe extern "C" fn(*mut c_void, c_int, *mut c_char, c_int);
+
+#[derive(Clone, Copy)]
+struct Abi {
+    poll: Poll,
+    get_req: GetReq,
+    respond: Respond,
+}
+
+/// A task pointer, answered exactly once (the type is not Clone).
+struct Task(*mut c_void);
+// SAFETY: lua-resty-ffi lets any thread answer a task.
+unsafe impl Send for Task {}
+
+impl Task {
+    fn answer(self, abi: &Abi, rc: c_int, body: &[u8]) {
+        let (ptr, len) = match malloc_copy(body) {
+            Some(ptr) => (ptr, body.len() as c_int),
+            None => (std::ptr::null_mut(), 0),
+        };
+        // SAFETY: the task came from poll and is answered once (self is moved).
+        unsafe { (abi.respond)(self.0, rc, ptr, len) };
+    }
+}
+
+/// A malloc'ed copy for lua-resty-ffi to free; NULL for an empty body
+/// (a non-NULL pointer with length 0 would be read as a C string).
+fn malloc_copy(body: &[u8]) -> Option<*mut c_char> {
+    if body.is_empty() || body.len() > c_int::MAX as usize {
+        return None;
+    }
+    // SAFETY: a fresh allocation of body.len() bytes, filled before use.
+    unsafe {
+        let ptr = libc::malloc(body.len()) as *mut u8;
+        if ptr.is_null() {
+            return None;
+        }
+        std::ptr::copy_nonoverlapping(body.as_ptr(), ptr, body.len());
+        Some(ptr as *mut c_char)
+    }
+}
+
+struct Runtime {
+    abi: Abi,
+    client: Client,
+    /// `next` tasks waiting for an event of their call.
+    parked: Mutex<HashMap<u32, Task>>,
+}
+
+unsafe fn symbol<T>(name: &CStr) -> Option<T> {
+    let ptr = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+    (!ptr.is_null()).then(|| std::mem::transmute_copy(&ptr))
+}
+
+/// # Safety
+/// Called by lua-resty-ffi: `cfg` is NULL or a NUL-terminated string that
+/// is freed after this returns; `tq` is the task queue.
+#[no_mangle]
+pub unsafe extern "C" fn libffi_init(cfg: *mut c_char, tq: *mut c_void) -> c_int {
+    let cfg = (!cfg.is_null()).then(|| CStr::from_ptr(cfg).to_string_lossy().into_owned());
+    let tq = Task(tq);
+    let started = catch_unwind(AssertUnwindSafe(|| start(cfg.as_deref(), tq)));
+    match started {
+        Ok(Ok(())) => 0,
+        Ok(Err(message)) => {
+            eprintln!("[grpc-wasm] libffi_init: {message}");
+            1
+        }
+        Err(_) => 2,
+    }
+}
+
+unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
+    let abi = Abi {
+        poll: symbol(c"ngx_http_lua_ffi_task_poll")
+            .ok_or("ngx_http_lua_ffi_task_poll not found (not OpenResty with lua-resty-ffi?)")?,
+        get_req: symbol(c"ngx_http_lua_ffi_get_req").ok_or("ngx_http_lua_ffi_get_req not found")?,
+        respond: symbol(c"ngx_http_lua_ffi_respond").ok_or("ngx_http_lua_ffi_respond not found")?,
+    };
+    let cfg: Value = match cfg {
+        Some(text) if !text.trim().is_empty() => {
+            serde_json::from_str(text).map_err(|e| format!("cfg is not JSON: {e}"))?
+        }
+        _ => Value::Null,
+    };
+    let module = cfg["module"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| std::env::var("GRPC_WASM_MODULE").ok())
+        .ok_or("no module path (cfg.module or GRPC_WASM_MODULE)")?;
+    let wasm = std::fs::read(&module).map_err(|e| format!("cannot read {module}: {e}"))?;
+    let cache = cfg["cache_dir"].as_str().map(PathBuf::from);
+    let runtime: Arc<Mutex<Option<Arc<Runtime>>>> = Arc::new(Mutex::new(None));
+    let wake = {
+        let runtime = runtime.clone();
+        Arc::new(move |id: u32| {
+            if let Some(rt) = lock(&runtime).clone() {
+                rt.wake(id);
+            }
+        })
+    };
+    let client = Client::new(&wasm, cache.as_deref(), wake).map_err(|e| e.to_string())?;
+    let rt = Arc::new(Runtime {
+        abi,
+        client,
+        parked: Mutex::new(HashMap::new()),
+    });
+    *lock(&runtime) = Some(rt.clone());
+    std::thread::Builder::new()
+        .name("grpc-wasm-ffi".into())
+        .spawn(move || {
+            serve(&rt, tq);
+            // Nothing may keep the runtime alive through the wake closure.
+            lock(&runtime).take();
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn serve(rt: &Arc<Runtime>, tq: Task) {
+    loop {
+        // SAFETY: tq is the queue given to libffi_init, valid until poll returns NULL.
+        let task = unsafe { (rt.abi.poll)(tq.0) };
+        if task.is_null() {
+            break;
+        }
+        let mut len: c_int = 0;
+        // SAFETY: the task is live until answered; the request is copied at once.
+        let request = unsafe {
+            let ptr = (rt.abi.get_req)(task, &mut len);
+            if ptr.is_null() || len <= 0 {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(ptr as *const u8, len as usize).to_vec()
+            }
+        };
+        let task = Task(task);
+        let outcome = catch_unwind(AssertUnwindSafe(|| rt.handle(&request)));
+        match outcome {
+            Ok(Reply::Now(Ok(body))) => task.answer(&rt.abi, 0, &body),
+            Ok(Reply::Now(Err(message))) => task.answer(&rt.abi, 1, message.as_bytes()),
+            Ok(Reply::Wait(id)) => rt.park(id, task),
+            Err(_) => task.answer(&rt.abi, 2, b"internal error (panic) in grpc-wasm; the task was answered and the runtime goes on"),
+        }
+    }
+    // The queue is gone; tasks still waiting get their answer anyway.
+    let parked: Vec<Task> = lock(&rt.parked).drain().map(|(_, t)| t).collect();
+    for task in parked {
+        task.answer(&rt.abi, 1, b"the grpc-wasm runtime was unloaded");
+    }
+}
+
+enum Reply {
+    Now(Result<Vec<u8>, String>),
+    /// Answered when call `id` has an event.
+    Wait(u32),
+}
+
+fn field<'a>(request: &'a Value, name: &str) -> Result<&'a str, String> {
+    request[name]
+        .as_str()
+        .ok_or_else(|| format!("missing string field '{name}'"))
+}
+
+fn number(request: &Value, name: &str) -> Result<u32, String> {
+    request[name]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| format!("missing number field '{name}'"))
+}
+
+fn optional(request: &Value, name: &str) -> Option<String> {
+    request[name].as_str().map(str::to_string)
+}
+
+impl Runtime {
+    fn handle(&self, raw: &[u8]) -> Reply {
+        let request: Value = match serde_json::from_slice(raw) {
+            Ok(v) => v,
+            Err(e) => return Reply::Now(Err(format!("the task is not JSON: {e}"))),
+        };
+        let op = request["op"].as_str().unwrap_or_default();
+        if op == "next" {
+            return match number(&request, "id") {
+                Ok(id) => Reply::Wait(id),
+                Err(e) => Reply::Now(Err(e)),
+            };
+        }
+        Reply::Now(self.run(op, &request))
+    }
+
+    fn run(&self, op: &str, r: &Value) -> Result<Vec<u8>, String> {
+        let c = &self.client;
+        let done = |result: Result<(), crate::ClientError>| {
+            result.map(|()| Vec::new()).map_err(|e| e.to_string())
+        };
+        match op {
+            "loadfile" => {
+                let include: Vec<PathBuf> = r["include"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str())
+                    .map(PathBuf::from)
+                    .collect();
+                done(c.load_file(Path::new(field(r, "path")?), &include))
+            }
+            "descriptor_set" => {
+                use base64::Engine;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(field(r, "base64")?)
+                    .map_err(|e| e.to_string())?;
+                done(c.load_descriptor_set(&bytes))
+            }
+            "json_options" => {
+                done(c.set_print_options(r["options"].as_object().cloned().unwrap_or_default()))
+            }
+            "connect" => {
+                let tls = TlsOptions {
+                    host: optional(r, "host"),
+                    ca: optional(r, "ca"),
+                    cert: optional(r, "cert"),
+                    key: optional(r, "priv_key"),
+                };
+                c.connect(field(r, "addr")?, &tls)
+                    .map(|id| id.to_string().into_bytes())
+                    .map_err(|e| e.to_string())
+            }
+            "conn_close" => {
+                c.close_conn(number(r, "conn")?);
+                Ok(Vec::new())
+            }
+            "start" => {
+                let metadata: Vec<(String, String)> = r["metadata"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect();
+                let body = optional(r, "body");
+                let timeout = r["timeout"].as_u64();
+                let id = c.start(
+                    number(r, "conn")?,
+                    field(r, "path")?,
+                    body.as_deref().map(str::as_bytes),
+                    timeout,
+                    &metadata,
+                );
+                id.map(|id| id.to_string().into_bytes())
+                    .map_err(|e| e.to_string())
+            }
+            "send" => done(c.send(number(r, "id")?, field(r, "body")?.as_bytes())),
+            "close_send" => done(c.close_send(number(r, "id")?)),
+            "close" => {
+                let id = number(r, "id")?;
+                c.close(id);
+                if let Some(task) = lock(&self.parked).remove(&id) {
+                    task.answer(&self.abi, 1, b"the call was closed");
+                }
+                Ok(Vec::new())
+            }
+            "panic" if std::env::var_os("GRPC_WASM_TEST_HOOKS").is_some() => {
+                panic!("a panic requested by a test")
+            }
+            other => Err(format!("unknown op '{other}'")),
+        }
+    }
+
+    /// Parks a `next` task, or answers it at once when an event is waiting.
+    fn park(&self, id: u32, task: Task) {
+        let mut parked = lock(&self.parked);
+        if let Some(event) = self.client.next_event(id) {
+            drop(parked);
+            return task.answer(&self.abi, 0, &encode(&event));
+        }
+        if let Some(old) = parked.insert(id, task) {
+            old.answer(&self.abi, 1, b"another next() replaced this one");
+        }
+    }
+
+    /// A call has an event: the parked task of that call gets it.
+    fn wake(&self, id: u32) {
+        let mut parked = lock(&self.parked);
+        let Some(task) = parked.remove(&id) else {
+            return;
+        };
+        match self.client.next_event(id) {
+            Some(event) => {
+                drop(parked);
+                task.answer(&self.abi, 0, &encode(&event));
+            }
+            None => {
+                parked.insert(id, task);
+            }
+        }
+    }
+}
+
+/// An event for Lua: `M\n<json>` for a message; `E <http status> <headers
+/// length>\n<key\0value\0...><body>` for the end.
+fn encode(event: &Event) -> Vec<u8> {
+    match event {
+        Event::Message(json) => [b"M\n".as_slice(), json].concat(),
+        Event::End(reply) => {
+            let headers: Vec<u8> = reply
+                .headers
+                .iter()
+                .flat_map(|(k, v)| [k.as_bytes(), b"\0", v, b"\0"].concat())
+                .collect();
+            let head = format!("E {} {}\n", reply.http_status, headers.len());
+            [head.as_bytes(), &headers, &reply.body].concat()
+        }
+    }
+}
