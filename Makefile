@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build test unit differential envoy conformance demo bench clean
+.PHONY: all deps wasm build test unit differential envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
 
 all: build
 
@@ -19,11 +19,13 @@ wasm: deps
 	wasm-opt -O3 $(WASM_OPT_FEATURES) $(WASM_RAW) -o $(WASM)
 	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes (wasm-opt -O3; before: $$(stat -c %s $(WASM_RAW)))"
 
+# liblua_shim.so finds the module next to itself by default.
 build: wasm
-	cargo build --release --workspace --bins --examples
+	cargo build --release --workspace --lib --bins --examples
+	cp $(WASM) target/release/grpc_wasm.wasm
 
 test: build
-	$(MAKE) unit differential envoy conformance
+	$(MAKE) unit differential envoy nginx resty-ffi conformance
 
 unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
@@ -35,14 +37,35 @@ differential:
 envoy:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 -m pytest host-tests/envoy -q
 
+# resty.ffi.grpc in real nginx (Debian's nginx + lua-nginx-module), both ways in.
+nginx:
+	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 -m pytest host-tests/nginx -q
+
+# liblua_shim.so through lua-resty-ffi's C ABI (a harness plays OpenResty).
+resty-ffi:
+	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 -m pytest host-tests/resty-ffi -q
+
 conformance:
 	scripts/conformance.sh
 
 demo: build
 	scripts/demo.sh
+	python3 host-tests/demo.py
 
 bench: build
+	$(MAKE) bench-core bench-lua bench-envoy
+
+# JSON <-> protobuf in wasm vs native.
+bench-core:
 	target/release/core-bench $(WASM)
+
+# resty.ffi.grpc in nginx vs a native tonic client, unpinned and pinned.
+bench-lua:
+	python3 host-tests/nginx/bench_lua.py
+
+# The filter vs Envoy's native grpc_json_transcoder vs plain gRPC.
+bench-envoy:
+	python3 host-tests/envoy/bench_transcoding.py
 
 clean:
 	cargo clean

@@ -12,6 +12,13 @@ command -v wasm-opt >/dev/null || apt_pkgs+=(binaryen)
 command -v cmake >/dev/null || apt_pkgs+=(cmake)
 command -v g++ >/dev/null || apt_pkgs+=(g++)
 [[ -f /usr/include/jsoncpp/json/json.h ]] || apt_pkgs+=(libjsoncpp-dev)
+# nginx + lua-nginx-module stand in for OpenResty in the lua-shim tests;
+# h2load (nghttp2-client) drives the load tests and benchmarks.
+for pkg in nginx libnginx-mod-http-lua lua-resty-core lua-cjson; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || apt_pkgs+=("$pkg")
+done
+command -v h2load >/dev/null || apt_pkgs+=(nghttp2-client)
+command -v gcc >/dev/null || apt_pkgs+=(gcc)
 if ((${#apt_pkgs[@]})); then
   echo "installing ${apt_pkgs[*]} with apt-get" >&2
   apt-get update -qq

@@ -1,6 +1,7 @@
 """resty.ffi.grpc in real nginx through LuaJIT's FFI (stock nginx-lua, no
 C module), against the tonic test servers."""
 
+import json
 import os
 import re
 import shutil
@@ -65,10 +66,14 @@ def nginx_resty_ffi(servers, tmp_path_factory):
 def test_the_issue_program(nginx):
     status, body = nginx.get("/t/program")
     assert status == 200, body + nginx.log()[-3000:]
-    assert body.splitlines() == [
+    lines = body.splitlines()
+    features = [json.loads(line) for line in lines[2:37]]
+    assert features[0] == {"name": "12 Orchard Lane, Chester, NJ 07930, USA",
+                           "location": {"latitude": 409012345, "longitude": -742567890}}
+    assert all(f["location"]["latitude"] >= 400000000 for f in features)
+    assert lines[:2] + lines[37:] == [
         "unary: Hello foobar!",
         "mtls: hello",
-        "first feature: 12 Orchard Lane, Chester, NJ 07930, USA",
         "server streaming: 35 features",
         "client streaming: points 3 features 1",
         "client streaming end: nil",
@@ -84,7 +89,7 @@ def test_the_issue_program_through_lua_resty_ffi(nginx_resty_ffi):
     assert status == 200, body + nginx_resty_ffi.log()[-3000:]
     assert body.splitlines()[0] == "unary: Hello foobar!"
     assert body.splitlines()[-1] == "bidi end: true nil"
-    assert len(body.splitlines()) == 10
+    assert len(body.splitlines()) == 44
     assert nginx_resty_ffi.get("/t/mode") == (200, "resty_ffi\n")
 
 

@@ -39,7 +39,7 @@ while true do
     assert(ok, res)
     if not res then break end
     count = count + 1
-    if count == 1 then ngx.say("first feature: ", res.name) end
+    ngx.say(cjson.encode(res))
 end
 ngx.say("server streaming: ", count, " features")
 stream:close()

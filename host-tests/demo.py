@@ -1,0 +1,80 @@
+"""`make demo`: the hosts against the bundled test servers.
+
+1. OpenResty's way in: the Lua program of the lua-shim issue, run by real
+   nginx + lua-nginx-module through resty.ffi.grpc (LuaJIT FFI path).
+2. Envoy: JSON to gRPC through the wasm filter, in transcoding mode (the
+   route's upstream is the gRPC server) and in callout mode (the filter
+   calls the server itself; a bodiless GET binding).
+"""
+
+import json
+import os
+import sys
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "nginx"))
+sys.path.insert(0, os.path.join(HERE, "envoy"))
+from harness import Envoy, free_port, read_protos  # noqa: E402
+from nginx_harness import PROTOS, SHIM, Nginx, Server, ensure_certs  # noqa: E402
+
+
+def lua_demo(servers, certs):
+    env = {name: s.addr for name, s in servers.items()}
+    env.update(certs=certs, protos=PROTOS, shim=SHIM, dead="127.0.0.1:1")
+    proxy = Nginx(env, workers=1)
+    try:
+        status, body = proxy.get("/t/program")
+        print(f"== nginx + resty.ffi.grpc: GET /t/program (host-tests/nginx/lua/program.lua) -> {status}")
+        print(body, end="")
+    finally:
+        proxy.stop()
+
+
+def post(port, path, body, method="POST"):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def envoy_demo(servers):
+    protos = read_protos("helloworld.proto", "library.proto")
+    proxy = Envoy({"protos": protos}, [("/", "greeter", servers["greeter"].port)])
+    try:
+        print("== Envoy + grpc_wasm.wasm, transcoding mode")
+        print("POST /helloworld.Greeter/SayHello {\"name\":\"envoy\"} ->", *post(proxy.port, "/helloworld.Greeter/SayHello", {"name": "envoy"}))
+    finally:
+        proxy.stop()
+    proxy = Envoy({"protos": protos, "callout": {"upstream": "library"}},
+                  [("/", "unused", free_port()), (None, "library", servers["library"].port)])
+    try:
+        print("== Envoy + grpc_wasm.wasm, callout mode (proxy_grpc_call)")
+        print("GET /v1/shelves/1 ->", *post(proxy.port, "/v1/shelves/1", None, "GET"))
+        print("POST /v1/shelves/1/books {\"title\":\"Dune\"} ->", *post(proxy.port, "/v1/shelves/1/books", {"title": "Dune"}))
+    finally:
+        proxy.stop()
+
+
+def main():
+    certs = ensure_certs()
+    servers = {
+        "greeter": Server("greeter-server"),
+        "routeguide": Server("routeguide-server"),
+        "echo_mtls": Server("echo-server", "--tls-dir", certs, "--mtls"),
+        "library": Server("library-server"),
+    }
+    try:
+        lua_demo(servers, certs)
+        envoy_demo(servers)
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+if __name__ == "__main__":
+    main()

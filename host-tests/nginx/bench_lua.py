@@ -1,0 +1,83 @@
+"""`make bench-lua`: N sequential SayHello calls from one nginx request
+handler through resty.ffi.grpc vs the same N calls from a native tonic
+client, then with 100 concurrent coroutines / tasks; unpinned, then with
+server, nginx and client all pinned to one CPU (taskset). Ratios are
+measured side by side in one run: Lua time / tonic time."""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from nginx_harness import BIN, PROTOS, WASM, Nginx, Server  # noqa: E402
+
+
+def pinned(cpu):
+    return ["taskset", "-c", str(cpu)] if cpu is not None else []
+
+
+def tonic(addr, calls, concurrency, cpu):
+    out = subprocess.run([*pinned(cpu), os.path.join(BIN, "tonic-bench"), "--addr", addr, "--calls", str(calls),
+                          "--concurrency", str(concurrency)], capture_output=True, text=True, check=True).stdout
+    return float(re.search(r"seconds ([\d.]+)", out).group(1))
+
+
+def shim_alone(addr, calls, cpu):
+    """The same sequential calls through lua_shim::Client in a Rust program:
+    module + transport + one thread hop each way, without nginx."""
+    out = subprocess.run([*pinned(cpu), os.path.join(BIN, "examples", "client_bench"), WASM, addr,
+                          os.path.join(PROTOS, "helloworld.proto"), str(calls)],
+                         capture_output=True, text=True, check=True).stdout
+    return float(re.search(r"([\d.]+) us/call", out).group(1)) * calls / 1e6
+
+
+def lua(proxy, calls, concurrency):
+    status, body = proxy.get(f"/t/bench?calls={calls}&concurrency={concurrency}", timeout=600)
+    match = re.search(r"seconds ([\d.]+) failures (\d+)", body)
+    if status != 200 or not match or match.group(2) != "0":
+        raise RuntimeError(f"lua bench failed: {status} {body}\n{proxy.log()[-3000:]}")
+    return float(match.group(1))
+
+
+def run(calls, cpu):
+    label = f"pinned to CPU {cpu}" if cpu is not None else "unpinned"
+    server = Server("greeter-server")
+    if cpu is not None:
+        subprocess.run(["taskset", "-pc", str(cpu), str(server.proc.pid)], check=True, capture_output=True)
+    proxy = Nginx({"greeter": server.addr, "protos": PROTOS}, workers=1)
+    if cpu is not None:
+        for pid in subprocess.run(["pgrep", "-f", proxy.prefix], capture_output=True, text=True).stdout.split():
+            # -a: the runtime's threads too
+            subprocess.run(["taskset", "-apc", str(cpu), pid], check=True, capture_output=True)
+    try:
+        lua(proxy, 2000, 1)  # warm-up: compiles the module, fills caches
+        rows = []
+        for concurrency in (1, 100):
+            t_lua = lua(proxy, calls, concurrency)
+            t_native = tonic(server.addr, calls, concurrency, cpu)
+            rows.append((concurrency, t_lua, t_native))
+        t_shim = shim_alone(server.addr, calls, cpu)
+        for concurrency, t_lua, t_native in rows:
+            print(f"{label:>16}  {calls} calls x {concurrency:>3} concurrent:  lua {t_lua:7.3f} s"
+                  f"  tonic {t_native:7.3f} s  ratio {t_lua / t_native:5.2f}x"
+                  f"  ({calls / t_lua:8.0f} vs {calls / t_native:8.0f} calls/s)", flush=True)
+        print(f"{label:>16}  {calls} calls x   1 through lua_shim::Client without nginx: {t_shim:7.3f} s"
+              f"  ratio {t_shim / rows[0][2]:5.2f}x", flush=True)
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=100_000)
+    args = parser.parse_args()
+    print("resty.ffi.grpc (nginx, LuaJIT FFI path) vs native tonic, SayHello, one connection", flush=True)
+    run(args.calls, None)
+    run(args.calls, 0)
+
+
+if __name__ == "__main__":
+    main()
