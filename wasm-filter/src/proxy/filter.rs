@@ -304,16 +304,16 @@ pub extern "C" fn proxy_on_response_body(
         if end_of_stream == 0 {
             return PAUSE;
         }
-        // A gRPC body that ends without trailers: the status is missing.
+        // A gRPC body that ends without trailers: the status is missing, or,
+        // on a host that never shows trailers, unknowable: the messages
+        // stand (an error sent in trailers after data is lost there).
         let body = host::buffer(BUFFER_RESPONSE_BODY, 0, size);
-        finish(
-            stream,
-            body,
-            Status::new(
-                Code::Internal,
-                "the upstream ended the response without grpc-status",
-            ),
-        )
+        let missing = if NO_TRAILERS.with(|t| t.get()) {
+            Status::ok()
+        } else {
+            Status::new(Code::Internal, "the upstream ended the response without grpc-status")
+        };
+        finish(stream, body, missing)
     })
 }
 
@@ -431,10 +431,23 @@ const TICK_MS: u32 = 50;
 /// (ngx_wasm_module traps on every `proxy_grpc_*`) refuses the
 /// configuration now rather than trapping at request time.
 fn check_host(config: FilterConfig) -> Result<FilterConfig, String> {
-    if config.callout.is_some() && host::property(&["ngx", "hostname"]).is_some() {
+    let ngx = on_ngx_wasm_module();
+    NO_TRAILERS.with(|t| t.set(ngx));
+    if config.callout.is_some() && ngx {
         return Err("callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" and put the filter in front of grpc_pass to transcode".into());
     }
     Ok(config)
+}
+
+/// ngx_wasm_module answers properties under `ngx.*` (nginx variables); Envoy
+/// and the OpenResty shim have none there.
+fn on_ngx_wasm_module() -> bool {
+    host::property(&["ngx", "hostname"]).is_some()
+}
+
+thread_local! {
+    /// The host never calls `proxy_on_response_trailers` (ngx_wasm_module).
+    static NO_TRAILERS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f` on the call of the stream that owns `token`; a reply it returns
