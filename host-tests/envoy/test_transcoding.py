@@ -1,8 +1,10 @@
 """The grpc-wasm filter in real Envoy (V8) against the tonic test servers."""
 
+import http.client
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -61,22 +63,63 @@ def test_unknown_method_is_404(envoy):
     assert (status, body) == (404, {"code": 5, "message": "unknown method '/helloworld.Greeter/SayBye'", "details": []})
 
 
-def test_server_streaming_collects_the_messages(envoy):
-    status, body, _ = envoy.post("/grpcwasm.testing.Testing/StreamThenFail", {"count": 3})
-    assert (status, body) == (200, [{}, {"index": 1}, {"index": 2}]), envoy.log()
+def read_lines(proxy, path, body):
+    """POST JSON and read the response line by line: (status, content type,
+    [(seconds since the request, line)])."""
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=20)
+    started = time.time()
+    conn.request("POST", path, json.dumps(body), {"content-type": "application/json"})
+    response = conn.getresponse()
+    lines = []
+    while line := response.readline():
+        lines.append((time.time() - started, line.decode()))
+    return response.status, response.getheader("content-type"), lines
 
 
-def test_error_after_streamed_messages(envoy):
+def test_server_streaming_is_sent_message_by_message(envoy):
+    status, ctype, lines = read_lines(envoy, "/grpcwasm.testing.Testing/StreamThenFail", {"count": 3, "intervalMillis": 400})
+    assert (status, ctype) == (200, "application/x-ndjson"), envoy.log()
+    assert [line for _, line in lines] == ['{}\n', '{"index":1}\n', '{"index":2}\n']
+    # The first message is out long before the last one exists.
+    assert lines[0][0] < 0.35 and lines[2][0] >= 0.75, lines
+
+
+def test_server_streaming_as_server_sent_events(servers):
+    config = {"protos": read_protos("testing.proto"), "stream_format": "sse"}
+    proxy = Envoy(config, [("/", "testing", servers["testing"].port)])
+    try:
+        status, ctype, lines = read_lines(proxy, "/grpcwasm.testing.Testing/StreamThenFail", {"count": 2})
+        assert (status, ctype) == (200, "text/event-stream"), proxy.log()
+        assert "".join(line for _, line in lines) == 'data: {}\n\ndata: {"index":1}\n\n'
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def envoy_array(servers):
+    config = {"protos": read_protos("testing.proto"), "stream_format": "array"}
+    proxy = Envoy(config, [("/", "testing", servers["testing"].port)])
+    yield proxy
+    proxy.stop()
+
+
+def test_server_streaming_as_one_array(envoy_array):
+    status, body, headers = envoy_array.post("/grpcwasm.testing.Testing/StreamThenFail", {"count": 3})
+    assert (status, body) == (200, [{}, {"index": 1}, {"index": 2}]), envoy_array.log()
+    assert headers["content-type"] == "application/json"
+
+
+def test_error_after_streamed_messages(envoy_array):
     # The 200 has left with the first headers; the error ends the array.
-    status, body, _ = envoy.post("/grpcwasm.testing.Testing/StreamThenFail", {"count": 2, "code": 9, "message": "stop"})
-    assert (status, body) == (200, [{}, {"index": 1}, {"error": {"code": 9, "message": "stop", "details": []}}]), envoy.log()
+    status, body, _ = envoy_array.post("/grpcwasm.testing.Testing/StreamThenFail", {"count": 2, "code": 9, "message": "stop"})
+    assert (status, body) == (200, [{}, {"index": 1}, {"error": {"code": 9, "message": "stop", "details": []}}]), envoy_array.log()
 
 
 @pytest.mark.xfail(strict=True, reason="the upstream sends headers, then only trailers: Envoy has sent the 200 "
                    "and gives a filter no way to add a body in the trailers callback")
-def test_error_before_any_message_maps_the_http_status(envoy):
-    status, body, _ = envoy.post("/grpcwasm.testing.Testing/StreamThenFail", {"count": 0, "code": 7, "message": "denied"})
-    assert (status, body) == (403, {"code": 7, "message": "denied", "details": []}), envoy.log()
+def test_error_before_any_message_maps_the_http_status(envoy_array):
+    status, body, _ = envoy_array.post("/grpcwasm.testing.Testing/StreamThenFail", {"count": 0, "code": 7, "message": "denied"})
+    assert (status, body) == (403, {"code": 7, "message": "denied", "details": []}), envoy_array.log()
 
 
 def test_native_grpc_passes_through(envoy):

@@ -24,17 +24,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conn = client.connect(&args[2], &Default::default())?;
     let started = Instant::now();
     for _ in 0..n {
-        let id = client.start(conn, "/helloworld.Greeter/SayHello", Some(br#"{"name":"bench"}"#), None, &[])?;
+        let id = client.start(
+            conn,
+            "/helloworld.Greeter/SayHello",
+            Some(br#"{"name":"bench"}"#),
+            None,
+            &[],
+        )?;
         loop {
             if let Some(Event::End(reply)) = client.next_event(id) {
                 assert_eq!(reply.body, br#"{"message":"Hello bench!"}"#);
                 break;
             }
             let guard = signal.0.lock().unwrap();
-            let _unused = signal.1.wait_timeout(guard, std::time::Duration::from_millis(1)).unwrap();
+            let _unused = signal
+                .1
+                .wait_timeout(guard, std::time::Duration::from_millis(1))
+                .unwrap();
         }
         client.close(id);
     }
-    println!("{n} calls: {:.1} us/call", started.elapsed().as_secs_f64() * 1e6 / n as f64);
+    println!(
+        "{n} calls: {:.1} us/call",
+        started.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
     Ok(())
 }

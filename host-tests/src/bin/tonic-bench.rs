@@ -24,14 +24,22 @@ struct Args {
     warmup: usize,
 }
 
-async fn run(client: GreeterClient<Channel>, calls: usize, concurrency: usize) -> Result<(), BoxError> {
+async fn run(
+    client: GreeterClient<Channel>,
+    calls: usize,
+    concurrency: usize,
+) -> Result<(), BoxError> {
     let mut tasks = Vec::new();
     for worker in 0..concurrency {
         let mut client = client.clone();
         let share = calls / concurrency + usize::from(worker < calls % concurrency);
         tasks.push(tokio::spawn(async move {
             for _ in 0..share {
-                let reply = client.say_hello(HelloRequest { name: "bench".into() }).await?;
+                let reply = client
+                    .say_hello(HelloRequest {
+                        name: "bench".into(),
+                    })
+                    .await?;
                 if reply.get_ref().message != "Hello bench!" {
                     return Err::<(), BoxError>("unexpected reply".into());
                 }
@@ -48,9 +56,16 @@ async fn run(client: GreeterClient<Channel>, calls: usize, concurrency: usize) -
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    let channel = Channel::from_shared(format!("http://{}", args.addr))?.connect().await?;
+    let channel = Channel::from_shared(format!("http://{}", args.addr))?
+        .connect()
+        .await?;
     let client = GreeterClient::new(channel);
-    run(client.clone(), args.warmup, args.concurrency.min(args.warmup.max(1))).await?;
+    run(
+        client.clone(),
+        args.warmup,
+        args.concurrency.min(args.warmup.max(1)),
+    )
+    .await?;
     let started = Instant::now();
     run(client, args.calls, args.concurrency).await?;
     println!("seconds {:.3}", started.elapsed().as_secs_f64());

@@ -12,6 +12,7 @@
 //!   "reject_unknown_methods": true,
 //!   "max_request_bytes": 4194304,
 //!   "max_response_bytes": 4194304,
+//!   "stream_format": "ndjson",
 //!   "callout": {"upstream": "greeter_cluster", "timeout_ms": 10000,
 //!               "metadata": {"x-origin": "proxy"}}
 //! }
@@ -55,6 +56,21 @@ struct RawConfig {
     max_response_bytes: usize,
     #[serde(default)]
     callout: Option<RawCallout>,
+    #[serde(default)]
+    stream_format: StreamFormat,
+}
+
+/// How server-streamed messages reach an HTTP client.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamFormat {
+    /// One JSON document per line, sent as the messages arrive.
+    #[default]
+    Ndjson,
+    /// Server-sent events (`data: {...}`), sent as the messages arrive.
+    Sse,
+    /// One JSON array, sent at the end (the messages are held).
+    Array,
 }
 
 #[derive(Debug, Deserialize)]
@@ -127,6 +143,7 @@ pub struct FilterConfig {
     /// The `google.api.http` bindings of the exposed methods.
     pub bindings: Vec<Binding>,
     pub callout: Option<Callout>,
+    pub stream_format: StreamFormat,
 }
 
 impl FilterConfig {
@@ -178,6 +195,7 @@ impl FilterConfig {
             max_response_bytes: raw.max_response_bytes,
             bindings,
             callout,
+            stream_format: raw.stream_format,
         })
     }
 

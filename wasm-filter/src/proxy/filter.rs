@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::code::Code;
-use crate::framing::Compression;
+use crate::framing::{Compression, FrameDecoder};
 use crate::status::Status;
 
 use super::callout_host::{self, Call};
@@ -36,6 +36,8 @@ struct Stream {
     overflowed: bool,
     /// Callout mode: the call that answers this request.
     call: Option<Call>,
+    /// A response streamed message by message: the frames still incomplete.
+    decoder: Option<FrameDecoder>,
 }
 
 thread_local! {
@@ -71,6 +73,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
                     answered: false,
                     overflowed: false,
                     call: None,
+                    decoder: None,
                 },
             )
         });
@@ -258,10 +261,56 @@ pub extern "C" fn proxy_on_response_headers(
         // The headers leave now (a paused header block would also hold the
         // body back from this filter): a status that arrives in trailers
         // after data can change the body, not the HTTP status.
-        let _ = set_header(MAP_RESPONSE_HEADERS, "content-type", "application/json");
+        let content_type = if transcoder::streams_response(&stream.config, &route) {
+            let encoding = header(MAP_RESPONSE_HEADERS, "grpc-encoding")
+                .and_then(|e| Compression::from_header(&e))
+                .unwrap_or(Compression::Identity);
+            stream.decoder = Some(FrameDecoder::new(
+                stream.config.max_response_bytes,
+                encoding,
+            ));
+            transcoder::stream_content_type(&stream.config)
+        } else {
+            "application/json"
+        };
+        let _ = set_header(MAP_RESPONSE_HEADERS, "content-type", content_type);
         let _ = remove_header(MAP_RESPONSE_HEADERS, "content-length");
         CONTINUE
     })
+}
+
+/// A streamed response: each chunk leaves as the messages it completes.
+fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
+    let (Some(route), Some(decoder)) = (stream.route.clone(), stream.decoder.as_mut()) else {
+        return CONTINUE;
+    };
+    let chunk = host::buffer(BUFFER_RESPONSE_BODY, 0, size).unwrap_or_default();
+    let mut piece = match transcoder::stream_piece(&stream.config, &route, decoder, &chunk) {
+        Ok(piece) => piece,
+        Err(status) => {
+            // What follows cannot be read: the error ends the stream.
+            stream.overflowed = true;
+            transcoder::stream_end(&stream.config, &status)
+        }
+    };
+    if end_of_stream && !stream.overflowed {
+        let missing = Status::new(
+            Code::Internal,
+            "the upstream ended the response without grpc-status",
+        );
+        let status = if NO_TRAILERS.with(|t| t.get()) {
+            Status::ok()
+        } else {
+            missing
+        };
+        piece.push_str(&transcoder::stream_end(&stream.config, &status));
+    }
+    let _ = set_buffer(
+        BUFFER_RESPONSE_BODY,
+        size.max(piece.len()),
+        piece.as_bytes(),
+    );
+    CONTINUE
 }
 
 #[no_mangle]
@@ -282,6 +331,9 @@ pub extern "C" fn proxy_on_response_body(
         }
         if stream.answered {
             return CONTINUE;
+        }
+        if stream.decoder.is_some() {
+            return stream_chunk(stream, size, end_of_stream != 0);
         }
         if size > stream.config.max_response_bytes {
             // The headers have left, so a local reply is no longer possible:
@@ -311,7 +363,10 @@ pub extern "C" fn proxy_on_response_body(
         let missing = if NO_TRAILERS.with(|t| t.get()) {
             Status::ok()
         } else {
-            Status::new(Code::Internal, "the upstream ended the response without grpc-status")
+            Status::new(
+                Code::Internal,
+                "the upstream ended the response without grpc-status",
+            )
         };
         finish(stream, body, missing)
     })
@@ -329,6 +384,9 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
                 "the upstream sent trailers without grpc-status",
             )
         });
+        if stream.decoder.is_some() {
+            return end_stream(stream, &status);
+        }
         // The whole buffered body: the host stops at its end.
         let body = host::buffer(BUFFER_RESPONSE_BODY, 0, u32::MAX as usize);
         let action = finish(stream, body, status);
@@ -337,6 +395,21 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
         }
         action
     })
+}
+
+/// The status of a streamed response. Hosts that let a filter add body at
+/// the trailers get the error as the last line; elsewhere (Envoy) the
+/// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
+fn end_stream(stream: &mut Stream, status: &Status) -> u32 {
+    stream.answered = true;
+    let end = transcoder::stream_end(&stream.config, status);
+    let written = end.is_empty() || set_buffer(BUFFER_RESPONSE_BODY, 0, end.as_bytes()).is_ok();
+    if written && status.is_ok() {
+        for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
+            let _ = remove_header(MAP_RESPONSE_TRAILERS, name);
+        }
+    }
+    CONTINUE
 }
 
 #[no_mangle]

@@ -10,7 +10,7 @@ use crate::framing::{encode_frame_into, Compression, FrameDecoder};
 use crate::json::{json_to_protobuf, protobuf_to_json};
 use crate::status::Status;
 
-use super::config::FilterConfig;
+use super::config::{FilterConfig, StreamFormat};
 use super::http_rule::{request_json, response_part, Binding};
 
 /// A response the filter writes itself.
@@ -239,6 +239,69 @@ pub fn decode_response(
     }
 }
 
+/// Whether this route's response goes out message by message.
+pub fn streams_response(config: &FilterConfig, route: &Route) -> bool {
+    route.method.streaming() == StreamingKind::ServerStreaming
+        && config.stream_format != StreamFormat::Array
+}
+
+/// The content type of a streamed response.
+pub fn stream_content_type(config: &FilterConfig) -> &'static str {
+    match config.stream_format {
+        StreamFormat::Sse => "text/event-stream",
+        _ => "application/x-ndjson",
+    }
+}
+
+/// The messages complete in `decoder` after `chunk`, formatted for the client.
+pub fn stream_piece(
+    config: &FilterConfig,
+    route: &Route,
+    decoder: &mut FrameDecoder,
+    chunk: &[u8],
+) -> Result<String, Status> {
+    decoder.push(chunk);
+    let mut out = String::new();
+    while let Some(message) = decoder
+        .next_message()
+        .map_err(|e| Status::new(Code::Internal, e.to_string()))?
+    {
+        let json = decode_message(config, route, &message)?;
+        push_event(config, &mut out, None, &json);
+    }
+    Ok(out)
+}
+
+/// The last piece of a streamed response: nothing after success, else the
+/// error as one more line or event (`{"error": {code, message, details}}`).
+pub fn stream_end(config: &FilterConfig, status: &Status) -> String {
+    let mut out = String::new();
+    if !status.is_ok() {
+        let error = format!(
+            "{{\"error\":{}}}",
+            status_to_json(&config.registry, status, &config.json)
+        );
+        push_event(config, &mut out, Some("error"), &error);
+    }
+    out
+}
+
+fn push_event(config: &FilterConfig, out: &mut String, event: Option<&str>, json: &str) {
+    if config.stream_format == StreamFormat::Sse {
+        if let Some(name) = event {
+            out.push_str("event: ");
+            out.push_str(name);
+            out.push('\n');
+        }
+        out.push_str("data: ");
+        out.push_str(json);
+        out.push_str("\n\n");
+    } else {
+        out.push_str(json);
+        out.push('\n');
+    }
+}
+
 fn decode_messages(
     config: &FilterConfig,
     route: &Route,
@@ -268,7 +331,7 @@ mod tests {
         let cfg = serde_json::json!({"protos": {
             "helloworld.proto": include_str!("../../../protos/helloworld.proto"),
             "route_guide.proto": include_str!("../../../protos/route_guide.proto"),
-        }, "max_request_bytes": 64});
+        }, "max_request_bytes": 64, "stream_format": "array"});
         FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap()
     }
 
@@ -415,6 +478,52 @@ mod tests {
             failed.body,
             r#"[{"name":"a"},{"name":"b"},{"error":{"code":10,"message":"late","details":[]}}]"#
         );
+    }
+
+    #[test]
+    fn streamed_responses() {
+        let cfg = serde_json::json!({"protos": {"route_guide.proto": include_str!("../../../protos/route_guide.proto")}});
+        let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
+        let s = transcode(plan(
+            &c,
+            "POST",
+            "/routeguide.RouteGuide/ListFeatures",
+            None,
+        ));
+        assert!(streams_response(&c, &s));
+        let mut decoder = FrameDecoder::new(1024, Compression::Identity);
+        // A message split across chunks, then two in one chunk.
+        assert_eq!(
+            stream_piece(&c, &s, &mut decoder, b"\0\0\0\0\x03\x0a").unwrap(),
+            ""
+        );
+        assert_eq!(
+            stream_piece(
+                &c,
+                &s,
+                &mut decoder,
+                b"\x01a\0\0\0\0\x03\x0a\x01b\0\0\0\0\0"
+            )
+            .unwrap(),
+            "{\"name\":\"a\"}\n{\"name\":\"b\"}\n{}\n"
+        );
+        assert_eq!(stream_end(&c, &Status::ok()), "");
+        assert_eq!(
+            stream_end(&c, &Status::new(Code::Aborted, "late")),
+            "{\"error\":{\"code\":10,\"message\":\"late\",\"details\":[]}}\n"
+        );
+        let sse = serde_json::json!({"protos": {"route_guide.proto": include_str!("../../../protos/route_guide.proto")}, "stream_format": "sse"});
+        let c = FilterConfig::from_json(sse.to_string().as_bytes()).unwrap();
+        let mut decoder = FrameDecoder::new(1024, Compression::Identity);
+        assert_eq!(
+            stream_piece(&c, &s, &mut decoder, b"\0\0\0\0\x03\x0a\x01a").unwrap(),
+            "data: {\"name\":\"a\"}\n\n"
+        );
+        assert_eq!(
+            stream_end(&c, &Status::new(Code::Aborted, "x")),
+            "event: error\ndata: {\"error\":{\"code\":10,\"message\":\"x\",\"details\":[]}}\n\n"
+        );
+        assert_eq!(stream_content_type(&c), "text/event-stream");
     }
 
     #[test]
