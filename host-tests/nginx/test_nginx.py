@@ -36,7 +36,8 @@ def servers():
         "echo_mtls": Server("echo-server", "--tls-dir", certs, "--mtls"),
     }
     env = {name: s.addr for name, s in servers.items()}
-    env.update(dead=f"127.0.0.1:{free_port()}", certs=certs, protos=PROTOS, shim=SHIM)
+    # Port 1 (tcpmux): nothing listens there, and no test server can take it.
+    env.update(dead="127.0.0.1:1", certs=certs, protos=PROTOS, shim=SHIM)
     yield env
     for s in servers.values():
         s.stop()
@@ -122,6 +123,8 @@ def test_failures(nginx):
     assert lines[18].startswith("missing file: false | cannot read "), body
     assert lines[19] == "bad address: false | the address must be a string like '127.0.0.1:50051' | -", body
     assert lines[20] == "collected: ok", body
+    assert lines[21] == "json options: true number nil", body
+    assert lines[22] == "bad json option: false INVALID_ARGUMENT (3): x-grpc-wasm-json-options: unknown JSON option 'pretty'", body
 
 
 def test_server_killed_mid_stream(nginx):

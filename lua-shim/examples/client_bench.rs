@@ -28,8 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             conn,
             "/helloworld.Greeter/SayHello",
             Some(br#"{"name":"bench"}"#),
-            None,
-            &[],
+            &Default::default(),
         )?;
         loop {
             if let Some(Event::End(reply)) = client.next_event(id) {

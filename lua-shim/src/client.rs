@@ -44,6 +44,17 @@ pub enum ClientError {
     Runtime(String),
 }
 
+/// Per-call options.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// The deadline; the module's default (10 s) when absent.
+    pub timeout_ms: Option<u64>,
+    /// Request metadata; `-bin` values base64.
+    pub metadata: Vec<(String, String)>,
+    /// JSON options for this call, comma-separated (`emit_defaults,...`).
+    pub json_options: Option<String>,
+}
+
 /// What a call has for its caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -246,8 +257,7 @@ impl Client {
         conn: u32,
         path: &str,
         body: Option<&[u8]>,
-        timeout_ms: Option<u64>,
-        metadata: &[(String, String)],
+        options: &CallOptions,
     ) -> Result<u32, ClientError> {
         if !lock(&self.inner.conns).contains_key(&conn) {
             return Err(ClientError::UnknownConn);
@@ -258,7 +268,7 @@ impl Client {
             ("content-type".into(), b"application/json".to_vec()),
             (UPSTREAM_HEADER.into(), conn.to_string().into_bytes()),
         ];
-        if let Some(ms) = timeout_ms {
+        if let Some(ms) = options.timeout_ms {
             // grpc-timeout allows at most 8 digits.
             let value = if ms < 100_000_000 {
                 format!("{}m", ms.max(1))
@@ -267,7 +277,10 @@ impl Client {
             };
             headers.push(("grpc-timeout".into(), value.into_bytes()));
         }
-        for (k, v) in metadata {
+        if let Some(list) = &options.json_options {
+            headers.push(("x-grpc-wasm-json-options".into(), list.clone().into_bytes()));
+        }
+        for (k, v) in &options.metadata {
             headers.push((format!("grpc-metadata-{k}"), v.clone().into_bytes()));
         }
         let mut host = lock(&self.inner.host);

@@ -15,7 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::client::{lock, Client, Event};
+use crate::client::{lock, CallOptions, Client, Event};
 use crate::notify::Notifier;
 use crate::transport::TlsOptions;
 
@@ -249,7 +249,8 @@ pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
 }
 
 /// Starts a call. `body` NULL: a stream whose messages follow. `metadata`
-/// is `key\0value\0` pairs. Returns the call id (> 0).
+/// is `key\0value\0` pairs; `json_options` (may be NULL) a comma-separated
+/// list (`emit_defaults,int64_as_number,...`). Returns the call id (> 0).
 ///
 /// # Safety
 /// Each pointer addresses its length in bytes (or is NULL with length 0).
@@ -263,17 +264,21 @@ pub unsafe extern "C" fn grpc_wasm_start(
     timeout_ms: i64,
     metadata: *const u8,
     metadata_len: usize,
+    json_options: *const c_char,
 ) -> i32 {
     guard(|| {
         let p = process()?;
         let path = std::str::from_utf8(bytes(path, path_len))
             .map_err(|_| "the method path is not UTF-8")?;
         let body = (!body.is_null()).then(|| bytes(body, body_len));
-        let timeout = (timeout_ms > 0).then_some(timeout_ms as u64);
-        let metadata = split_pairs(bytes(metadata, metadata_len));
+        let options = CallOptions {
+            timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
+            metadata: split_pairs(bytes(metadata, metadata_len)),
+            json_options: text(json_options),
+        };
         let id = p
             .client
-            .start(conn, path, body, timeout, &metadata)
+            .start(conn, path, body, &options)
             .map_err(|e| e.to_string())?;
         Ok(id as i32)
     })

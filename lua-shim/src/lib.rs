@@ -16,5 +16,5 @@ pub mod resty_ffi;
 pub mod transport;
 pub mod wasm;
 
-pub use client::{Client, ClientError, Event};
+pub use client::{CallOptions, Client, ClientError, Event};
 pub use wasm::{CoreModule, HostError};

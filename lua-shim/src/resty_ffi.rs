@@ -265,13 +265,16 @@ impl Runtime {
                     .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
                     .collect();
                 let body = optional(r, "body");
-                let timeout = r["timeout"].as_u64();
+                let options = crate::CallOptions {
+                    timeout_ms: r["timeout"].as_u64(),
+                    metadata,
+                    json_options: optional(r, "json"),
+                };
                 let id = c.start(
                     number(r, "conn")?,
                     field(r, "path")?,
                     body.as_deref().map(str::as_bytes),
-                    timeout,
-                    &metadata,
+                    &options,
                 );
                 id.map(|id| id.to_string().into_bytes())
                     .map_err(|e| e.to_string())

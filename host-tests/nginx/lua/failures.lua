@@ -100,3 +100,11 @@ end
 collectgarbage("collect")
 collectgarbage("collect")
 ngx.say("collected: ok")
+
+-- per-call JSON options
+local ok, conn = grpc.connect(env.testing)
+local ok, res = conn:unary("/grpcwasm.testing.Testing/Sleep", {millis = 0},
+                           {json = {emit_defaults = true, proto_field_names = true, int64_as_number = true}})
+ngx.say("json options: ", tostring(ok), " ", type(res.slept_millis), " ", tostring(res.sleptMillis))
+local ok, err = conn:unary("/grpcwasm.testing.Testing/Sleep", {millis = 0}, {json = {pretty = true}})
+ngx.say("bad json option: ", tostring(ok), " ", err)

@@ -25,9 +25,15 @@ use super::transcoder::{self, Reply, Route};
 /// context id (u32, little-endian) followed by the message as JSON.
 pub const DELIVER_FUNCTION: &str = "grpc_wasm.deliver";
 
+/// The request header with this request's JSON options (see
+/// `transcoder::json_options_from`), honoured with `callout.upstream_header`.
+pub const JSON_OPTIONS_HEADER: &str = "x-grpc-wasm-json-options";
+
 /// One call in flight for an HTTP stream.
 #[derive(Debug, Default)]
 pub struct Call {
+    /// This request's own JSON options, for its route.
+    pub json: Option<crate::JsonOptions>,
     upstream: Vec<u8>,
     metadata: Vec<(String, String)>,
     deadline_ms: u64,
@@ -79,7 +85,20 @@ pub fn prepare(config: &FilterConfig) -> Result<Call, Status> {
             "no upstream: the request names none and the configuration has none",
         ));
     }
+    // Like the upstream, per-request JSON options are for trusted embedders.
+    let json = match callout
+        .upstream_header
+        .is_some()
+        .then(|| find(JSON_OPTIONS_HEADER))
+        .flatten()
+    {
+        Some(list) => Some(transcoder::json_options_from(&list).map_err(|e| {
+            Status::new(Code::InvalidArgument, format!("{JSON_OPTIONS_HEADER}: {e}"))
+        })?),
+        None => None,
+    };
     Ok(Call {
+        json,
         upstream,
         metadata,
         deadline_ms,
@@ -149,8 +168,8 @@ pub fn send_streamed(
         |message: String| Reply::error(config, &Status::new(Code::InvalidArgument, message));
     let (values, used) = split_messages(body).map_err(bad_request)?;
     let plain = Route {
-        method: route.method.clone(),
         binding: None,
+        ..route.clone()
     };
     for value in values {
         let message = transcoder::encode_message(config, &plain, value)?;

@@ -574,11 +574,17 @@ fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Repl
 /// is no body, or open the stream its body will feed. The request stays
 /// here (headers paused; the host must deliver the body anyway, which
 /// Envoy does with `allow_on_headers_stop_iteration`).
-fn start_callout(stream: &mut Stream, context_id: u32, route: Route, end_of_stream: bool) -> u32 {
+fn start_callout(
+    stream: &mut Stream,
+    context_id: u32,
+    mut route: Route,
+    end_of_stream: bool,
+) -> u32 {
     let mut call = match callout_host::prepare(&stream.config) {
         Ok(call) => call,
         Err(status) => return answer(stream, &Reply::error(&stream.config, &status)),
     };
+    route.json = call.json.take();
     if route.method.streaming() != crate::StreamingKind::Unary {
         callout_host::add_stream_deadline(&mut call);
     }

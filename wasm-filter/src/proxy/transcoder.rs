@@ -7,7 +7,7 @@ use crate::descriptors::{Method, StreamingKind};
 use crate::details::status_to_json;
 use crate::error::Error;
 use crate::framing::{encode_frame_into, Compression, FrameDecoder};
-use crate::json::{json_to_protobuf, protobuf_to_json};
+use crate::json::{json_to_protobuf, protobuf_to_json, JsonOptions};
 use crate::status::Status;
 
 use super::config::{FilterConfig, StreamFormat};
@@ -52,6 +52,43 @@ impl Reply {
 pub struct Route {
     pub method: Method,
     pub binding: Option<(Binding, Vec<(Vec<String>, String)>, String)>,
+    /// This request's own JSON options (trusted embedders), else the configuration's.
+    pub json: Option<JsonOptions>,
+}
+
+impl Route {
+    fn new(
+        method: Method,
+        binding: Option<(Binding, Vec<(Vec<String>, String)>, String)>,
+    ) -> Route {
+        Route {
+            method,
+            binding,
+            json: None,
+        }
+    }
+
+    pub fn json<'a>(&'a self, config: &'a FilterConfig) -> &'a JsonOptions {
+        self.json.as_ref().unwrap_or(&config.json)
+    }
+}
+
+/// Per-request JSON options from a comma-separated list of their names
+/// (`emit_defaults,int64_as_number,...`); unknown names are an error.
+pub fn json_options_from(list: &str) -> Result<JsonOptions, String> {
+    let mut options = JsonOptions::default();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let flag = match name {
+            "emit_defaults" => &mut options.emit_defaults,
+            "int64_as_number" => &mut options.int64_as_number,
+            "enums_as_numbers" => &mut options.enums_as_numbers,
+            "proto_field_names" => &mut options.proto_field_names,
+            "ignore_unknown_fields" => &mut options.ignore_unknown_fields,
+            other => return Err(format!("unknown JSON option '{other}'")),
+        };
+        *flag = true;
+    }
+    Ok(options)
 }
 
 /// What to do with a request.
@@ -84,10 +121,10 @@ pub fn plan(
     {
         if let Some(vars) = binding.template.matches(path) {
             let method = binding.method.clone();
-            return Plan::Transcode(Route {
+            return Plan::Transcode(Route::new(
                 method,
-                binding: Some((binding.clone(), vars, query.to_string())),
-            });
+                Some((binding.clone(), vars, query.to_string())),
+            ));
         }
     }
     if http_method != "POST" {
@@ -96,9 +133,9 @@ pub fn plan(
     match config.registry.method(path) {
         Ok(method) if !config.exposes(method.service_name()) => not_found(config, path),
         Ok(method) => match method.streaming() {
-            StreamingKind::Unary | StreamingKind::ServerStreaming => Plan::Transcode(Route { method, binding: None }),
+            StreamingKind::Unary | StreamingKind::ServerStreaming => Plan::Transcode(Route::new(method, None)),
             // A callout sends the body's JSON messages as they arrive.
-            _ if config.callout.is_some() => Plan::Transcode(Route { method, binding: None }),
+            _ if config.callout.is_some() => Plan::Transcode(Route::new(method, None)),
             _ => Plan::Reply(Reply::error_with_http(
                 config,
                 &Status::new(Code::Unimplemented, format!("{path} is a client-streaming method; JSON transcoding needs unary or server streaming")),
@@ -153,7 +190,7 @@ pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
         None if body.iter().all(u8::is_ascii_whitespace) => &b"{}"[..],
         None => body,
     };
-    json_to_protobuf(&route.method.input(), json, &config.json)
+    json_to_protobuf(&route.method.input(), json, route.json(config))
         .map_err(|e| bad_request(e.to_string()))
 }
 
@@ -163,7 +200,7 @@ pub fn decode_message(
     route: &Route,
     message: &[u8],
 ) -> Result<String, Status> {
-    let printed = protobuf_to_json(&route.method.output(), message, &config.json)
+    let printed = protobuf_to_json(&route.method.output(), message, route.json(config))
         .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
     Ok(match &route.binding {
         Some((binding, _, _)) => response_part(binding, &printed),
@@ -477,6 +514,17 @@ mod tests {
         assert_eq!(
             failed.body,
             r#"[{"name":"a"},{"name":"b"},{"error":{"code":10,"message":"late","details":[]}}]"#
+        );
+    }
+
+    #[test]
+    fn per_request_json_options() {
+        let o = json_options_from("emit_defaults, proto_field_names").unwrap();
+        assert!(o.emit_defaults && o.proto_field_names && !o.int64_as_number);
+        assert_eq!(json_options_from("").unwrap(), JsonOptions::default());
+        assert_eq!(
+            json_options_from("pretty").unwrap_err(),
+            "unknown JSON option 'pretty'"
         );
     }
 

@@ -40,7 +40,7 @@ int grpc_wasm_set_print_options(const char *json, size_t len);
 int grpc_wasm_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key);
 void grpc_wasm_conn_close(uint32_t conn);
 int grpc_wasm_start(uint32_t conn, const char *path, size_t path_len, const char *body, size_t body_len,
-                    int64_t timeout_ms, const char *metadata, size_t metadata_len);
+                    int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options);
 int grpc_wasm_send(uint32_t id, const char *json, size_t len);
 int grpc_wasm_close_send(uint32_t id);
 int grpc_wasm_next_event(uint32_t id, grpc_wasm_event *out);
@@ -195,9 +195,9 @@ local function flatten(metadata)
     return flat, #flat
 end
 
-function ffi_backend.start(conn, path, body, timeout, metadata)
+function ffi_backend.start(conn, path, body, timeout, metadata, json)
     local md, md_len = flatten(metadata)
-    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len)
+    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, json)
     if id < 0 then
         return nil, last_error()
     end
@@ -305,9 +305,9 @@ function resty_backend.conn_close(id)
     task({ op = "conn_close", conn = id })
 end
 
-function resty_backend.start(conn, path, body, timeout, metadata)
+function resty_backend.start(conn, path, body, timeout, metadata, json)
     local id, err = task({ op = "start", conn = conn, path = path, body = body, timeout = timeout,
-                           metadata = metadata })
+                           metadata = metadata, json = json })
     return tonumber(id), err
 end
 
@@ -561,7 +561,17 @@ local function start(conn, path, body, opts)
         return nil, "the method path must be a string like '/pkg.Service/Method'"
     end
     local timeout = opts and opts.timeout or DEFAULT_TIMEOUT
-    local id, err = backend.start(conn.id, path, body, timeout, encode_metadata(opts and opts.metadata))
+    local json
+    if opts and opts.json then
+        local names = {}
+        for name, on in pairs(opts.json) do
+            if on then
+                names[#names + 1] = name
+            end
+        end
+        json = concat(names, ",")
+    end
+    local id, err = backend.start(conn.id, path, body, timeout, encode_metadata(opts and opts.metadata), json)
     if not id then
         return nil, err
     end
