@@ -29,7 +29,8 @@ const PAUSE: u32 = 1;
 
 struct Stream {
     config: Rc<FilterConfig>,
-    route: Option<Route>,
+    /// Shared, so that callbacks take it without copying the binding.
+    route: Option<Rc<Route>>,
     /// The reply was already decided (a trailers-only error); drop the rest.
     answered: bool,
     /// The response outgrew max_response_bytes after its headers had left.
@@ -38,6 +39,8 @@ struct Stream {
     call: Option<Call>,
     /// A response streamed message by message: the frames still incomplete.
     decoder: Option<FrameDecoder>,
+    /// The response's `grpc-encoding`.
+    encoding: Compression,
 }
 
 thread_local! {
@@ -74,6 +77,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
                     overflowed: false,
                     call: None,
                     decoder: None,
+                    encoding: Compression::Identity,
                 },
             )
         });
@@ -126,10 +130,15 @@ pub extern "C" fn proxy_on_request_headers(
     end_of_stream: u32,
 ) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        let http_method = header(MAP_REQUEST_HEADERS, ":method").unwrap_or_default();
-        let path = header(MAP_REQUEST_HEADERS, ":path").unwrap_or_default();
-        let content_type = header(MAP_REQUEST_HEADERS, "content-type");
-        match transcoder::plan(&stream.config, &http_method, &path, content_type.as_deref()) {
+        let headers = HeaderMap::read(MAP_REQUEST_HEADERS);
+        let http_method = headers.get(":method").unwrap_or_default().to_string();
+        let path = headers.get(":path").unwrap_or_default().to_string();
+        match transcoder::plan(
+            &stream.config,
+            &http_method,
+            &path,
+            headers.get("content-type"),
+        ) {
             Plan::PassThrough => CONTINUE,
             Plan::Reply(reply) => answer(stream, &reply),
             Plan::Transcode(route) if stream.config.callout.is_some() => {
@@ -163,7 +172,7 @@ pub extern "C" fn proxy_on_request_headers(
                         "grpc-wasm: the host refused a request header change",
                     );
                 }
-                stream.route = Some(route);
+                stream.route = Some(Rc::new(route));
                 // Pausing headers would hold the body back from this filter
                 // too (hosts map it to "stop all"); the body callback holds
                 // the request instead.
@@ -239,16 +248,22 @@ pub extern "C" fn proxy_on_response_headers(
         if stream.answered {
             return CONTINUE;
         }
-        let grpc_status = header(MAP_RESPONSE_HEADERS, "grpc-status");
-        let http_status = header(MAP_RESPONSE_HEADERS, ":status")
+        let headers = HeaderMap::read(MAP_RESPONSE_HEADERS);
+        let http_status = headers
+            .get(":status")
             .and_then(|s| s.parse::<u16>().ok())
             .unwrap_or(0);
-        let is_grpc = header(MAP_RESPONSE_HEADERS, "content-type")
+        let is_grpc = headers
+            .get("content-type")
             .is_some_and(|ct| ct.starts_with("application/grpc"));
-        if grpc_status.is_some() || !is_grpc || end_of_stream != 0 {
+        stream.encoding = headers
+            .get("grpc-encoding")
+            .and_then(Compression::from_header)
+            .unwrap_or(Compression::Identity);
+        if headers.get("grpc-status").is_some() || !is_grpc || end_of_stream != 0 {
             // Trailers-only (the status is in these headers), or not gRPC at all.
-            let status = response_status(MAP_RESPONSE_HEADERS)
-                .unwrap_or_else(|| Status::from_http_status(http_status));
+            let status =
+                status_in(&headers).unwrap_or_else(|| Status::from_http_status(http_status));
             let reply = transcoder::decode_response(
                 &stream.config,
                 &route,
@@ -262,12 +277,9 @@ pub extern "C" fn proxy_on_response_headers(
         // body back from this filter): a status that arrives in trailers
         // after data can change the body, not the HTTP status.
         let content_type = if transcoder::streams_response(&stream.config, &route) {
-            let encoding = header(MAP_RESPONSE_HEADERS, "grpc-encoding")
-                .and_then(|e| Compression::from_header(&e))
-                .unwrap_or(Compression::Identity);
             stream.decoder = Some(FrameDecoder::new(
                 stream.config.max_response_bytes,
-                encoding,
+                stream.encoding,
             ));
             transcoder::stream_content_type(&stream.config)
         } else {
@@ -378,36 +390,41 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
         if stream.route.is_none() || stream.answered {
             return CONTINUE;
         }
-        let status = response_status(MAP_RESPONSE_TRAILERS).unwrap_or_else(|| {
+        let trailers = HeaderMap::read(MAP_RESPONSE_TRAILERS);
+        let status = status_in(&trailers).unwrap_or_else(|| {
             Status::new(
                 Code::Internal,
                 "the upstream sent trailers without grpc-status",
             )
         });
         if stream.decoder.is_some() {
-            return end_stream(stream, &status);
+            return end_stream(stream, &trailers, &status);
         }
         // The whole buffered body: the host stops at its end.
         let body = host::buffer(BUFFER_RESPONSE_BODY, 0, u32::MAX as usize);
         let action = finish(stream, body, status);
-        for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
-            let _ = remove_header(MAP_RESPONSE_TRAILERS, name);
-        }
+        remove_status(&trailers);
         action
     })
 }
 
+/// The gRPC status trailers are the filter's business, not the client's.
+fn remove_status(trailers: &HeaderMap) {
+    for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
+        if trailers.get(name).is_some() {
+            let _ = remove_header(MAP_RESPONSE_TRAILERS, name);
+        }
+    }
+}
 /// The status of a streamed response. Hosts that let a filter add body at
 /// the trailers get the error as the last line; elsewhere (Envoy) the
 /// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
-fn end_stream(stream: &mut Stream, status: &Status) -> u32 {
+fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
     stream.answered = true;
     let end = transcoder::stream_end(&stream.config, status);
     let written = end.is_empty() || set_buffer(BUFFER_RESPONSE_BODY, 0, end.as_bytes()).is_ok();
     if written && status.is_ok() {
-        for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
-            let _ = remove_header(MAP_RESPONSE_TRAILERS, name);
-        }
+        remove_status(trailers);
     }
     CONTINUE
 }
@@ -602,7 +619,7 @@ fn start_callout(
     } else {
         Ok(())
     };
-    stream.route = Some(route);
+    stream.route = Some(Rc::new(route));
     stream.call = Some(call);
     match started {
         Ok(()) => PAUSE,
@@ -668,11 +685,7 @@ fn fail_call(stream: &mut Stream, reply: &Reply) -> u32 {
 }
 
 /// Replaces the buffered gRPC body with the JSON reply and fixes the headers.
-fn finish(
-    stream: &mut Stream,
-    body: Result<Vec<u8>, HostStatus>,
-    status_if_missing: Status,
-) -> u32 {
+fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status) -> u32 {
     let Some(route) = stream.route.clone() else {
         return CONTINUE;
     };
@@ -687,11 +700,8 @@ fn finish(
             return answer(stream, &reply);
         }
     };
-    let status = response_status(MAP_RESPONSE_TRAILERS).unwrap_or(status_if_missing);
-    let encoding = header(MAP_RESPONSE_HEADERS, "grpc-encoding")
-        .and_then(|e| Compression::from_header(&e))
-        .unwrap_or(Compression::Identity);
-    let reply = transcoder::decode_response(&stream.config, &route, &body, encoding, &status);
+    let reply =
+        transcoder::decode_response(&stream.config, &route, &body, stream.encoding, &status);
     match set_buffer(
         BUFFER_RESPONSE_BODY,
         body.len().max(reply.body.len()),
@@ -711,14 +721,12 @@ fn finish(
     }
 }
 
-fn response_status(map: u32) -> Option<Status> {
-    let grpc_status = header(map, "grpc-status")?;
-    let message = header(map, "grpc-message");
-    let details = header(map, "grpc-status-details-bin");
+fn status_in(headers: &HeaderMap) -> Option<Status> {
+    let grpc_status = headers.bytes("grpc-status")?;
     Status::from_header_values(
-        Some(grpc_status.as_bytes()),
-        message.as_deref().map(str::as_bytes),
-        details.as_deref().map(str::as_bytes),
+        Some(grpc_status),
+        headers.bytes("grpc-message"),
+        headers.bytes("grpc-status-details-bin"),
     )
 }
 

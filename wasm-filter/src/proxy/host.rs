@@ -43,13 +43,6 @@ extern "C" {
         data: *const u8,
         len: usize,
     ) -> u32;
-    fn proxy_get_header_map_value(
-        map: u32,
-        key: *const u8,
-        key_len: usize,
-        ret_ptr: *mut *mut u8,
-        ret_len: *mut usize,
-    ) -> u32;
     fn proxy_replace_header_map_value(
         map: u32,
         key: *const u8,
@@ -156,13 +149,6 @@ pub fn set_buffer(kind: u32, size: usize, data: &[u8]) -> Result<(), HostStatus>
     check(unsafe { proxy_set_buffer_bytes(kind, 0, size, data.as_ptr(), data.len()) })
 }
 
-pub fn header(map: u32, key: &str) -> Option<String> {
-    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
-    let status =
-        unsafe { proxy_get_header_map_value(map, key.as_ptr(), key.len(), &mut ptr, &mut len) };
-    let bytes = unsafe { take(ptr, len) };
-    (status == STATUS_OK).then(|| String::from_utf8_lossy(&bytes).into_owned())
-}
 
 pub fn set_header(map: u32, key: &str, value: &str) -> Result<(), HostStatus> {
     check(unsafe {
@@ -172,6 +158,30 @@ pub fn set_header(map: u32, key: &str, value: &str) -> Result<(), HostStatus> {
 
 pub fn remove_header(map: u32, key: &str) -> Result<(), HostStatus> {
     check(unsafe { proxy_remove_header_map_value(map, key.as_ptr(), key.len()) })
+}
+
+/// A header map read in one host call; lookups stay in the module.
+pub struct HeaderMap(Vec<(String, Vec<u8>)>);
+
+impl HeaderMap {
+    pub fn read(map: u32) -> HeaderMap {
+        HeaderMap(header_pairs(map))
+    }
+
+    /// The first value of `name` (lower-case, as hosts give HTTP/2 names).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+
+    pub fn bytes(&self, name: &str) -> Option<&[u8]> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
 }
 
 /// All entries of a header map (empty when the host has none).
