@@ -85,10 +85,18 @@ struct Inner {
     conns: Mutex<HashMap<u32, Channel>>,
     next_conn: AtomicU32,
     calls: Mutex<HashMap<u32, Transport>>,
-    events: Mutex<HashMap<u32, VecDeque<Event>>>,
+    events: Mutex<HashMap<u32, Queue>>,
     protos: Mutex<Protos>,
     ticking: AtomicBool,
     wake: Wake,
+}
+
+/// A call's events not yet taken, and whether its end is among them (then
+/// the module has already finished the call).
+#[derive(Default)]
+struct Queue {
+    events: VecDeque<Event>,
+    ended: bool,
 }
 
 #[derive(Clone)]
@@ -283,10 +291,13 @@ impl Client {
         for (k, v) in &options.metadata {
             headers.push((format!("grpc-metadata-{k}"), v.clone().into_bytes()));
         }
-        let mut host = lock(&self.inner.host);
-        let id = host.open(headers, body)?;
-        lock(&self.inner.events).insert(id, VecDeque::new());
-        self.run(&mut host);
+        let (id, woken) = {
+            let mut host = lock(&self.inner.host);
+            let id = host.open(headers, body)?;
+            lock(&self.inner.events).insert(id, Queue::default());
+            (id, self.run(&mut host))
+        };
+        self.wake(woken);
         Ok(id)
     }
 
@@ -304,41 +315,60 @@ impl Client {
         if !lock(&self.inner.events).contains_key(&id) {
             return Err(ClientError::UnknownCall);
         }
-        let mut host = lock(&self.inner.host);
         let mut framed = Vec::with_capacity(bytes.len() + 1);
         framed.extend_from_slice(bytes);
         if !end {
             // Messages are newline-delimited in the request body.
             framed.push(b'\n');
         }
-        host.body(id, &framed, end)?;
-        self.run(&mut host);
+        let woken = {
+            let mut host = lock(&self.inner.host);
+            host.body(id, &framed, end)?;
+            self.run(&mut host)
+        };
+        self.wake(woken);
         Ok(())
     }
 
     /// The call's next event, if one has arrived.
     pub fn next_event(&self, id: u32) -> Option<Event> {
-        lock(&self.inner.events).get_mut(&id)?.pop_front()
+        lock(&self.inner.events).get_mut(&id)?.events.pop_front()
     }
 
     /// Ends a call early or forgets a finished one; the module cancels
     /// whatever still runs.
     pub fn close(&self, id: u32) {
-        if lock(&self.inner.events).remove(&id).is_none() {
-            return;
+        match lock(&self.inner.events).remove(&id) {
+            // Unknown, or the module finished it already: nothing to cancel.
+            None | Some(Queue { ended: true, .. }) => return,
+            Some(_) => {}
         }
-        let mut host = lock(&self.inner.host);
-        if host.finish(id).is_ok() {
-            self.run(&mut host);
+        let woken = {
+            let mut host = lock(&self.inner.host);
+            match host.finish(id) {
+                Ok(()) => self.run(&mut host),
+                Err(_) => Vec::new(),
+            }
+        };
+        self.wake(woken);
+    }
+
+    /// Wakes the waiters of these calls; called with the module unlocked,
+    /// so that a woken Lua thread never waits for the mutex.
+    fn wake(&self, ids: Vec<u32>) {
+        for id in ids {
+            (self.inner.wake)(id);
         }
     }
 
-    /// Carries out what the module asked for, until it asks for nothing more.
-    fn run(&self, host: &mut ProxyHost) {
+    /// Carries out what the module asked for, until it asks for nothing
+    /// more; returns the calls that got events.
+    fn run(&self, host: &mut ProxyHost) -> Vec<u32> {
         let mut outputs = host.take_outputs();
         let mut pending: VecDeque<(u32, GrpcEvent)> = VecDeque::new();
+        let mut woken = Vec::new();
         loop {
-            self.deliver(host, &mut outputs);
+            self.deliver(host, &mut outputs, &mut woken);
             for command in std::mem::take(&mut outputs.commands) {
                 self.command(command, &mut pending);
             }
@@ -350,14 +380,15 @@ impl Client {
             }
         }
         self.start_ticks(host.tick_ms());
+        woken
     }
 
-    fn deliver(&self, host: &mut ProxyHost, outputs: &mut Outputs) {
+    fn deliver(&self, host: &mut ProxyHost, outputs: &mut Outputs, woken: &mut Vec<u32>) {
         for (id, json) in std::mem::take(&mut outputs.messages) {
-            self.push(id, Event::Message(json));
+            self.push(id, Event::Message(json), woken);
         }
         for (id, reply) in std::mem::take(&mut outputs.replies) {
-            self.push(id, Event::End(reply));
+            self.push(id, Event::End(reply), woken);
             // The exchange is over, as after a local reply in Envoy.
             if host.finish(id).is_ok() {
                 let more = host.take_outputs();
@@ -366,16 +397,13 @@ impl Client {
         }
     }
 
-    fn push(&self, id: u32, event: Event) {
-        let known = match lock(&self.inner.events).get_mut(&id) {
-            Some(queue) => {
-                queue.push_back(event);
-                true
+    fn push(&self, id: u32, event: Event, woken: &mut Vec<u32>) {
+        if let Some(queue) = lock(&self.inner.events).get_mut(&id) {
+            queue.ended |= matches!(event, Event::End(_));
+            queue.events.push_back(event);
+            if !woken.contains(&id) {
+                woken.push(id);
             }
-            None => false,
-        };
-        if known {
-            (self.inner.wake)(id);
         }
     }
 
@@ -448,10 +476,14 @@ impl Client {
                     lock(&client.inner.calls).remove(&token);
                 }
             }
-            let mut host = lock(&client.inner.host);
-            if host.grpc_event(token, event).is_ok() {
-                client.run(&mut host);
-            }
+            let woken = {
+                let mut host = lock(&client.inner.host);
+                match host.grpc_event(token, event) {
+                    Ok(()) => client.run(&mut host),
+                    Err(_) => Vec::new(),
+                }
+            };
+            client.wake(woken);
         })
     }
 
@@ -467,10 +499,14 @@ impl Client {
                 interval.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
                 let client = Client { inner };
-                let mut host = lock(&client.inner.host);
-                if host.tick().is_ok() {
-                    client.run(&mut host);
-                }
+                let woken = {
+                    let mut host = lock(&client.inner.host);
+                    match host.tick() {
+                        Ok(()) => client.run(&mut host),
+                        Err(_) => Vec::new(),
+                    }
+                };
+                client.wake(woken);
             }
         });
     }

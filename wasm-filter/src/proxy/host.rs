@@ -149,7 +149,6 @@ pub fn set_buffer(kind: u32, size: usize, data: &[u8]) -> Result<(), HostStatus>
     check(unsafe { proxy_set_buffer_bytes(kind, 0, size, data.as_ptr(), data.len()) })
 }
 
-
 pub fn set_header(map: u32, key: &str, value: &str) -> Result<(), HostStatus> {
     check(unsafe {
         proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len())
