@@ -13,7 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from nginx_harness import PROTOS, SHIM, Nginx, Server, ensure_certs, free_port  # noqa: E402
+from nginx_harness import BIN, PROTOS, SHIM, Nginx, Server, ensure_certs, free_port  # noqa: E402
 
 
 def check_log(proxy):
@@ -140,6 +140,38 @@ def test_server_killed_mid_stream(nginx):
     assert status == 200, body
     assert body.strip() in ("after some: UNAVAILABLE", "after some: INTERNAL", "after some: UNKNOWN"), body
     assert time.time() - started < 10
+
+
+def test_1000_calls_in_flight_in_one_worker(nginx):
+    status, body = nginx.get("/t/inflight?n=1000")
+    assert status == 200, body
+    done, failed, seconds = re.match(r"done (\d+) failed (\d+) seconds ([\d.]+)", body).groups()
+    assert (done, failed) == ("1000", "0"), body
+    # Sequential, they would take 300 s.
+    assert float(seconds) < 10, body
+
+
+def test_a_conn_comes_back_with_its_server(nginx):
+    port = free_port()
+
+    def start():
+        # The same port each time: the conn must find the server again.
+        proc = subprocess.Popen([os.path.join(BIN, "greeter-server"), "--addr", f"127.0.0.1:{port}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().startswith("listening on"), proc.stderr.read()
+        return proc
+    proc = start()
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(r=nginx.get(f"/t/reconnect?addr=127.0.0.1:{port}")))
+    thread.start()
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait()
+    time.sleep(1.5)
+    proc = start()
+    thread.join(timeout=60)
+    proc.kill()
+    assert result["r"] == (200, "ok,UNAVAILABLE,ok\n"), result
 
 
 @pytest.mark.skipif(not shutil.which("h2load"), reason="h2load (nghttp2-client) is not installed")

@@ -1,0 +1,22 @@
+-- One conn across a server restart (the test stops and restarts the
+-- server): ok, then UNAVAILABLE while it is down, then ok again.
+local grpc = require("resty.ffi.grpc")
+local env = require("testenv")
+
+assert(grpc.loadfile(env.protos .. "/helloworld.proto"))
+local ok, conn = grpc.connect(ngx.var.arg_addr)
+local seen = {}
+local last
+for _ = 1, 150 do
+    local ok, res, info = conn:unary("/helloworld.Greeter/SayHello", {name = "again"}, {timeout = 1000})
+    local now = ok and "ok" or (info and info.name or res)
+    if now ~= last then
+        seen[#seen + 1] = now
+        last = now
+    end
+    if #seen == 3 then
+        break
+    end
+    ngx.sleep(0.1)
+end
+ngx.say(table.concat(seen, ","))
