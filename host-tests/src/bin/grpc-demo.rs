@@ -5,11 +5,10 @@
 //!
 //! Usage: grpc-demo --greeter ADDR --routeguide ADDR [--wasm PATH]
 
-use bytes::{Buf, BufMut};
 use clap::Parser;
 use http::uri::PathAndQuery;
+use lua_shim::transport::RawCodec;
 use lua_shim::CoreModule;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser)]
@@ -126,42 +125,4 @@ async fn list_features(
     }
     println!("  ... {count} features in all");
     Ok(())
-}
-
-/// Hands message bytes to tonic as they are: the module did the encoding.
-#[derive(Clone, Copy)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
-    }
 }
