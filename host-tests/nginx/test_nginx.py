@@ -124,6 +124,7 @@ def test_failures(nginx):
     assert lines[19] == "bad address: false | the address must be a string like '127.0.0.1:50051' | -", body
     assert lines[20] == "collected: ok", body
     assert lines[21] == "json options: true number nil", body
+    assert lines[23] == "bad path: false UNIMPLEMENTED (12): the module does not handle this path (it is not /package.Service/Method)", body
     assert lines[22] == "bad json option: false INVALID_ARGUMENT (3): x-grpc-wasm-json-options: unknown JSON option 'pretty'", body
 
 

@@ -462,25 +462,29 @@ impl Client {
     /// Transport events, on the runtime thread: into the module, then out.
     fn sink(&self) -> Sink {
         let weak = Arc::downgrade(&self.inner);
-        Arc::new(move |token, event| {
+        Arc::new(move |token, events: Vec<GrpcEvent>| {
             let Some(inner) = weak.upgrade() else { return };
             let client = Client { inner };
-            let ends = matches!(event, GrpcEvent::Close(..) | GrpcEvent::Message(_));
-            if ends {
-                let unary_done = matches!(event, GrpcEvent::Message(_))
+            // The call is over for the transport after a close, or after the
+            // one message of a unary call.
+            let over = events.iter().any(|e| matches!(e, GrpcEvent::Close(..)))
+                || (events.iter().any(|e| matches!(e, GrpcEvent::Message(_)))
                     && matches!(
                         lock(&client.inner.calls).get(&token),
                         Some(Transport::Unary(_))
-                    );
-                if unary_done || matches!(event, GrpcEvent::Close(..)) {
-                    lock(&client.inner.calls).remove(&token);
-                }
+                    ));
+            if over {
+                lock(&client.inner.calls).remove(&token);
             }
             let woken = {
                 let mut host = lock(&client.inner.host);
-                match host.grpc_event(token, event) {
-                    Ok(()) => client.run(&mut host),
-                    Err(_) => Vec::new(),
+                let delivered = events
+                    .into_iter()
+                    .all(|event| host.grpc_event(token, event).is_ok());
+                if delivered {
+                    client.run(&mut host)
+                } else {
+                    Vec::new()
                 }
             };
             client.wake(woken);

@@ -108,3 +108,5 @@ local ok, res = conn:unary("/grpcwasm.testing.Testing/Sleep", {millis = 0},
 ngx.say("json options: ", tostring(ok), " ", type(res.slept_millis), " ", tostring(res.sleptMillis))
 local ok, err = conn:unary("/grpcwasm.testing.Testing/Sleep", {millis = 0}, {json = {pretty = true}})
 ngx.say("bad json option: ", tostring(ok), " ", err)
+local ok, err = conn:unary("not a path", {})
+ngx.say("bad path: ", tostring(ok), " ", err)

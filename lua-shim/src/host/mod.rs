@@ -223,10 +223,25 @@ impl ProxyHost {
             .call(&mut self.store, (id, ROOT_ID))
             .map_err(trap)?;
         self.store.data_mut().effective = id;
-        self.exports
+        let action = self
+            .exports
             .request_headers
             .call(&mut self.store, (id, count, 0))
             .map_err(trap)?;
+        if action == CONTINUE
+            && self
+                .store
+                .data()
+                .outputs
+                .replies
+                .iter()
+                .all(|(c, _)| *c != id)
+        {
+            // The module let the request go on to the route's upstream; the
+            // shim has none, as a proxy with no route for the path.
+            self.store.data_mut().outputs.replies.push((id, no_route()));
+            return Ok(id);
+        }
         if let Some(body) = body {
             self.body(id, body, true)?;
         }
@@ -318,6 +333,23 @@ impl ProxyHost {
     /// Takes what the module asked for since the last call.
     pub fn take_outputs(&mut self) -> Outputs {
         std::mem::take(&mut self.store.data_mut().outputs)
+    }
+}
+
+const CONTINUE: u32 = 0;
+
+/// What a proxy answers for a request no route takes: 404 and gRPC
+/// UNIMPLEMENTED, in the module's own error shape.
+fn no_route() -> LocalReply {
+    let message = "the module does not handle this path (it is not /package.Service/Method)";
+    LocalReply {
+        http_status: 404,
+        body: format!("{{\"code\":12,\"message\":\"{message}\",\"details\":[]}}").into_bytes(),
+        headers: vec![
+            ("content-type".into(), b"application/json".to_vec()),
+            ("grpc-status".into(), b"12".to_vec()),
+            ("grpc-status-name".into(), b"UNIMPLEMENTED".to_vec()),
+        ],
     }
 }
 

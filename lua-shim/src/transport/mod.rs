@@ -19,8 +19,9 @@ pub use codec::RawCodec;
 
 use crate::host::{GrpcEvent, GrpcTarget, Pairs};
 
-/// Where a transport event goes: the call's token and the event.
-pub type Sink = Arc<dyn Fn(u32, GrpcEvent) + Send + Sync>;
+/// Where transport events go: the call's token and the events, in order;
+/// events that arrive together go together (one trip into the module).
+pub type Sink = Arc<dyn Fn(u32, Vec<GrpcEvent>) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TransportError {
@@ -135,10 +136,12 @@ fn report_failure(sink: &Sink, token: u32, status: &tonic::Status) {
         let encoded = base64::engine::general_purpose::STANDARD_NO_PAD.encode(status.details());
         trailing.push(("grpc-status-details-bin".into(), encoded.into_bytes()));
     }
-    sink(token, GrpcEvent::TrailingMetadata(trailing));
     sink(
         token,
-        GrpcEvent::Close(status.code() as u32, raw_message(status.message())),
+        vec![
+            GrpcEvent::TrailingMetadata(trailing),
+            GrpcEvent::Close(status.code() as u32, raw_message(status.message())),
+        ],
     );
 }
 
@@ -187,25 +190,31 @@ pub fn unary(
         };
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok((headers, mut messages, trailers))) if messages.len() == 1 => {
-                sink(token, GrpcEvent::InitialMetadata(headers));
-                sink(token, GrpcEvent::TrailingMetadata(trailers));
-                sink(token, GrpcEvent::Message(messages.remove(0)));
+                let events = vec![
+                    GrpcEvent::InitialMetadata(headers),
+                    GrpcEvent::TrailingMetadata(trailers),
+                    GrpcEvent::Message(messages.remove(0)),
+                ];
+                sink(token, events);
             }
             Ok(Ok((_, messages, _))) => {
                 let message = format!("expected one response message, got {}", messages.len());
                 sink(
                     token,
-                    GrpcEvent::Close(tonic::Code::Internal as u32, raw_message(&message)),
+                    vec![GrpcEvent::Close(
+                        tonic::Code::Internal as u32,
+                        raw_message(&message),
+                    )],
                 );
             }
             Ok(Err(status)) => report_failure(&sink, token, &status),
-            Err(_) => sink(
-                token,
-                GrpcEvent::Close(
+            Err(_) => {
+                let close = GrpcEvent::Close(
                     tonic::Code::DeadlineExceeded as u32,
                     b"deadline exceeded".to_vec(),
-                ),
-            ),
+                );
+                sink(token, vec![close]);
+            }
         }
     })
     .abort_handle()
@@ -230,20 +239,25 @@ pub fn stream(
             let req = request(UnboundedReceiverStream::new(rx), &target.metadata);
             let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
             let (metadata, mut messages, _) = response.into_parts();
-            sink(token, GrpcEvent::InitialMetadata(pairs(&metadata)));
+            sink(token, vec![GrpcEvent::InitialMetadata(pairs(&metadata))]);
             while let Some(message) = messages.message().await? {
-                sink(token, GrpcEvent::Message(message));
+                sink(token, vec![GrpcEvent::Message(message)]);
             }
             let trailers = messages
                 .trailers()
                 .await?
                 .map(|t| pairs(&t))
                 .unwrap_or_default();
-            sink(token, GrpcEvent::TrailingMetadata(trailers));
-            Ok::<(), tonic::Status>(())
+            Ok::<_, tonic::Status>(trailers)
         };
         match run.await {
-            Ok(()) => sink(token, GrpcEvent::Close(0, Vec::new())),
+            Ok(trailers) => sink(
+                token,
+                vec![
+                    GrpcEvent::TrailingMetadata(trailers),
+                    GrpcEvent::Close(0, Vec::new()),
+                ],
+            ),
             Err(status) => report_failure(&sink, token, &status),
         }
     });
