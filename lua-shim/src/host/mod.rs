@@ -10,32 +10,18 @@ pub mod state;
 
 use std::path::Path;
 
-use wasmtime::{Config, Engine, Instance, Linker, Module, Store, TypedFunc};
+use wasmtime::{Config, Engine, Linker, Module, Store, TypedFunc};
 
 pub use imports::DELIVER_FUNCTION;
 pub use state::{GrpcCommand, GrpcTarget, LocalReply, Outputs, Pairs};
 use state::{HostState, HttpContext};
 
+use crate::wasm::instance::{export, instantiate, load, trap};
 use crate::wasm::wasi;
+pub use crate::wasm::HostError;
 
 /// The one root context (one plugin configuration per host).
 pub const ROOT_ID: u32 = 1;
-
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    #[error("cannot load the wasm module: {0}")]
-    Load(String),
-    #[error("the wasm module lacks the export '{0}'")]
-    MissingExport(&'static str),
-    #[error("the wasm module trapped: {0}")]
-    Trap(String),
-    #[error("{0}")]
-    Refused(String),
-}
-
-fn trap(e: wasmtime::Error) -> HostError {
-    HostError::Trap(e.to_string())
-}
 
 struct Exports {
     context_create: TypedFunc<(u32, u32), ()>,
@@ -74,23 +60,13 @@ pub enum GrpcEvent {
 impl ProxyHost {
     /// Compiles (or loads from `cache_dir`) and instantiates the module.
     pub fn new(wasm: &[u8], cache_dir: Option<&Path>) -> Result<Self, HostError> {
-        let engine = Engine::new(&Config::new()).map_err(|e| HostError::Load(e.to_string()))?;
+        let engine = Engine::new(&Config::new()).map_err(load)?;
         let module = compile(&engine, wasm, cache_dir)?;
         let mut linker = Linker::new(&engine);
-        let load = |e: wasmtime::Error| HostError::Load(e.to_string());
         wasi::add_to_linker(&mut linker).map_err(load)?;
         imports::add_to_linker(&mut linker).map_err(load)?;
-        linker
-            .define_unknown_imports_as_traps(&module)
-            .map_err(load)?;
-        let mut store = Store::new(&engine, HostState::default());
-        let instance = linker.instantiate(&mut store, &module).map_err(load)?;
-        if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
-            init.call(&mut store, ()).map_err(trap)?;
-        }
-        let memory = instance
-            .get_memory(&mut store, "memory")
-            .ok_or(HostError::MissingExport("memory"))?;
+        let (mut store, instance, memory) =
+            instantiate(&engine, &module, linker, HostState::default())?;
         let allocate = export(&instance, &mut store, "proxy_on_memory_allocate")?;
         store.data_mut().memory = Some(memory);
         store.data_mut().allocate = Some(allocate);
@@ -146,7 +122,7 @@ impl ProxyHost {
             Ok(())
         } else {
             let reason = std::mem::take(&mut self.store.data_mut().last_error);
-            Err(HostError::Refused(
+            Err(HostError::Core(
                 reason
                     .trim_start_matches("grpc-wasm: bad configuration: ")
                     .to_string(),
@@ -196,7 +172,7 @@ impl ProxyHost {
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .unwrap_or_default();
         if code != 0 {
-            return Err(HostError::Refused(text));
+            return Err(HostError::Core(text));
         }
         Ok(text
             .lines()
@@ -338,29 +314,15 @@ impl ProxyHost {
 
 const CONTINUE: u32 = 0;
 
-/// What a proxy answers for a request no route takes: 404 and gRPC
-/// UNIMPLEMENTED, in the module's own error shape.
+/// What a proxy answers for a request no route takes: a bare 404. (The
+/// module itself answers paths it cannot read when a shim configures it;
+/// this is only the host's last word.)
 fn no_route() -> LocalReply {
-    let message = "the module does not handle this path (it is not /package.Service/Method)";
     LocalReply {
         http_status: 404,
-        body: format!("{{\"code\":12,\"message\":\"{message}\",\"details\":[]}}").into_bytes(),
-        headers: vec![
-            ("content-type".into(), b"application/json".to_vec()),
-            ("grpc-status".into(), b"12".to_vec()),
-            ("grpc-status-name".into(), b"UNIMPLEMENTED".to_vec()),
-        ],
+        body: Vec::new(),
+        headers: Vec::new(),
     }
-}
-
-fn export<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
-    instance: &Instance,
-    store: &mut Store<HostState>,
-    name: &'static str,
-) -> Result<TypedFunc<P, R>, HostError> {
-    instance
-        .get_typed_func(store, name)
-        .map_err(|_| HostError::MissingExport(name))
 }
 
 /// Compiling the module takes seconds; a worker that finds it compiled by
@@ -368,7 +330,7 @@ fn export<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
 fn compile(engine: &Engine, wasm: &[u8], cache_dir: Option<&Path>) -> Result<Module, HostError> {
     use std::hash::{Hash, Hasher};
     let Some(dir) = cache_dir else {
-        return Module::new(engine, wasm).map_err(|e| HostError::Load(e.to_string()));
+        return Module::new(engine, wasm).map_err(load);
     };
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     wasm.hash(&mut hasher);
@@ -380,7 +342,7 @@ fn compile(engine: &Engine, wasm: &[u8], cache_dir: Option<&Path>) -> Result<Mod
     if let Ok(module) = unsafe { Module::deserialize_file(engine, &path) } {
         return Ok(module);
     }
-    let module = Module::new(engine, wasm).map_err(|e| HostError::Load(e.to_string()))?;
+    let module = Module::new(engine, wasm).map_err(load)?;
     if let Ok(bytes) = module.serialize() {
         let _ = std::fs::create_dir_all(dir);
         // Written aside and renamed, so that a concurrent reader never sees half a file.

@@ -125,6 +125,15 @@ unsafe fn take(ptr: *mut u8, len: usize) -> Vec<u8> {
     }
 }
 
+/// Runs a host call that answers with a buffer through out-parameters;
+/// returns its status and the buffer (taken back into a `Vec`).
+fn with_buffer(call: impl FnOnce(*mut *mut u8, *mut usize) -> u32) -> (u32, Vec<u8>) {
+    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
+    let status = call(&mut ptr, &mut len);
+    // SAFETY: the host wrote a buffer from proxy_on_memory_allocate, or nothing.
+    (status, unsafe { take(ptr, len) })
+}
+
 fn check(status: u32) -> Result<(), HostStatus> {
     if status == STATUS_OK {
         Ok(())
@@ -134,9 +143,8 @@ fn check(status: u32) -> Result<(), HostStatus> {
 }
 
 pub fn buffer(kind: u32, start: usize, max: usize) -> Result<Vec<u8>, HostStatus> {
-    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
-    let status = unsafe { proxy_get_buffer_bytes(kind, start, max, &mut ptr, &mut len) };
-    let bytes = unsafe { take(ptr, len) };
+    let (status, bytes) =
+        with_buffer(|ptr, len| unsafe { proxy_get_buffer_bytes(kind, start, max, ptr, len) });
     match status {
         STATUS_OK => Ok(bytes),
         STATUS_NOT_FOUND => Ok(Vec::new()),
@@ -185,9 +193,8 @@ impl HeaderMap {
 
 /// All entries of a header map (empty when the host has none).
 pub fn header_pairs(map: u32) -> Vec<(String, Vec<u8>)> {
-    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
-    let status = unsafe { proxy_get_header_map_pairs(map, &mut ptr, &mut len) };
-    let bytes = unsafe { take(ptr, len) };
+    let (status, bytes) =
+        with_buffer(|ptr, len| unsafe { proxy_get_header_map_pairs(map, ptr, len) });
     if status != STATUS_OK {
         return Vec::new();
     }
@@ -207,9 +214,9 @@ pub fn now_nanos() -> u64 {
 /// A host property by its path segments; `None` when the host has none.
 pub fn property(path: &[&str]) -> Option<Vec<u8>> {
     let joined = path.join("\0");
-    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
-    let status = unsafe { proxy_get_property(joined.as_ptr(), joined.len(), &mut ptr, &mut len) };
-    let bytes = unsafe { take(ptr, len) };
+    let (status, bytes) = with_buffer(|ptr, len| unsafe {
+        proxy_get_property(joined.as_ptr(), joined.len(), ptr, len)
+    });
     (status == STATUS_OK).then_some(bytes)
 }
 
@@ -222,18 +229,16 @@ pub fn set_effective_context(context_id: u32) -> Result<(), HostStatus> {
 /// Calls a function the host registered under `name`; `Err(HostStatus(1))`
 /// (NotFound) on hosts that have none by that name.
 pub fn call_foreign(name: &str, args: &[u8]) -> Result<Vec<u8>, HostStatus> {
-    let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
-    let status = unsafe {
+    let (status, bytes) = with_buffer(|ptr, len| unsafe {
         proxy_call_foreign_function(
             name.as_ptr(),
             name.len(),
             args.as_ptr(),
             args.len(),
-            &mut ptr,
-            &mut len,
+            ptr,
+            len,
         )
-    };
-    let bytes = unsafe { take(ptr, len) };
+    });
     check(status).map(|()| bytes)
 }
 
@@ -318,9 +323,8 @@ pub fn grpc_cancel(token: u32) -> Result<(), HostStatus> {
 
 /// The status of the gRPC callback in progress: code and message.
 pub fn grpc_status() -> (u32, String) {
-    let (mut code, mut ptr, mut len) = (0u32, std::ptr::null_mut(), 0usize);
-    let status = unsafe { proxy_get_status(&mut code, &mut ptr, &mut len) };
-    let bytes = unsafe { take(ptr, len) };
+    let mut code = 0u32;
+    let (status, bytes) = with_buffer(|ptr, len| unsafe { proxy_get_status(&mut code, ptr, len) });
     if status != STATUS_OK {
         return (2, format!("the host gave no status (host status {status})"));
     }

@@ -143,6 +143,17 @@ pub fn plan(
             )),
         },
         Err(Error::UnknownService(_) | Error::UnknownMethod(_)) if config.reject_unknown_methods => not_found(config, path),
+        // A trusted embedder (the OpenResty shim) has no route to pass to.
+        Err(_) if config.callout.as_ref().is_some_and(|c| c.upstream_header.is_some()) => Plan::Reply(
+            Reply::error_with_http(
+                config,
+                &Status::new(
+                    Code::Unimplemented,
+                    "the module does not handle this path (it is not /package.Service/Method)",
+                ),
+                404,
+            ),
+        ),
         Err(_) => Plan::PassThrough,
     }
 }
@@ -515,6 +526,21 @@ mod tests {
             failed.body,
             r#"[{"name":"a"},{"name":"b"},{"error":{"code":10,"message":"late","details":[]}}]"#
         );
+    }
+
+    #[test]
+    fn embedders_get_an_answer_for_any_path() {
+        let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")},
+                                     "callout": {"upstream_header": "x-up"}});
+        let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
+        let Plan::Reply(r) = plan(&c, "POST", "not a path", None) else {
+            panic!()
+        };
+        assert_eq!((r.http_status, r.code), (404, Code::Unimplemented));
+        assert!(matches!(
+            plan(&config(), "POST", "not a path", None),
+            Plan::PassThrough
+        ));
     }
 
     #[test]
