@@ -171,15 +171,15 @@ fn log(mut c: Ctx, level: u32, ptr: u32, len: u32) -> u32 {
     OK
 }
 
-fn buffer_of(c: &Ctx, kind: u32) -> Option<Vec<u8>> {
+fn buffer_of<'a>(c: &'a Ctx<'_>, kind: u32) -> Option<&'a [u8]> {
     let state = c.data();
     match kind {
         BUFFER_REQUEST_BODY => state
             .http
             .get(&state.effective)
-            .map(|h| h.request_body.clone()),
-        BUFFER_GRPC_RECEIVE => Some(state.grpc_message.clone()),
-        BUFFER_PLUGIN_CONFIGURATION => Some(state.plugin_config.clone()),
+            .map(|h| h.request_body.as_slice()),
+        BUFFER_GRPC_RECEIVE => Some(&state.grpc_message),
+        BUFFER_PLUGIN_CONFIGURATION => Some(&state.plugin_config),
         _ => None,
     }
 }
@@ -192,12 +192,15 @@ fn get_buffer_bytes(
     ret_ptr: u32,
     ret_len: u32,
 ) -> u32 {
-    let Some(buffer) = buffer_of(&c, kind) else {
+    // Only the asked-for range is copied out of the host's buffer.
+    let Some(range) = buffer_of(&c, kind).map(|buffer| {
+        let start = (start as usize).min(buffer.len());
+        let end = start.saturating_add(max as usize).min(buffer.len());
+        buffer[start..end].to_vec()
+    }) else {
         return NOT_FOUND;
     };
-    let start = (start as usize).min(buffer.len());
-    let end = start.saturating_add(max as usize).min(buffer.len());
-    give(&mut c, &buffer[start..end], ret_ptr, ret_len)
+    give(&mut c, &range, ret_ptr, ret_len)
 }
 
 /// Envoy's rule: at 0, drop `size` bytes and put `data` in front; at or past
@@ -413,30 +416,18 @@ fn grpc_call(
     timeout_ms: u32,
     token_ptr: u32,
 ) -> u32 {
-    let target = match target(
-        &mut c,
-        (uptr, ulen),
-        (sptr, slen),
-        (mptr, mlen),
-        (hptr, hlen),
-    ) {
-        Ok(t) => t,
-        Err(status) => return status,
-    };
     let Some(message) = read(&mut c, msg_ptr, msg_len) else {
         return INVALID_MEMORY_ACCESS;
     };
-    let token = c.data_mut().token();
-    if !write_u32(&mut c, token_ptr, token) {
-        return INVALID_MEMORY_ACCESS;
-    }
-    c.data_mut().outputs.commands.push(GrpcCommand::Call {
-        token,
-        target,
-        message,
-        timeout_ms,
-    });
-    OK
+    let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
+    open_call(&mut c, parts, token_ptr, |token, target| {
+        GrpcCommand::Call {
+            token,
+            target,
+            message,
+            timeout_ms,
+        }
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -452,24 +443,31 @@ fn grpc_stream(
     hlen: u32,
     token_ptr: u32,
 ) -> u32 {
-    let target = match target(
-        &mut c,
-        (uptr, ulen),
-        (sptr, slen),
-        (mptr, mlen),
-        (hptr, hlen),
-    ) {
+    let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
+    open_call(&mut c, parts, token_ptr, |token, target| {
+        GrpcCommand::Stream { token, target }
+    })
+}
+
+type Span = (u32, u32);
+
+/// What calls and streams share: read the target, hand out a token, queue
+/// the command for the transport.
+fn open_call(
+    c: &mut Ctx,
+    (upstream, service, method, metadata): (Span, Span, Span, Span),
+    token_ptr: u32,
+    command: impl FnOnce(u32, GrpcTarget) -> GrpcCommand,
+) -> u32 {
+    let target = match target(c, upstream, service, method, metadata) {
         Ok(t) => t,
         Err(status) => return status,
     };
     let token = c.data_mut().token();
-    if !write_u32(&mut c, token_ptr, token) {
+    if !write_u32(c, token_ptr, token) {
         return INVALID_MEMORY_ACCESS;
     }
-    c.data_mut()
-        .outputs
-        .commands
-        .push(GrpcCommand::Stream { token, target });
+    c.data_mut().outputs.commands.push(command(token, target));
     OK
 }
 

@@ -1,24 +1,10 @@
 //! A typed client of the core module's own exports (`grpc_wasm_*`, see
 //! wasm-filter/src/abi.rs): load protos, JSON → protobuf, protobuf → JSON.
 
-use wasmtime::{Engine, Instance, Linker, Memory, Module, Store, TypedFunc};
+use wasmtime::{Engine, Linker, Memory, Module, Store, TypedFunc};
 
+use super::instance::{export, instantiate, load, trap, HostError};
 use super::wasi;
-
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    #[error("cannot load the wasm module: {0}")]
-    Load(String),
-    #[error("the wasm module lacks the export '{0}'")]
-    MissingExport(&'static str),
-    #[error("the wasm module trapped: {0}")]
-    Trap(String),
-    #[error("the wasm module returned an out-of-bounds buffer")]
-    BadBuffer,
-    /// The core refused the input; the text is its error message.
-    #[error("{0}")]
-    Core(String),
-}
 
 /// One instance of the core module.
 pub struct CoreModule {
@@ -36,27 +22,13 @@ impl CoreModule {
     /// Compiles and instantiates the module from its bytes.
     pub fn new(wasm: &[u8]) -> Result<Self, HostError> {
         let engine = Engine::default();
-        let module = Module::new(&engine, wasm).map_err(|e| HostError::Load(e.to_string()))?;
+        let module = Module::new(&engine, wasm).map_err(load)?;
         let mut linker = Linker::new(&engine);
-        wasi::add_to_linker(&mut linker).map_err(|e| HostError::Load(e.to_string()))?;
+        wasi::add_to_linker(&mut linker).map_err(load)?;
         // The same module is also a proxy-wasm filter; its proxy_* imports
         // are never reached through the core's own exports, so any call to
         // one is a host bug and traps.
-        linker
-            .define_unknown_imports_as_traps(&module)
-            .map_err(|e| HostError::Load(e.to_string()))?;
-        let mut store = Store::new(&engine, ());
-        let instance = linker
-            .instantiate(&mut store, &module)
-            .map_err(|e| HostError::Load(e.to_string()))?;
-        // cdylib modules built for wasip1 run their constructors here.
-        if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
-            init.call(&mut store, ())
-                .map_err(|e| HostError::Trap(e.to_string()))?;
-        }
-        let memory = instance
-            .get_memory(&mut store, "memory")
-            .ok_or(HostError::MissingExport("memory"))?;
+        let (mut store, instance, memory) = instantiate(&engine, &module, linker, ())?;
         Ok(CoreModule {
             buffer: export(&instance, &mut store, "grpc_wasm_buffer")?,
             result: export(&instance, &mut store, "grpc_wasm_result")?,
@@ -143,18 +115,4 @@ impl CoreModule {
             )),
         }
     }
-}
-
-fn export<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
-    instance: &Instance,
-    store: &mut Store<()>,
-    name: &'static str,
-) -> Result<TypedFunc<P, R>, HostError> {
-    instance
-        .get_typed_func::<P, R>(store, name)
-        .map_err(|_| HostError::MissingExport(name))
-}
-
-fn trap(e: wasmtime::Error) -> HostError {
-    HostError::Trap(e.to_string())
 }
