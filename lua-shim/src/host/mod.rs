@@ -28,7 +28,8 @@ struct Exports {
     configure: TypedFunc<(u32, u32), u32>,
     request_headers: TypedFunc<(u32, u32, u32), u32>,
     request_body: TypedFunc<(u32, u32, u32), u32>,
-    done: TypedFunc<u32, u32>,
+    /// Optional, as every proxy-wasm callback is.
+    done: Option<TypedFunc<u32, u32>>,
     delete: TypedFunc<u32, ()>,
     grpc_initial: TypedFunc<(u32, u32, u32), ()>,
     grpc_receive: TypedFunc<(u32, u32, u32), ()>,
@@ -75,7 +76,7 @@ impl ProxyHost {
             configure: export(&instance, &mut store, "proxy_on_configure")?,
             request_headers: export(&instance, &mut store, "proxy_on_request_headers")?,
             request_body: export(&instance, &mut store, "proxy_on_request_body")?,
-            done: export(&instance, &mut store, "proxy_on_done")?,
+            done: export(&instance, &mut store, "proxy_on_done").ok(),
             delete: export(&instance, &mut store, "proxy_on_delete")?,
             grpc_initial: export(
                 &instance,
@@ -244,7 +245,9 @@ impl ProxyHost {
     pub fn finish(&mut self, id: u32) -> Result<(), HostError> {
         if self.store.data_mut().http.contains_key(&id) {
             self.store.data_mut().effective = id;
-            self.exports.done.call(&mut self.store, id).map_err(trap)?;
+            if let Some(done) = &self.exports.done {
+                done.call(&mut self.store, id).map_err(trap)?;
+            }
             self.exports
                 .delete
                 .call(&mut self.store, id)

@@ -9,7 +9,6 @@
 //! they are gathered into one JSON array.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use crate::code::Code;
 use crate::descriptors::StreamingKind;
@@ -19,6 +18,7 @@ use crate::timeout::encode_timeout;
 use super::callout::{call_metadata, closed_status, deadline_ms, split_messages};
 use super::config::FilterConfig;
 use super::host::{self, *};
+use super::id_map::IdMap;
 use super::transcoder::{self, Reply, Route};
 
 /// The host function that receives each streamed message: the HTTP
@@ -49,7 +49,7 @@ pub struct Call {
 }
 
 thread_local! {
-    static TOKENS: RefCell<HashMap<u32, u32>> = RefCell::new(HashMap::new());
+    static TOKENS: RefCell<IdMap<u32>> = RefCell::new(IdMap::default());
 }
 
 /// The context that owns a call's token.

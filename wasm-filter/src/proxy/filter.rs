@@ -12,7 +12,6 @@
 //! changes the body (a `google.rpc.Status` object) but not the HTTP status.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::code::Code;
@@ -22,6 +21,7 @@ use crate::status::Status;
 use super::callout_host::{self, Call};
 use super::config::FilterConfig;
 use super::host::{self, *};
+use super::id_map::IdMap;
 use super::transcoder::{self, Plan, Reply, Route};
 
 const CONTINUE: u32 = 0;
@@ -44,8 +44,8 @@ struct Stream {
 }
 
 thread_local! {
-    static ROOTS: RefCell<HashMap<u32, Rc<FilterConfig>>> = RefCell::new(HashMap::new());
-    static STREAMS: RefCell<HashMap<u32, Stream>> = RefCell::new(HashMap::new());
+    static ROOTS: RefCell<IdMap<Rc<FilterConfig>>> = RefCell::new(IdMap::default());
+    static STREAMS: RefCell<IdMap<Stream>> = RefCell::new(IdMap::default());
 }
 
 #[no_mangle]
@@ -158,15 +158,7 @@ pub extern "C" fn proxy_on_request_headers(
                     };
                     return answer(stream, &Reply::error(&stream.config, &status));
                 }
-                let rewritten = [
-                    set_header(MAP_REQUEST_HEADERS, "content-type", "application/grpc"),
-                    set_header(MAP_REQUEST_HEADERS, "te", "trailers"),
-                    set_header(MAP_REQUEST_HEADERS, "x-grpc-wasm-original-path", &path),
-                    set_header(MAP_REQUEST_HEADERS, ":path", &route.method.path()),
-                    set_header(MAP_REQUEST_HEADERS, ":method", "POST"),
-                    remove_header(MAP_REQUEST_HEADERS, "content-length"),
-                ];
-                if rewritten.iter().any(Result::is_err) {
+                if rewrite_request_headers(&headers, &path, &route.method.path()).is_err() {
                     log(
                         LOG_WARN,
                         "grpc-wasm: the host refused a request header change",
@@ -289,6 +281,35 @@ pub extern "C" fn proxy_on_response_headers(
         let _ = remove_header(MAP_RESPONSE_HEADERS, "content-length");
         CONTINUE
     })
+}
+
+/// Turns the JSON request's headers into a gRPC request's. A header that
+/// already has its value is left alone: each change is a host call, and
+/// on Envoy also a cleared route cache.
+fn rewrite_request_headers(
+    headers: &HeaderMap,
+    original_path: &str,
+    grpc_path: &str,
+) -> Result<(), HostStatus> {
+    set_header(MAP_REQUEST_HEADERS, "content-type", "application/grpc")?;
+    set_header(
+        MAP_REQUEST_HEADERS,
+        "x-grpc-wasm-original-path",
+        original_path,
+    )?;
+    for (name, value) in [
+        ("te", "trailers"),
+        (":path", grpc_path),
+        (":method", "POST"),
+    ] {
+        if headers.get(name) != Some(value) {
+            set_header(MAP_REQUEST_HEADERS, name, value)?;
+        }
+    }
+    if headers.get("content-length").is_some() {
+        remove_header(MAP_REQUEST_HEADERS, "content-length")?;
+    }
+    Ok(())
 }
 
 /// A streamed response: each chunk leaves as the messages it completes.
@@ -429,17 +450,9 @@ fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32
     CONTINUE
 }
 
-#[no_mangle]
-pub extern "C" fn proxy_on_done(context_id: u32) -> u32 {
-    // The host lets calls outlive the HTTP stream: cancel ours.
-    with_stream(context_id, 1, |stream| {
-        if let Some(call) = &stream.call {
-            callout_host::cancel(call);
-        }
-        1
-    })
-}
-
+/// The host lets calls outlive the HTTP stream: ours end with it. (No
+/// `proxy_on_done`: every callback the module exports costs a call into the
+/// VM per request, and this one suffices.)
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
     if let Some(Stream {

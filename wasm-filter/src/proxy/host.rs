@@ -2,6 +2,8 @@
 //! that turn every host answer into a `Result`: no status the host may
 //! return can make the module trap.
 
+use std::ops::Range;
+
 use super::pairs;
 
 pub const LOG_INFO: u32 = 2;
@@ -167,27 +169,34 @@ pub fn remove_header(map: u32, key: &str) -> Result<(), HostStatus> {
     check(unsafe { proxy_remove_header_map_value(map, key.as_ptr(), key.len()) })
 }
 
-/// A header map read in one host call; lookups stay in the module.
-pub struct HeaderMap(Vec<(String, Vec<u8>)>);
+/// A header map read in one host call; lookups stay in the module and
+/// borrow from the host's bytes.
+pub struct HeaderMap {
+    bytes: Vec<u8>,
+    entries: Vec<(Range<usize>, Range<usize>)>,
+}
 
 impl HeaderMap {
     pub fn read(map: u32) -> HeaderMap {
-        HeaderMap(header_pairs(map))
+        let (status, bytes) =
+            with_buffer(|ptr, len| unsafe { proxy_get_header_map_pairs(map, ptr, len) });
+        let entries = match status {
+            STATUS_OK => pairs::index(&bytes).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        HeaderMap { bytes, entries }
     }
 
     /// The first value of `name` (lower-case, as hosts give HTTP/2 names).
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == name)
-            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+        self.bytes(name).and_then(|v| std::str::from_utf8(v).ok())
     }
 
     pub fn bytes(&self, name: &str) -> Option<&[u8]> {
-        self.0
+        self.entries
             .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_slice())
+            .find(|(k, _)| &self.bytes[k.clone()] == name.as_bytes())
+            .map(|(_, v)| &self.bytes[v.clone()])
     }
 }
 

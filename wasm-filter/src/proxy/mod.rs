@@ -10,6 +10,7 @@
 pub mod callout;
 pub mod config;
 pub mod http_rule;
+pub mod id_map;
 pub mod pairs;
 pub mod transcoder;
 

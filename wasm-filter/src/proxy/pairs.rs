@@ -2,6 +2,8 @@
 //! (key length, value length) u32 pair per entry, then each key and value
 //! followed by a NUL byte.
 
+use std::ops::Range;
+
 /// Serializes header pairs for the host.
 pub fn serialize(pairs: &[(&str, &[u8])]) -> Vec<u8> {
     let size = 4 + pairs
@@ -23,38 +25,44 @@ pub fn serialize(pairs: &[(&str, &[u8])]) -> Vec<u8> {
     out
 }
 
-/// Parses a map from the host; `None` when the bytes do not follow the
-/// layout (the host's own rule is to treat such a map as empty).
-pub fn deserialize(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+/// Where each key and value of a serialized map lies in `bytes`; `None`
+/// when the bytes do not follow the layout (the host's own rule is to treat
+/// such a map as empty). Lookups can then borrow instead of copying.
+pub fn index(bytes: &[u8]) -> Option<Vec<(Range<usize>, Range<usize>)>> {
     if bytes.is_empty() {
         return Some(Vec::new());
     }
     let count = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?) as usize;
-    let mut lengths = Vec::with_capacity(count.min(1024));
-    let mut at = 4;
-    for _ in 0..count {
-        let k = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
-        let v = u32::from_le_bytes(bytes.get(at + 4..at + 8)?.try_into().ok()?) as usize;
-        lengths.push((k, v));
-        at += 8;
-    }
-    let mut pairs = Vec::with_capacity(count.min(1024));
-    for (k, v) in lengths {
-        let key = bytes.get(at..at.checked_add(k)?)?;
-        at += k;
-        if bytes.get(at) != Some(&0) {
+    let mut at = 4usize.checked_add(count.checked_mul(8)?)?;
+    let lengths = bytes.get(4..at)?;
+    let mut entries = Vec::with_capacity(count);
+    for pair in lengths.chunks_exact(8) {
+        let k = u32::from_le_bytes(pair[0..4].try_into().ok()?) as usize;
+        let v = u32::from_le_bytes(pair[4..8].try_into().ok()?) as usize;
+        let key = at..at.checked_add(k)?;
+        let value = key.end.checked_add(1)?..key.end.checked_add(1)?.checked_add(v)?;
+        if bytes.get(key.end) != Some(&0) || bytes.get(value.end) != Some(&0) {
             return None;
         }
-        at += 1;
-        let value = bytes.get(at..at.checked_add(v)?)?;
-        at += v;
-        if bytes.get(at) != Some(&0) {
-            return None;
-        }
-        at += 1;
-        pairs.push((String::from_utf8_lossy(key).into_owned(), value.to_vec()));
+        at = value.end + 1;
+        entries.push((key, value));
     }
-    (at == bytes.len()).then_some(pairs)
+    (at == bytes.len()).then_some(entries)
+}
+
+/// Parses a map from the host into owned pairs; `None` as for [`index`].
+pub fn deserialize(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    Some(
+        index(bytes)?
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    String::from_utf8_lossy(&bytes[k]).into_owned(),
+                    bytes[v].to_vec(),
+                )
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
