@@ -1,8 +1,10 @@
 """`make bench-lua`: N sequential SayHello calls from one nginx request
 handler through resty.ffi.grpc vs the same N calls from a native tonic
 client, then with 100 concurrent coroutines / tasks; unpinned, then with
-server, nginx and client all pinned to one CPU (taskset). Ratios are
-measured side by side in one run: Lua time / tonic time."""
+server, nginx and client all pinned to one CPU (taskset). Both transports
+of the FFI path: cosocket (HTTP/2 in nginx's thread) and runtime (the
+shim's tonic thread). Ratios are measured side by side in one run: Lua
+time / tonic time."""
 
 import argparse
 import os
@@ -33,8 +35,12 @@ def shim_alone(addr, calls, cpu):
     return float(re.search(r"([\d.]+) us/call", out).group(1)) * calls / 1e6
 
 
-def lua(proxy, calls, concurrency):
-    status, body = proxy.get(f"/t/bench?calls={calls}&concurrency={concurrency}", timeout=600)
+TRANSPORTS = ("cosocket", "runtime")
+
+
+def lua(proxy, calls, concurrency, transport):
+    status, body = proxy.get(f"/t/bench?calls={calls}&concurrency={concurrency}&transport={transport}",
+                             timeout=600)
     match = re.search(r"seconds ([\d.]+) failures (\d+)", body)
     if status != 200 or not match or match.group(2) != "0":
         raise RuntimeError(f"lua bench failed: {status} {body}\n{proxy.log()[-3000:]}")
@@ -52,19 +58,22 @@ def run(calls, cpu):
             # -a: the runtime's threads too
             subprocess.run(["taskset", "-apc", str(cpu), pid], check=True, capture_output=True)
     try:
-        lua(proxy, 2000, 1)  # warm-up: compiles the module, fills caches
+        for transport in TRANSPORTS:
+            lua(proxy, 2000, 1, transport)  # warm-up: compiles the module, fills caches
         rows = []
         for concurrency in (1, 100):
-            t_lua = lua(proxy, calls, concurrency)
+            t_lua = {t: lua(proxy, calls, concurrency, t) for t in TRANSPORTS}
             t_native = tonic(server.addr, calls, concurrency, cpu)
             rows.append((concurrency, t_lua, t_native))
         t_shim = shim_alone(server.addr, calls, cpu)
         for concurrency, t_lua, t_native in rows:
-            print(f"{label:>16}  {calls} calls x {concurrency:>3} concurrent:  lua {t_lua:7.3f} s"
-                  f"  tonic {t_native:7.3f} s  ratio {t_lua / t_native:5.2f}x"
-                  f"  ({calls / t_lua:8.0f} vs {calls / t_native:8.0f} calls/s)", flush=True)
-        print(f"{label:>16}  {calls} calls x   1 through lua_shim::Client without nginx: {t_shim:7.3f} s"
-              f"  ratio {t_shim / rows[0][2]:5.2f}x", flush=True)
+            for transport in TRANSPORTS:
+                print(f"{label:>16}  {calls} calls x {concurrency:>3} concurrent, {transport:<8}:"
+                      f"  lua {t_lua[transport]:7.3f} s  tonic {t_native:7.3f} s"
+                      f"  ratio {t_lua[transport] / t_native:5.2f}x"
+                      f"  ({calls / t_lua[transport]:8.0f} vs {calls / t_native:8.0f} calls/s)", flush=True)
+        print(f"{label:>16}  {calls} calls x   1 through lua_shim::Client (runtime) without nginx:"
+              f" {t_shim:7.3f} s  ratio {t_shim / rows[0][2]:5.2f}x", flush=True)
     finally:
         proxy.stop()
         server.stop()

@@ -31,6 +31,7 @@ pid {prefix}/logs/nginx.pid;
 env GRPC_WASM_SHIM={shim};
 env GRPC_WASM_MODULE={wasm};
 env GRPC_WASM_CACHE_DIR={cache};
+env GRPC_WASM_TRANSPORT={transport};
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
@@ -55,7 +56,7 @@ def ensure_certs():
 class Nginx:
     """nginx on a free port; `testenv.lua` tells the Lua tests where things are."""
 
-    def __init__(self, env, workers=2, http_extra=""):
+    def __init__(self, env, workers=2, http_extra="", transport="cosocket"):
         self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-nginx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
         self.port = free_port()
@@ -64,7 +65,7 @@ class Nginx:
         with open(os.path.join(self.prefix, "nginx.conf"), "w") as f:
             f.write(CONF.format(workers=workers, prefix=self.prefix, shim=SHIM, wasm=WASM, cache=cache,
                                 lib=os.path.join(ROOT, "lua-shim", "lib"), lua=os.path.join(HERE, "lua"),
-                                port=self.port, http_extra=http_extra))
+                                port=self.port, http_extra=http_extra, transport=transport))
         with open(os.path.join(self.prefix, "testenv.lua"), "w") as f:
             f.write("return {\n" + "".join(f"  {k} = {v!r},\n" for k, v in env.items()).replace("'", '"') + "}\n")
         self.proc = subprocess.Popen(["nginx", "-p", self.prefix, "-c", os.path.join(self.prefix, "nginx.conf")],

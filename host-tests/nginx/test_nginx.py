@@ -43,9 +43,11 @@ def servers():
         s.stop()
 
 
-@pytest.fixture(scope="module")
-def nginx(servers):
-    proxy = Nginx(servers)
+@pytest.fixture(scope="module", params=["runtime", "cosocket"])
+def nginx(servers, request):
+    """Both transports of the FFI path: the shim's tonic runtime, and
+    HTTP/2 over a cosocket per connection (GRPC_WASM_TRANSPORT)."""
+    proxy = Nginx(servers, transport=request.param)
     yield proxy
     proxy.stop()
     check_log(proxy)

@@ -20,6 +20,8 @@ use tokio::task::AbortHandle;
 use tonic::transport::Channel;
 
 use crate::host::{GrpcCommand, GrpcEvent, HostError, LocalReply, Outputs, Pairs, ProxyHost};
+use crate::transport::tls::ClientTls;
+use crate::transport::wire::{Produced, Wire};
 use crate::transport::{self, Sink, TlsOptions, TransportError};
 
 /// The request header that names the connection (the module's
@@ -70,6 +72,16 @@ pub type Wake = Arc<dyn Fn(u32) + Send + Sync>;
 enum Transport {
     Unary(AbortHandle),
     Stream(Option<mpsc::UnboundedSender<Vec<u8>>>, AbortHandle),
+    /// A call on a caller-driven connection (its id).
+    Wire(u32, bool),
+}
+
+/// A connection: a tonic channel on the runtime, or a [`Wire`] whose
+/// socket the caller drives (a cosocket).
+#[derive(Clone)]
+enum Conn {
+    Tonic(Channel),
+    Wire(Arc<Mutex<Wire>>),
 }
 
 #[derive(Default)]
@@ -82,7 +94,7 @@ struct Protos {
 struct Inner {
     host: Mutex<ProxyHost>,
     runtime: tokio::runtime::Runtime,
-    conns: Mutex<HashMap<u32, Channel>>,
+    conns: Mutex<HashMap<u32, Conn>>,
     next_conn: AtomicU32,
     calls: Mutex<HashMap<u32, Transport>>,
     events: Mutex<HashMap<u32, Queue>>,
@@ -249,12 +261,117 @@ impl Client {
         let _guard = self.inner.runtime.enter();
         let channel = transport::connect(addr, tls)?;
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
-        lock(&self.inner.conns).insert(id, channel);
+        lock(&self.inner.conns).insert(id, Conn::Tonic(channel));
+        Ok(id)
+    }
+
+    /// A connection whose socket the caller owns and drives with
+    /// [`Client::wire_input`] and [`Client::wire_output`]: calls on it run
+    /// on the caller's thread.
+    pub fn connect_wire(&self, addr: &str, tls: &TlsOptions) -> Result<u32, ClientError> {
+        let host = match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => host,
+            _ => {
+                return Err(
+                    TransportError::Address(addr.to_string(), "expected host:port".into()).into(),
+                )
+            }
+        };
+        let tls = if tls.enabled() {
+            Some(ClientTls::new(host, tls)?)
+        } else {
+            None
+        };
+        let wire = Wire::new(addr, tls).map_err(|e| TransportError::Tls(e))?;
+        let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inner.conns).insert(id, Conn::Wire(Arc::new(Mutex::new(wire))));
         Ok(id)
     }
 
     pub fn close_conn(&self, conn: u32) {
-        lock(&self.inner.conns).remove(&conn);
+        let removed = lock(&self.inner.conns).remove(&conn);
+        if let Some(Conn::Wire(wire)) = removed {
+            let produced = lock(&wire)
+                .reset("the connection is closed")
+                .unwrap_or_default();
+            let woken = self.produced(produced);
+            self.wake(woken);
+        }
+    }
+
+    fn wire(&self, conn: u32) -> Result<Arc<Mutex<Wire>>, ClientError> {
+        match lock(&self.inner.conns).get(&conn) {
+            Some(Conn::Wire(wire)) => Ok(wire.clone()),
+            _ => Err(ClientError::UnknownConn),
+        }
+    }
+
+    /// Bytes from a wire connection's socket; returns the calls that got
+    /// events (their waiters are the caller's to wake).
+    pub fn wire_input(&self, conn: u32, bytes: &[u8]) -> Result<Vec<u32>, ClientError> {
+        let wire = self.wire(conn)?;
+        let produced = lock(&wire).input(bytes);
+        Ok(self.produced(produced))
+    }
+
+    /// Bytes for a wire connection's socket.
+    pub fn wire_output(&self, conn: u32) -> Result<Vec<u8>, ClientError> {
+        let wire = self.wire(conn)?;
+        let output = lock(&wire).take_output();
+        Ok(output)
+    }
+
+    /// Whether a wire connection has bytes for its socket.
+    pub fn wire_pending(&self, conn: u32) -> Result<bool, ClientError> {
+        let wire = self.wire(conn)?;
+        let pending = lock(&wire).has_output();
+        Ok(pending)
+    }
+
+    /// The wire connection's socket is gone (`reason`): its calls fail with
+    /// UNAVAILABLE, and a fresh HTTP/2 connection waits for a new socket.
+    pub fn wire_reset(&self, conn: u32, reason: &str) -> Result<Vec<u32>, ClientError> {
+        let wire = self.wire(conn)?;
+        let produced = lock(&wire).reset(reason).map_err(TransportError::Tls)?;
+        Ok(self.produced(produced))
+    }
+
+    /// Events of wire calls into the module; returns the calls woken.
+    fn produced(&self, produced: Produced) -> Vec<u32> {
+        if produced.is_empty() {
+            return Vec::new();
+        }
+        let mut host = lock(&self.inner.host);
+        let mut woken = Vec::new();
+        for (token, events) in produced {
+            self.transport_over(token, &events);
+            let delivered = events
+                .into_iter()
+                .all(|event| host.grpc_event(token, event).is_ok());
+            if delivered {
+                for id in self.run(&mut host) {
+                    if !woken.contains(&id) {
+                        woken.push(id);
+                    }
+                }
+            }
+        }
+        woken
+    }
+
+    /// Forgets a call the transport has finished: after a close, or after
+    /// the one message of a unary call.
+    fn transport_over(&self, token: u32, events: &[GrpcEvent]) {
+        let mut calls = lock(&self.inner.calls);
+        let over = events.iter().any(|e| matches!(e, GrpcEvent::Close(..)))
+            || (events.iter().any(|e| matches!(e, GrpcEvent::Message(_)))
+                && matches!(
+                    calls.get(&token),
+                    Some(Transport::Unary(_) | Transport::Wire(_, true))
+                ));
+        if over {
+            calls.remove(&token);
+        }
     }
 
     /// Starts a call on `path` (`/pkg.Service/Method`). With `body`, the
@@ -415,8 +532,14 @@ impl Client {
                 target,
                 message,
                 timeout_ms,
-            } => match self.channel(&target.upstream) {
-                Some(channel) => {
+            } => match self.conn(&target.upstream) {
+                Some(Conn::Wire(wire)) => {
+                    let conn = target.upstream.parse().unwrap_or(0);
+                    lock(&self.inner.calls).insert(token, Transport::Wire(conn, true));
+                    let produced = lock(&wire).start(token, target, Some(message), true);
+                    queue(produced, pending);
+                }
+                Some(Conn::Tonic(channel)) => {
                     let handle = transport::unary(
                         rt,
                         channel,
@@ -430,31 +553,61 @@ impl Client {
                 }
                 None => pending.push_back((token, closed_conn())),
             },
-            GrpcCommand::Stream { token, target } => match self.channel(&target.upstream) {
-                Some(channel) => {
+            GrpcCommand::Stream { token, target } => match self.conn(&target.upstream) {
+                Some(Conn::Wire(wire)) => {
+                    let conn = target.upstream.parse().unwrap_or(0);
+                    lock(&self.inner.calls).insert(token, Transport::Wire(conn, false));
+                    let produced = lock(&wire).start(token, target, None, false);
+                    queue(produced, pending);
+                }
+                Some(Conn::Tonic(channel)) => {
                     let (tx, handle) = transport::stream(rt, channel, token, target, self.sink());
                     lock(&self.inner.calls).insert(token, Transport::Stream(Some(tx), handle));
                 }
                 None => pending.push_back((token, closed_conn())),
             },
             GrpcCommand::Send { token, message } => {
-                if let Some(Transport::Stream(Some(tx), _)) = lock(&self.inner.calls).get(&token) {
-                    let _ = tx.send(message);
+                let wire = match lock(&self.inner.calls).get(&token) {
+                    Some(Transport::Stream(Some(tx), _)) => {
+                        let _ = tx.send(message);
+                        return;
+                    }
+                    Some(Transport::Wire(conn, _)) => *conn,
+                    _ => return,
+                };
+                if let Ok(wire) = self.wire(wire) {
+                    let produced = lock(&wire).send(token, &message);
+                    queue(produced, pending);
                 }
             }
             GrpcCommand::Close { token } => {
-                if let Some(Transport::Stream(tx, _)) = lock(&self.inner.calls).get_mut(&token) {
-                    tx.take();
+                let wire = match lock(&self.inner.calls).get_mut(&token) {
+                    Some(Transport::Stream(tx, _)) => {
+                        tx.take();
+                        return;
+                    }
+                    Some(Transport::Wire(conn, _)) => *conn,
+                    _ => return,
+                };
+                if let Ok(wire) = self.wire(wire) {
+                    let produced = lock(&wire).close_send(token);
+                    queue(produced, pending);
                 }
             }
             GrpcCommand::Cancel { token } => match lock(&self.inner.calls).remove(&token) {
                 Some(Transport::Unary(handle) | Transport::Stream(_, handle)) => handle.abort(),
+                Some(Transport::Wire(conn, _)) => {
+                    if let Ok(wire) = self.wire(conn) {
+                        let produced = lock(&wire).cancel(token);
+                        queue(produced, pending);
+                    }
+                }
                 None => {}
             },
         }
     }
 
-    fn channel(&self, upstream: &str) -> Option<Channel> {
+    fn conn(&self, upstream: &str) -> Option<Conn> {
         let id: u32 = upstream.parse().ok()?;
         lock(&self.inner.conns).get(&id).cloned()
     }
@@ -465,17 +618,7 @@ impl Client {
         Arc::new(move |token, events: Vec<GrpcEvent>| {
             let Some(inner) = weak.upgrade() else { return };
             let client = Client { inner };
-            // The call is over for the transport after a close, or after the
-            // one message of a unary call.
-            let over = events.iter().any(|e| matches!(e, GrpcEvent::Close(..)))
-                || (events.iter().any(|e| matches!(e, GrpcEvent::Message(_)))
-                    && matches!(
-                        lock(&client.inner.calls).get(&token),
-                        Some(Transport::Unary(_))
-                    ));
-            if over {
-                lock(&client.inner.calls).remove(&token);
-            }
+            client.transport_over(token, &events);
             let woken = {
                 let mut host = lock(&client.inner.host);
                 let delivered = events
@@ -513,6 +656,14 @@ impl Client {
                 client.wake(woken);
             }
         });
+    }
+}
+
+/// Events a wire connection produced while the module was running: they
+/// enter it in order, after the command that caused them.
+fn queue(produced: Produced, pending: &mut VecDeque<(u32, GrpcEvent)>) {
+    for (token, events) in produced {
+        pending.extend(events.into_iter().map(|event| (token, event)));
     }
 }
 

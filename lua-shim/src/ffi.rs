@@ -240,6 +240,147 @@ pub unsafe extern "C" fn grpc_wasm_connect(
     })
 }
 
+/// Like [`grpc_wasm_connect`], for a connection whose socket the caller
+/// owns (a cosocket): HTTP/2 and TLS run in the calling thread, fed with
+/// [`grpc_wasm_wire_input`] and drained with [`grpc_wasm_wire_output`].
+///
+/// # Safety
+/// As [`grpc_wasm_connect`].
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_wire_connect(
+    addr: *const c_char,
+    host: *const c_char,
+    ca: *const c_char,
+    cert: *const c_char,
+    key: *const c_char,
+) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let addr = text(addr).ok_or("no address")?;
+        let tls = TlsOptions {
+            host: text(host),
+            ca: text(ca),
+            cert: text(cert),
+            key: text(key),
+        };
+        let id = p
+            .client
+            .connect_wire(&addr, &tls)
+            .map_err(|e| e.to_string())?;
+        Ok(id as i32)
+    })
+}
+
+/// Ids that did not fit the caller's array: they take the notifier's path.
+fn hand_out(p: &Process, woken: Vec<u32>, out: *mut u32, max: i32) -> i32 {
+    let room = if out.is_null() {
+        0
+    } else {
+        max.max(0) as usize
+    };
+    let (now, later) = woken.split_at(woken.len().min(room));
+    if !now.is_empty() {
+        // SAFETY: the caller gave room for `max` ids at `out`.
+        let out = unsafe { std::slice::from_raw_parts_mut(out, room) };
+        out[..now.len()].copy_from_slice(now);
+    }
+    for id in later {
+        p.notifier.wake(*id);
+    }
+    now.len() as i32
+}
+
+/// Bytes read from a wire connection's socket. The calls that got events
+/// are written to `out` (room for `max`); returns how many.
+///
+/// # Safety
+/// `data` addresses `len` bytes; `out` has room for `max` ids.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_wire_input(
+    conn: u32,
+    data: *const u8,
+    len: usize,
+    out: *mut u32,
+    max: i32,
+) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let woken = p
+            .client
+            .wire_input(conn, bytes(data, len))
+            .map_err(|e| e.to_string())?;
+        Ok(hand_out(&p, woken, out, max))
+    })
+}
+
+/// 1 when a wire connection has bytes for its socket, else 0 (-1: unknown
+/// connection).
+#[no_mangle]
+pub extern "C" fn grpc_wasm_wire_pending(conn: u32) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let pending = p.client.wire_pending(conn).map_err(|e| e.to_string())?;
+        Ok(i32::from(pending))
+    })
+}
+
+thread_local! {
+    static OUTPUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The bytes a wire connection has for its socket (NULL when none); valid
+/// until the next call of this function on this thread.
+///
+/// # Safety
+/// `len` points to a writable size.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_wire_output(conn: u32, len: *mut usize) -> *const u8 {
+    let mut ptr = std::ptr::null();
+    let rc = guard(|| {
+        let p = process()?;
+        let output = p.client.wire_output(conn).map_err(|e| e.to_string())?;
+        OUTPUT.with(|o| {
+            let mut o = o.borrow_mut();
+            *o = output;
+            if !o.is_empty() {
+                ptr = o.as_ptr();
+            }
+            if !len.is_null() {
+                *len = o.len();
+            }
+        });
+        Ok(0)
+    });
+    if rc != 0 && !len.is_null() {
+        *len = 0;
+    }
+    ptr
+}
+
+/// A wire connection's socket is gone: its calls fail with UNAVAILABLE and
+/// `reason`; the next socket starts a fresh HTTP/2 connection. Woken calls
+/// as for [`grpc_wasm_wire_input`].
+///
+/// # Safety
+/// `reason` is NUL-terminated; `out` has room for `max` ids.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_wire_reset(
+    conn: u32,
+    reason: *const c_char,
+    out: *mut u32,
+    max: i32,
+) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let reason = text(reason).unwrap_or_else(|| "the connection failed".into());
+        let woken = p
+            .client
+            .wire_reset(conn, &reason)
+            .map_err(|e| e.to_string())?;
+        Ok(hand_out(&p, woken, out, max))
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
     let _ = guard(|| {

@@ -1,10 +1,11 @@
 -- The Lua side of `make bench-lua`: ?calls=N&concurrency=C SayHello calls
--- from this one request handler (C light threads share the N calls).
+-- from this one request handler (C light threads share the N calls), over
+-- the connection kind ?transport= names (runtime or cosocket).
 local grpc = require("resty.ffi.grpc")
 local env = require("testenv")
 
 assert(grpc.loadfile(env.protos .. "/helloworld.proto"))
-local ok, conn = grpc.connect(env.greeter)
+local ok, conn = grpc.connect(env.greeter, {transport = ngx.var.arg_transport})
 assert(ok, conn)
 
 local calls = tonumber(ngx.var.arg_calls) or 100000

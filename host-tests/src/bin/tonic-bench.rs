@@ -22,6 +22,9 @@ struct Args {
     concurrency: usize,
     #[arg(long, default_value_t = 2_000)]
     warmup: usize,
+    /// Run everything on one thread (tokio's current-thread runtime).
+    #[arg(long)]
+    current_thread: bool,
 }
 
 async fn run(
@@ -53,9 +56,19 @@ async fn run(
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> Result<(), BoxError> {
+fn main() -> Result<(), BoxError> {
     let args = Args::parse();
+    let runtime = if args.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()?;
+    runtime.block_on(bench(args))
+}
+
+async fn bench(args: Args) -> Result<(), BoxError> {
     let channel = Channel::from_shared(format!("http://{}", args.addr))?
         .connect()
         .await?;

@@ -4,6 +4,8 @@
 //! the status code and the raw `grpc-message`.
 
 mod codec;
+pub mod tls;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +44,7 @@ pub struct TlsOptions {
 }
 
 impl TlsOptions {
-    fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.host.is_some() || self.ca.is_some() || self.cert.is_some() || self.key.is_some()
     }
 }

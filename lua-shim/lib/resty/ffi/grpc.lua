@@ -45,6 +45,11 @@ int grpc_wasm_send(uint32_t id, const char *json, size_t len);
 int grpc_wasm_close_send(uint32_t id);
 int grpc_wasm_next_event(uint32_t id, grpc_wasm_event *out);
 void grpc_wasm_close(uint32_t id);
+int grpc_wasm_wire_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key);
+int grpc_wasm_wire_input(uint32_t conn, const char *data, size_t len, uint32_t *out, int max);
+const char *grpc_wasm_wire_output(uint32_t conn, size_t *len);
+int grpc_wasm_wire_reset(uint32_t conn, const char *reason, uint32_t *out, int max);
+int grpc_wasm_wire_pending(uint32_t conn);
 ]]
 
 local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
@@ -169,16 +174,157 @@ function ffi_backend.set_json_options(json)
     return status(C.grpc_wasm_set_print_options(json, #json))
 end
 
+-- Cosocket connections: HTTP/2 and TLS run in the shim, on this thread;
+-- a timer per connection owns its socket and moves the bytes (one light
+-- thread reads, one writes). A call then never leaves nginx's thread.
+local pumps = {} -- conn id -> pump
+local call_pumps = {} -- call id -> pump
+
+local function post_ready(ids, n)
+    for i = 0, n - 1 do
+        local sema = waiters[ids[i]]
+        if sema then
+            sema:post(1)
+        end
+    end
+end
+
+local function pump_reset(pump, reason)
+    local n = C.grpc_wasm_wire_reset(pump.id, reason, pump.ids, 256)
+    if n > 0 then
+        post_ready(pump.ids, n)
+    end
+    return n >= 0
+end
+
+-- Reads until the socket fails; returns why.
+local function pump_reader(pump, sock)
+    local ids = ffi_new("uint32_t[256]")
+    while true do
+        local data, err = sock:receiveany(65536)
+        if not data then
+            if err ~= "timeout" then
+                pump.broken = err
+                pump.wake:post(1)
+                return
+            end
+        else
+            local n = C.grpc_wasm_wire_input(pump.id, data, #data, ids, 256)
+            if n < 0 then
+                pump.broken = last_error()
+                pump.wake:post(1)
+                return
+            end
+            post_ready(ids, n)
+            -- HTTP/2's own answers (acks, window updates).
+            if C.grpc_wasm_wire_pending(pump.id) == 1 then
+                pump.wake:post(1)
+            end
+        end
+    end
+end
+
+-- Sends what the shim has for the socket until the socket fails or the
+-- connection is closed; returns why it stopped.
+local function pump_writer(pump, sock)
+    local len = ffi_new("size_t[1]")
+    while not pump.closed and not pump.broken and not ngx.worker.exiting() do
+        local ptr = C.grpc_wasm_wire_output(pump.id, len)
+        if ptr ~= nil and len[0] > 0 then
+            local ok, err = sock:send(ffi_string(ptr, len[0]))
+            if not ok then
+                return err
+            end
+        else
+            -- Woken by calls and the reader; the timeout also carries out
+            -- what the shim did on its own (cancels at a deadline).
+            pump.wake:wait(0.05)
+        end
+    end
+    return pump.broken or "the connection is closed"
+end
+
+local function run_pump(premature, pump)
+    if premature then
+        return
+    end
+    while not pump.closed and not ngx.worker.exiting() do
+        local sock = ngx.socket.tcp()
+        sock:settimeouts(5000, 10000, 60000)
+        local ok, err = sock:connect(pump.host, pump.port)
+        if not ok then
+            if not pump_reset(pump, "connect to " .. pump.addr .. " failed: " .. tostring(err)) then
+                return
+            end
+            -- Dial again when a call wants the connection.
+            pump.wake:wait(1)
+        else
+            pump.broken = nil
+            local reader = ngx.thread.spawn(pump_reader, pump, sock)
+            local why = pump_writer(pump, sock)
+            ngx.thread.kill(reader)
+            sock:close()
+            if pump.closed or not pump_reset(pump, "the connection failed: " .. tostring(why)) then
+                return
+            end
+        end
+    end
+end
+
+local function wake_pump(pump)
+    if pump and C.grpc_wasm_wire_pending(pump.id) == 1 then
+        pump.wake:post(1)
+    end
+end
+
+-- cosocket unless told otherwise: a call then costs no thread hop.
+local function transport_of(opts)
+    local transport = opts.transport or settings.transport or os.getenv("GRPC_WASM_TRANSPORT")
+    if transport == nil or transport == "" then
+        return "cosocket"
+    end
+    return transport
+end
+
 function ffi_backend.connect(addr, opts)
-    local id = C.grpc_wasm_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key)
+    local transport = transport_of(opts)
+    if transport == "runtime" then
+        local id = C.grpc_wasm_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key)
+        if id < 0 then
+            return nil, last_error()
+        end
+        return id
+    end
+    if transport ~= "cosocket" then
+        return nil, "unknown transport '" .. tostring(transport) .. "' (runtime or cosocket)"
+    end
+    local host, port = addr:match("^(.+):(%d+)$")
+    if not host then
+        return nil, "invalid address '" .. addr .. "': expected host:port"
+    end
+    local id = C.grpc_wasm_wire_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key)
     if id < 0 then
         return nil, last_error()
     end
+    local pump = { id = id, addr = addr, host = host, port = tonumber(port),
+                   wake = semaphore.new(), ids = ffi_new("uint32_t[256]") }
+    local ok, err = ngx.timer.at(0, run_pump, pump)
+    if not ok then
+        C.grpc_wasm_conn_close(id)
+        return nil, "cannot start the connection's timer: " .. tostring(err)
+    end
+    pumps[id] = pump
     return id
 end
 
 function ffi_backend.conn_close(id)
+    local pump = pumps[id]
+    pumps[id] = nil
     C.grpc_wasm_conn_close(id)
+    if pump then
+        pump.closed = true
+        pump.wake:post(1)
+    end
 end
 
 -- key\0value\0 pairs
@@ -201,15 +347,24 @@ function ffi_backend.start(conn, path, body, timeout, metadata, json)
     if id < 0 then
         return nil, last_error()
     end
+    local pump = pumps[conn]
+    if pump then
+        call_pumps[id] = pump
+        wake_pump(pump)
+    end
     return id
 end
 
 function ffi_backend.send(id, body)
-    return status(C.grpc_wasm_send(id, body, #body))
+    local rc = C.grpc_wasm_send(id, body, #body)
+    wake_pump(call_pumps[id])
+    return status(rc)
 end
 
 function ffi_backend.close_send(id)
-    return status(C.grpc_wasm_close_send(id))
+    local rc = C.grpc_wasm_close_send(id)
+    wake_pump(call_pumps[id])
+    return status(rc)
 end
 
 -- "message", json | "end", body, http status, raw headers | nil, err
@@ -249,6 +404,8 @@ end
 function ffi_backend.close(id)
     waiters[id] = nil
     C.grpc_wasm_close(id)
+    wake_pump(call_pumps[id])
+    call_pumps[id] = nil
 end
 
 -- Path (a): lua-resty-ffi's runtime; each operation is a task (JSON) that

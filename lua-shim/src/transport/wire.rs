@@ -1,0 +1,685 @@
+//! A connection whose socket belongs to the caller: HTTP/2 (h2) and TLS
+//! (rustls) run here, on the caller's thread, and the caller moves the
+//! bytes (in nginx, a cosocket). Nothing waits on another thread, so a call
+//! costs no thread hop; the tonic transport costs two (into its runtime and
+//! back to nginx's event loop).
+//!
+//! h2 is driven by a small executor of our own: the connection and each
+//! call are futures, polled when their waker fired. No runtime is needed:
+//! h2 only reads and writes, and here reads come from [`Wire::input`] and
+//! writes land in a buffer that [`Wire::take_output`] hands back.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io::{Read, Write};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::{Buf, Bytes, BytesMut};
+use h2::client::SendRequest;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::tls::ClientTls;
+use crate::client::lock;
+use crate::host::{GrpcEvent, GrpcTarget, Pairs};
+
+/// What a connection's calls produced: the call's token and its events.
+pub type Produced = Vec<(u32, Vec<GrpcEvent>)>;
+
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The id of the connection's own task; calls use their tokens.
+const CONNECTION: u32 = 0;
+const UNAVAILABLE: u32 = 14;
+const INTERNAL: u32 = 13;
+const CANCELLED: u32 = 1;
+/// Bytes of small-DATA-frame overhead h2 accepts before draining.
+const DATA_FRAME_BUDGET: usize = 64 << 20;
+
+/// The bytes between h2 and the socket, with TLS in between when enabled.
+#[derive(Default)]
+struct Pipe {
+    tls: Option<rustls::ClientConnection>,
+    /// Plaintext for h2 to read.
+    inbound: BytesMut,
+    /// Bytes for the socket.
+    outbound: Vec<u8>,
+    /// The socket is gone: h2 reads end-of-file.
+    eof: bool,
+    reader: Option<Waker>,
+}
+
+impl Pipe {
+    fn feed(&mut self, mut bytes: &[u8]) -> Result<(), String> {
+        match &mut self.tls {
+            None => self.inbound.extend_from_slice(bytes),
+            Some(tls) => {
+                while !bytes.is_empty() {
+                    tls.read_tls(&mut bytes).map_err(|e| e.to_string())?;
+                    tls.process_new_packets().map_err(|e| format!("TLS: {e}"))?;
+                    let mut plain = [0u8; 16384];
+                    loop {
+                        match tls.reader().read(&mut plain) {
+                            Ok(0) => break,
+                            Ok(n) => self.inbound.extend_from_slice(&plain[..n]),
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            Err(e) => return Err(format!("TLS: {e}")),
+                        }
+                    }
+                }
+                // Handshake answers, alerts.
+                while tls.wants_write() {
+                    tls.write_tls(&mut self.outbound)
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        if let Some(waker) = self.reader.take() {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match &mut self.tls {
+            None => self.outbound.extend_from_slice(data),
+            Some(tls) => {
+                // rustls holds plaintext written before the handshake ends.
+                tls.writer().write_all(data)?;
+                while tls.wants_write() {
+                    tls.write_tls(&mut self.outbound)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// h2's end of the pipe.
+#[derive(Clone)]
+struct PipeIo(Arc<Mutex<Pipe>>);
+
+impl AsyncRead for PipeIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let mut pipe = lock(&self.0);
+        if !pipe.inbound.is_empty() {
+            let n = pipe.inbound.len().min(buf.remaining());
+            buf.put_slice(&pipe.inbound[..n]);
+            pipe.inbound.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        if pipe.eof {
+            return Poll::Ready(Ok(()));
+        }
+        pipe.reader = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl AsyncWrite for PipeIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(lock(&self.0).write(data).map(|()| data.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Marks a task as ready to poll.
+struct TaskWaker {
+    id: u32,
+    ready: Arc<Mutex<VecDeque<u32>>>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut ready = lock(&self.ready);
+        if !ready.contains(&self.id) {
+            ready.push_back(self.id);
+        }
+    }
+}
+
+/// A call's outgoing half, shared between [`Wire`]'s methods and its task.
+#[derive(Default)]
+struct Outbox {
+    messages: VecDeque<Bytes>,
+    closed: bool,
+    task: Option<Waker>,
+}
+
+/// Events a task produced, taken out after each drive.
+type Events = Arc<Mutex<Produced>>;
+
+pub struct Wire {
+    scheme: &'static str,
+    authority: String,
+    tls: Option<ClientTls>,
+    pipe: Arc<Mutex<Pipe>>,
+    send: Option<SendRequest<Bytes>>,
+    tasks: HashMap<u32, Task>,
+    ready: Arc<Mutex<VecDeque<u32>>>,
+    outboxes: HashMap<u32, Arc<Mutex<Outbox>>>,
+    events: Events,
+    /// Why the HTTP/2 connection ended, once it has.
+    ended: Arc<Mutex<Option<String>>>,
+}
+
+impl Wire {
+    /// A connection to `authority` (host:port, as in the `:authority`
+    /// header), with TLS when `tls` is given. Its first bytes (the HTTP/2
+    /// preface, or the TLS hello) are ready in [`Wire::take_output`].
+    pub fn new(authority: &str, tls: Option<ClientTls>) -> Result<Wire, String> {
+        let mut wire = Wire {
+            scheme: if tls.is_some() { "https" } else { "http" },
+            authority: authority.to_string(),
+            tls,
+            pipe: Arc::default(),
+            send: None,
+            tasks: HashMap::new(),
+            ready: Arc::default(),
+            outboxes: HashMap::new(),
+            events: Arc::default(),
+            ended: Arc::default(),
+        };
+        wire.restart()?;
+        Ok(wire)
+    }
+
+    /// A fresh HTTP/2 connection (the socket was replaced); calls that were
+    /// running fail with UNAVAILABLE and `reason`.
+    pub fn reset(&mut self, reason: &str) -> Result<Produced, String> {
+        let mut produced = self.fail_all(reason);
+        self.restart()?;
+        produced.append(&mut self.drive());
+        Ok(produced)
+    }
+
+    fn restart(&mut self) -> Result<(), String> {
+        let mut pipe = Pipe::default();
+        if let Some(tls) = &self.tls {
+            pipe.tls = Some(tls.connection()?);
+        }
+        self.pipe = Arc::new(Mutex::new(pipe));
+        let io = PipeIo(self.pipe.clone());
+        // One read can hold a small DATA frame for each of a thousand
+        // calls, all buffered before any call task runs; h2's default
+        // budget for small frames (against floods) would end the
+        // connection there.
+        let mut handshake = Box::pin(
+            h2::client::Builder::new()
+                .data_frame_budget(DATA_FRAME_BUDGET)
+                .handshake::<_, Bytes>(io),
+        );
+        // The client half of the handshake only writes, so it never waits.
+        let waker = Waker::from(Arc::new(TaskWaker {
+            id: CONNECTION,
+            ready: self.ready.clone(),
+        }));
+        let (send, connection) = match handshake.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(Ok(pair)) => pair,
+            Poll::Ready(Err(e)) => return Err(format!("HTTP/2 handshake: {e}")),
+            Poll::Pending => return Err("HTTP/2 handshake did not complete".into()),
+        };
+        self.send = Some(send);
+        let ended = self.ended.clone();
+        self.tasks.insert(
+            CONNECTION,
+            Box::pin(async move {
+                let why = match connection.await {
+                    Ok(()) => "the server closed the connection".to_string(),
+                    Err(e) => format!("the connection failed: {e}"),
+                };
+                *lock(&ended) = Some(why);
+            }),
+        );
+        self.wake(CONNECTION);
+        Ok(())
+    }
+
+    /// Bytes from the socket.
+    pub fn input(&mut self, bytes: &[u8]) -> Produced {
+        let fed = lock(&self.pipe).feed(bytes);
+        if let Err(reason) = fed {
+            lock(&self.pipe).eof = true;
+            let mut produced = self.fail_all(&reason);
+            produced.append(&mut self.drive());
+            return produced;
+        }
+        self.wake(CONNECTION);
+        self.drive()
+    }
+
+    /// Bytes for the socket, taken.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut lock(&self.pipe).outbound)
+    }
+
+    pub fn has_output(&self) -> bool {
+        !lock(&self.pipe).outbound.is_empty()
+    }
+
+    /// A call: `messages` go out as they are given; `closed` half-closes
+    /// after them (a unary call gives its one message and `closed`).
+    pub fn start(
+        &mut self,
+        token: u32,
+        target: GrpcTarget,
+        first: Option<Vec<u8>>,
+        unary: bool,
+    ) -> Produced {
+        let Some(send) = self.send.clone() else {
+            return vec![(token, vec![close(UNAVAILABLE, "the connection is closed")])];
+        };
+        let outbox = Arc::new(Mutex::new(Outbox {
+            messages: first.map(|m| frame(&m)).into_iter().collect(),
+            closed: unary,
+            task: None,
+        }));
+        self.outboxes.insert(token, outbox.clone());
+        let request = match self.request(&target) {
+            Ok(request) => request,
+            Err(e) => return vec![(token, vec![close(INTERNAL, &e)])],
+        };
+        let events = self.events.clone();
+        self.tasks.insert(
+            token,
+            Box::pin(async move {
+                let produced = run_call(send, request, outbox, unary, &events, token).await;
+                lock(&events).push((token, produced));
+            }),
+        );
+        self.wake(token);
+        self.drive()
+    }
+
+    pub fn send(&mut self, token: u32, message: &[u8]) -> Produced {
+        self.outbox(token, |outbox| outbox.messages.push_back(frame(message)))
+    }
+
+    pub fn close_send(&mut self, token: u32) -> Produced {
+        self.outbox(token, |outbox| outbox.closed = true)
+    }
+
+    /// Ends a call at once; h2 resets its stream (RST_STREAM) as the
+    /// call's halves drop.
+    pub fn cancel(&mut self, token: u32) -> Produced {
+        self.tasks.remove(&token);
+        self.outboxes.remove(&token);
+        self.wake(CONNECTION);
+        self.drive()
+    }
+
+    pub fn is_running(&self, token: u32) -> bool {
+        self.tasks.contains_key(&token)
+    }
+
+    fn outbox(&mut self, token: u32, f: impl FnOnce(&mut Outbox)) -> Produced {
+        if let Some(outbox) = self.outboxes.get(&token) {
+            let mut outbox = lock(outbox);
+            f(&mut outbox);
+            if let Some(waker) = outbox.task.take() {
+                waker.wake();
+            }
+        }
+        self.drive()
+    }
+
+    fn request(&self, target: &GrpcTarget) -> Result<http::Request<()>, String> {
+        let uri = format!(
+            "{}://{}/{}/{}",
+            self.scheme, self.authority, target.service, target.method
+        );
+        let mut request = http::Request::post(uri)
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .map_err(|e| format!("invalid method path: {e}"))?;
+        let headers = request.headers_mut();
+        for (k, v) in &target.metadata {
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(k.as_bytes()),
+                http::HeaderValue::from_bytes(v),
+            ) {
+                headers.append(name, value);
+            }
+        }
+        Ok(request)
+    }
+
+    fn fail_all(&mut self, reason: &str) -> Produced {
+        let tokens: Vec<u32> = self.outboxes.keys().copied().collect();
+        self.tasks.clear();
+        self.outboxes.clear();
+        self.send = None;
+        lock(&self.ready).clear();
+        tokens
+            .into_iter()
+            .map(|token| (token, vec![close(UNAVAILABLE, reason)]))
+            .collect()
+    }
+
+    fn wake(&self, id: u32) {
+        let mut ready = lock(&self.ready);
+        if !ready.contains(&id) {
+            ready.push_back(id);
+        }
+    }
+
+    /// Polls every task whose waker fired, until none did.
+    fn drive(&mut self) -> Produced {
+        loop {
+            let next = lock(&self.ready).pop_front();
+            let Some(id) = next else { break };
+            let Some(task) = self.tasks.get_mut(&id) else {
+                continue;
+            };
+            let waker = Waker::from(Arc::new(TaskWaker {
+                id,
+                ready: self.ready.clone(),
+            }));
+            if task
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_ready()
+            {
+                self.tasks.remove(&id);
+                self.outboxes.remove(&id);
+                if id == CONNECTION {
+                    let why = lock(&self.ended).take();
+                    let why = why.unwrap_or_else(|| "the connection closed".into());
+                    let mut produced = self.fail_all(&why);
+                    produced.append(&mut std::mem::take(&mut *lock(&self.events)));
+                    return produced;
+                }
+            }
+        }
+        std::mem::take(&mut *lock(&self.events))
+    }
+}
+
+fn close(code: u32, message: &str) -> GrpcEvent {
+    GrpcEvent::Close(code, raw_message(message))
+}
+
+fn raw_message(message: &str) -> Vec<u8> {
+    super::raw_message(message)
+}
+
+/// One length-prefixed, uncompressed gRPC message.
+fn frame(message: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(5 + message.len());
+    out.extend_from_slice(&[0]);
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out.freeze()
+}
+
+/// Splits complete gRPC messages off `buf`.
+fn messages(buf: &mut BytesMut) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    while buf.len() >= 5 {
+        if buf[0] != 0 {
+            return Err("the server sent a compressed message; none was asked for".into());
+        }
+        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+        if buf.len() < 5 + len {
+            break;
+        }
+        buf.advance(5);
+        out.push(buf.split_to(len).to_vec());
+    }
+    Ok(out)
+}
+
+fn pairs(headers: &http::HeaderMap) -> Pairs {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// The gRPC status a response ends with: from its trailers, or from its
+/// headers (trailers-only).
+fn status_of(headers: &http::HeaderMap) -> Option<(u32, Vec<u8>)> {
+    let code = headers.get("grpc-status")?.to_str().ok()?.parse().ok()?;
+    let message = headers
+        .get("grpc-message")
+        .map(|v| v.as_bytes().to_vec())
+        .unwrap_or_default();
+    Some((code, message))
+}
+
+/// An HTTP status that is not 200, as gRPC's HTTP-to-gRPC mapping has it.
+fn http_code(status: http::StatusCode) -> u32 {
+    match status.as_u16() {
+        400 => INTERNAL,
+        401 => 16,
+        403 => 7,
+        404 => 12,
+        429 | 502 | 503 | 504 => UNAVAILABLE,
+        _ => 2,
+    }
+}
+
+/// A call's request half: the messages its outbox gets, then the end.
+struct Outgoing {
+    body: h2::SendStream<Bytes>,
+    outbox: Arc<Mutex<Outbox>>,
+    sending: bool,
+}
+
+impl Outgoing {
+    fn service(&mut self, cx: &mut Context<'_>) {
+        if !self.sending {
+            return;
+        }
+        let mut outbox = lock(&self.outbox);
+        while let Some(message) = outbox.messages.pop_front() {
+            if self.body.send_data(message, false).is_err() {
+                // The stream is reset or gone: the response side reports why.
+                self.sending = false;
+                return;
+            }
+        }
+        if outbox.closed {
+            let _ = self.body.send_data(Bytes::new(), true);
+            self.sending = false;
+        } else {
+            outbox.task = Some(cx.waker().clone());
+        }
+    }
+}
+
+/// A call, in Envoy's order: initial metadata, then messages and trailing
+/// metadata, then a close (a successful unary call: metadata, trailing
+/// metadata, then its one message, and no close).
+async fn run_call(
+    mut send: SendRequest<Bytes>,
+    request: http::Request<()>,
+    outbox: Arc<Mutex<Outbox>>,
+    unary: bool,
+    events: &Events,
+    token: u32,
+) -> Vec<GrpcEvent> {
+    let failed = |e: h2::Error| {
+        let code = if e.is_reset() && e.reason() == Some(h2::Reason::CANCEL) {
+            CANCELLED
+        } else {
+            UNAVAILABLE
+        };
+        vec![close(code, &e.to_string())]
+    };
+    if let Err(e) = std::future::poll_fn(|cx| send.poll_ready(cx)).await {
+        return failed(e);
+    }
+    let (response, body) = match send.send_request(request, false) {
+        Ok(pair) => pair,
+        Err(e) => return failed(e),
+    };
+    // The request half runs beside the response, to the end of the call
+    // (a bidi stream sends after the response has begun).
+    let mut out = Outgoing {
+        body,
+        outbox,
+        sending: true,
+    };
+    let mut response = Box::pin(response);
+    let response = std::future::poll_fn(|cx| {
+        out.service(cx);
+        response.as_mut().poll(cx)
+    });
+    let response = match response.await {
+        Ok(response) => response,
+        Err(e) => return failed(e),
+    };
+    let (parts, mut recv) = response.into_parts();
+    if let Some((code, message)) = status_of(&parts.headers) {
+        // Trailers-only: the status is all there is.
+        let mut out = vec![GrpcEvent::TrailingMetadata(pairs(&parts.headers))];
+        if code != 0 || !unary {
+            out.push(GrpcEvent::Close(code, message));
+        } else {
+            out.push(close(INTERNAL, "expected one response message, got 0"));
+        }
+        return out;
+    }
+    if parts.status != http::StatusCode::OK {
+        let message = format!("HTTP status {} from the server", parts.status.as_u16());
+        return vec![close(http_code(parts.status), &message)];
+    }
+    let initial = GrpcEvent::InitialMetadata(pairs(&parts.headers));
+    let mut received = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut initial = if unary {
+        Some(initial)
+    } else {
+        lock(events).push((token, vec![initial]));
+        None
+    };
+    while let Some(chunk) = std::future::poll_fn(|cx| {
+        out.service(cx);
+        recv.poll_data(cx)
+    })
+    .await
+    {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => return failed(e),
+        };
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        buf.extend_from_slice(&chunk);
+        let complete = match messages(&mut buf) {
+            Ok(complete) => complete,
+            Err(e) => return vec![close(INTERNAL, &e)],
+        };
+        if unary {
+            received.extend(complete);
+        } else if !complete.is_empty() {
+            let delivered = complete.into_iter().map(GrpcEvent::Message).collect();
+            lock(events).push((token, delivered));
+        }
+    }
+    let trailers = std::future::poll_fn(|cx| {
+        out.service(cx);
+        recv.poll_trailers(cx)
+    });
+    let trailers = match trailers.await {
+        Ok(trailers) => trailers.unwrap_or_default(),
+        Err(e) => return failed(e),
+    };
+    let (code, message) = status_of(&trailers).unwrap_or((
+        INTERNAL,
+        b"the server ended the response without grpc-status".to_vec(),
+    ));
+    let trailing = GrpcEvent::TrailingMetadata(pairs(&trailers));
+    if unary && code == 0 {
+        if received.len() != 1 {
+            let message = format!("expected one response message, got {}", received.len());
+            return vec![close(INTERNAL, &message)];
+        }
+        let initial = initial
+            .take()
+            .unwrap_or(GrpcEvent::InitialMetadata(Vec::new()));
+        return vec![initial, trailing, GrpcEvent::Message(received.remove(0))];
+    }
+    vec![trailing, GrpcEvent::Close(code, message)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&frame(b"abc"));
+        buf.extend_from_slice(&frame(b""));
+        buf.extend_from_slice(&frame(b"xy")[..4]);
+        assert_eq!(messages(&mut buf).unwrap(), vec![b"abc".to_vec(), vec![]]);
+        assert_eq!(buf.len(), 4);
+        buf.extend_from_slice(&frame(b"xy")[4..]);
+        assert_eq!(messages(&mut buf).unwrap(), vec![b"xy".to_vec()]);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn compressed_messages_are_refused() {
+        let mut buf = BytesMut::from(&[1u8, 0, 0, 0, 1, 7][..]);
+        assert_eq!(
+            messages(&mut buf).unwrap_err(),
+            "the server sent a compressed message; none was asked for"
+        );
+    }
+
+    #[test]
+    fn a_new_connection_starts_with_the_preface() {
+        let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
+        let out = wire.take_output();
+        assert!(
+            out.starts_with(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+            "{out:?}"
+        );
+        assert!(wire.take_output().is_empty());
+    }
+
+    #[test]
+    fn a_reset_fails_running_calls() {
+        let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
+        let target = GrpcTarget {
+            upstream: "1".into(),
+            service: "helloworld.Greeter".into(),
+            method: "SayHello".into(),
+            metadata: vec![],
+        };
+        assert!(wire
+            .start(7, target, Some(b"\x0a\x01x".to_vec()), true)
+            .is_empty());
+        assert!(wire.is_running(7));
+        let produced = wire.reset("connect failed: refused").unwrap();
+        assert_eq!(produced.len(), 1);
+        assert_eq!(produced[0].0, 7);
+        assert!(
+            matches!(&produced[0].1[..], [GrpcEvent::Close(14, m)] if m == b"connect failed: refused")
+        );
+        assert!(!wire.is_running(7));
+    }
+}
