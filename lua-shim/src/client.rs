@@ -3,10 +3,13 @@
 //! side drains. A call is an HTTP context of the module; its events are
 //! streamed messages and one final reply.
 //!
-//! Threads: Lua calls in from the nginx worker thread; transport events
-//! arrive on the runtime's one worker thread. Both reach the module through
-//! one mutex, so a call costs two thread hops: worker → runtime (the
-//! request leaves) and runtime → worker (the wake-up).
+//! Threads: Lua calls in from the nginx worker thread. On a tonic
+//! connection, transport events arrive on the runtime's one worker thread;
+//! both reach the module through one mutex, so a call costs two thread
+//! hops: worker → runtime (the request leaves) and runtime → worker (the
+//! wake-up). On a wire connection the caller moves the socket's bytes and
+//! everything happens on its thread; only the module's ticks (deadlines)
+//! run on the runtime.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};

@@ -2,10 +2,12 @@
 --
 -- Protobuf, JSON mapping and gRPC semantics run in the grpc-wasm module
 -- (the same .wasm that Envoy loads), hosted by liblua_shim.so, which also
--- does the HTTP/2 transport. This file is glue: Lua tables go in and come
--- out as JSON (cjson), and a coroutine waits on an ngx.semaphore that a
--- per-worker cosocket reader posts when the native side has news. Two ways
--- in: lua-resty-ffi's runtime when ngx.load_ffi exists, else LuaJIT's FFI.
+-- does HTTP/2 and TLS. This file is glue: Lua tables go in and come out as
+-- JSON (cjson), and a coroutine waits on an ngx.semaphore that a cosocket
+-- reader posts when the native side has news. Two ways in: lua-resty-ffi's
+-- runtime when ngx.load_ffi exists, else LuaJIT's FFI; on the FFI path a
+-- connection's bytes go through a cosocket of its own (the default) or
+-- through the shim's runtime thread.
 
 local ffi = require("ffi")
 local cjson = require("cjson.safe")
@@ -236,9 +238,10 @@ local function pump_writer(pump, sock)
                 return err
             end
         else
-            -- Woken by calls and the reader; the timeout also carries out
-            -- what the shim did on its own (cancels at a deadline).
-            pump.wake:wait(0.05)
+            -- Woken by calls and the reader. The shim's own deadline
+            -- cancels also wake the call's waiter, whose close wakes this;
+            -- the timeout only bounds what could slip past.
+            pump.wake:wait(1)
         end
     end
     return pump.broken or "the connection is closed"
