@@ -324,11 +324,12 @@ impl Client {
         Ok(output)
     }
 
-    /// Whether a wire connection has bytes for its socket.
-    pub fn wire_pending(&self, conn: u32) -> Result<bool, ClientError> {
+    /// A wire connection's state for its socket's owner: whether it has
+    /// bytes to send, and whether its HTTP/2 connection is over.
+    pub fn wire_state(&self, conn: u32) -> Result<(bool, bool), ClientError> {
         let wire = self.wire(conn)?;
-        let pending = lock(&wire).has_output();
-        Ok(pending)
+        let wire = lock(&wire);
+        Ok((wire.has_output(), wire.is_over()))
     }
 
     /// The wire connection's socket is gone (`reason`): its calls fail with

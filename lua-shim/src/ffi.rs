@@ -313,14 +313,18 @@ pub unsafe extern "C" fn grpc_wasm_wire_input(
     })
 }
 
-/// 1 when a wire connection has bytes for its socket, else 0 (-1: unknown
-/// connection).
+/// A wire connection's state: 1 when it has bytes for its socket, 2 when
+/// its HTTP/2 connection is over (drop the socket, reset, dial again),
+/// else 0; -1 for an unknown connection.
 #[no_mangle]
 pub extern "C" fn grpc_wasm_wire_pending(conn: u32) -> i32 {
     guard(|| {
         let p = process()?;
-        let pending = p.client.wire_pending(conn).map_err(|e| e.to_string())?;
-        Ok(i32::from(pending))
+        match p.client.wire_state(conn).map_err(|e| e.to_string())? {
+            (_, true) => Ok(2),
+            (true, false) => Ok(1),
+            (false, false) => Ok(0),
+        }
     })
 }
 

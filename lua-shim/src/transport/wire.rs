@@ -277,6 +277,12 @@ impl Wire {
         !lock(&self.pipe).outbound.is_empty()
     }
 
+    /// The HTTP/2 connection is over (the server closed it, or it broke):
+    /// its socket should go, and [`Wire::reset`] start afresh.
+    pub fn is_over(&self) -> bool {
+        self.send.is_none()
+    }
+
     /// A call: `messages` go out as they are given; `closed` half-closes
     /// after them (a unary call gives its one message and `closed`).
     pub fn start(
@@ -659,6 +665,31 @@ mod tests {
             "{out:?}"
         );
         assert!(wire.take_output().is_empty());
+    }
+
+    #[test]
+    fn a_server_that_speaks_no_http2_ends_the_connection_and_its_calls() {
+        let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
+        let target = GrpcTarget {
+            upstream: "1".into(),
+            service: "helloworld.Greeter".into(),
+            method: "SayHello".into(),
+            metadata: vec![],
+        };
+        assert!(wire.start(3, target, Some(Vec::new()), true).is_empty());
+        assert!(!wire.is_over());
+        let produced = wire.input(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        assert!(wire.is_over());
+        assert_eq!(produced.len(), 1, "{produced:?}");
+        let (token, events) = &produced[0];
+        assert_eq!(*token, 3);
+        match &events[..] {
+            [GrpcEvent::Close(14, message)] => {
+                let message = String::from_utf8_lossy(message);
+                assert!(message.starts_with("the connection failed: "), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

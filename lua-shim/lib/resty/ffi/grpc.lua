@@ -218,8 +218,8 @@ local function pump_reader(pump, sock)
                 return
             end
             post_ready(ids, n)
-            -- HTTP/2's own answers (acks, window updates).
-            if C.grpc_wasm_wire_pending(pump.id) == 1 then
+            -- HTTP/2's own answers (acks, window updates), or its end.
+            if C.grpc_wasm_wire_pending(pump.id) ~= 0 then
                 pump.wake:post(1)
             end
         end
@@ -237,6 +237,8 @@ local function pump_writer(pump, sock)
             if not ok then
                 return err
             end
+        elseif C.grpc_wasm_wire_pending(pump.id) == 2 then
+            return "the server ended the HTTP/2 connection"
         else
             -- Woken by calls and the reader. The shim's own deadline
             -- cancels also wake the call's waiter, whose close wakes this;
@@ -275,7 +277,7 @@ local function run_pump(premature, pump)
 end
 
 local function wake_pump(pump)
-    if pump and C.grpc_wasm_wire_pending(pump.id) == 1 then
+    if pump and C.grpc_wasm_wire_pending(pump.id) > 0 then
         pump.wake:post(1)
     end
 end
