@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Once};
 
 use crate::client::{lock, CallOptions, Client, Event};
 use crate::notify::Notifier;
@@ -61,10 +62,37 @@ fn guard(f: impl FnOnce() -> Result<i32, String>) -> i32 {
     }
 }
 
+/// Forks seen by this process image: a process found before the latest
+/// fork belongs to the parent. Counting forks (`pthread_atfork`) instead of
+/// asking for the pid spares a system call on every FFI call.
+static FORKS: AtomicU32 = AtomicU32::new(0);
+static WATCH_FORKS: Once = Once::new();
+
+extern "C" fn forked() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
+}
+
+thread_local! {
+    static CACHED: RefCell<Option<(u32, Arc<Process>)>> = const { RefCell::new(None) };
+}
+
 fn process() -> Result<Arc<Process>, String> {
+    let forks = FORKS.load(Ordering::Acquire);
+    let cached = CACHED.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|(seen, _)| *seen == forks)
+            .map(|(_, p)| p.clone())
+    });
+    if let Some(p) = cached {
+        return Ok(p);
+    }
     let guard = lock(&PROCESS);
     match guard.as_ref() {
-        Some(p) if p.pid == std::process::id() => Ok(p.clone()),
+        Some(p) if p.pid == std::process::id() => {
+            CACHED.with(|c| *c.borrow_mut() = Some((forks, p.clone())));
+            Ok(p.clone())
+        }
         _ => Err("grpc-wasm is not initialised in this worker (call grpc.init or any API function first)".into()),
     }
 }
@@ -100,6 +128,10 @@ pub unsafe extern "C" fn grpc_wasm_init(
     socket_dir: *const c_char,
 ) -> i32 {
     guard(|| {
+        WATCH_FORKS.call_once(|| {
+            // SAFETY: registers a handler that only bumps an atomic.
+            unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+        });
         let mut slot = lock(&PROCESS);
         if slot.as_ref().is_some_and(|p| p.pid == std::process::id()) {
             return Ok(0);
