@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             method: "SayHello".into(),
             metadata: vec![],
         };
-        let mut produced = wire.start(token, target, Some(b"\x0a\x05bench".to_vec()), true);
+        let mut produced = wire.unary(token, target, b"\x0a\x05bench", 10_000);
         loop {
             if produced.iter().any(|(t, ev)| {
                 *t == token

@@ -540,7 +540,7 @@ impl Client {
                 Some(Conn::Wire(wire)) => {
                     let conn = target.upstream.parse().unwrap_or(0);
                     lock(&self.inner.calls).insert(token, Transport::Wire(conn, true));
-                    let produced = lock(&wire).start(token, target, Some(message), true);
+                    let produced = lock(&wire).unary(token, target, &message, timeout_ms);
                     queue(produced, pending);
                 }
                 Some(Conn::Tonic(channel)) => {
@@ -561,7 +561,7 @@ impl Client {
                 Some(Conn::Wire(wire)) => {
                     let conn = target.upstream.parse().unwrap_or(0);
                     lock(&self.inner.calls).insert(token, Transport::Wire(conn, false));
-                    let produced = lock(&wire).start(token, target, None, false);
+                    let produced = lock(&wire).stream(token, target);
                     queue(produced, pending);
                 }
                 Some(Conn::Tonic(channel)) => {

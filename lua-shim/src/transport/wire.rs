@@ -283,28 +283,45 @@ impl Wire {
         self.send.is_none()
     }
 
-    /// A call: `messages` go out as they are given; `closed` half-closes
-    /// after them (a unary call gives its one message and `closed`).
-    pub fn start(
+    /// A unary call: its one message, and its deadline, sent as
+    /// `grpc-timeout` (the module enforces it, as with Envoy).
+    pub fn unary(
         &mut self,
         token: u32,
         target: GrpcTarget,
-        first: Option<Vec<u8>>,
-        unary: bool,
+        message: &[u8],
+        timeout_ms: u32,
+    ) -> Produced {
+        self.start(token, target, Some(message), Some(timeout_ms))
+    }
+
+    /// A stream: messages follow with [`Wire::send`], the end with
+    /// [`Wire::close_send`] (its deadline is in the module's metadata).
+    pub fn stream(&mut self, token: u32, target: GrpcTarget) -> Produced {
+        self.start(token, target, None, None)
+    }
+
+    fn start(
+        &mut self,
+        token: u32,
+        target: GrpcTarget,
+        message: Option<&[u8]>,
+        timeout_ms: Option<u32>,
     ) -> Produced {
         let Some(send) = self.send.clone() else {
             return vec![(token, vec![close(UNAVAILABLE, "the connection is closed")])];
         };
+        let request = match self.request(&target, timeout_ms) {
+            Ok(request) => request,
+            Err(e) => return vec![(token, vec![close(INTERNAL, &e)])],
+        };
+        let unary = message.is_some();
         let outbox = Arc::new(Mutex::new(Outbox {
-            messages: first.map(|m| frame(&m)).into_iter().collect(),
+            messages: message.map(frame).into_iter().collect(),
             closed: unary,
             task: None,
         }));
         self.outboxes.insert(token, outbox.clone());
-        let request = match self.request(&target) {
-            Ok(request) => request,
-            Err(e) => return vec![(token, vec![close(INTERNAL, &e)])],
-        };
         let events = self.events.clone();
         self.tasks.insert(
             token,
@@ -349,7 +366,11 @@ impl Wire {
         self.drive()
     }
 
-    fn request(&self, target: &GrpcTarget) -> Result<http::Request<()>, String> {
+    fn request(
+        &self,
+        target: &GrpcTarget,
+        timeout_ms: Option<u32>,
+    ) -> Result<http::Request<()>, String> {
         let uri = format!(
             "{}://{}/{}/{}",
             self.scheme, self.authority, target.service, target.method
@@ -360,6 +381,17 @@ impl Wire {
             .body(())
             .map_err(|e| format!("invalid method path: {e}"))?;
         let headers = request.headers_mut();
+        if let Some(ms) = timeout_ms {
+            // At most eight digits: seconds past 99,999,999 ms.
+            let value = if ms < 100_000_000 {
+                format!("{}m", ms.max(1))
+            } else {
+                format!("{}S", ms / 1000)
+            };
+            if let Ok(value) = http::HeaderValue::from_str(&value) {
+                headers.insert("grpc-timeout", value);
+            }
+        }
         for (k, v) in &target.metadata {
             if let (Ok(name), Ok(value)) = (
                 http::HeaderName::from_bytes(k.as_bytes()),
@@ -676,7 +708,7 @@ mod tests {
             method: "SayHello".into(),
             metadata: vec![],
         };
-        assert!(wire.start(3, target, Some(Vec::new()), true).is_empty());
+        assert!(wire.unary(3, target, b"", 500).is_empty());
         assert!(!wire.is_over());
         let produced = wire.input(b"HTTP/1.1 400 Bad Request\r\n\r\n");
         assert!(wire.is_over());
@@ -693,6 +725,31 @@ mod tests {
     }
 
     #[test]
+    fn requests_carry_the_deadline_and_the_metadata() {
+        let wire = Wire::new("example.com:443", None).unwrap();
+        let target = GrpcTarget {
+            upstream: "1".into(),
+            service: "pkg.Svc".into(),
+            method: "Do".into(),
+            metadata: vec![("x-id".into(), b"7".to_vec())],
+        };
+        let request = wire.request(&target, Some(250)).unwrap();
+        assert_eq!(request.uri(), "http://example.com:443/pkg.Svc/Do");
+        let header = |r: &http::Request<()>, name: &str| {
+            r.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        assert_eq!(header(&request, "grpc-timeout").as_deref(), Some("250m"));
+        assert_eq!(header(&request, "x-id").as_deref(), Some("7"));
+        assert_eq!(header(&request, "te").as_deref(), Some("trailers"));
+        let long = wire.request(&target, Some(200_000_000)).unwrap();
+        assert_eq!(header(&long, "grpc-timeout").as_deref(), Some("200000S"));
+        let stream = wire.request(&target, None).unwrap();
+        assert_eq!(header(&stream, "grpc-timeout"), None);
+    }
+
+    #[test]
     fn a_reset_fails_running_calls() {
         let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
         let target = GrpcTarget {
@@ -701,9 +758,7 @@ mod tests {
             method: "SayHello".into(),
             metadata: vec![],
         };
-        assert!(wire
-            .start(7, target, Some(b"\x0a\x01x".to_vec()), true)
-            .is_empty());
+        assert!(wire.unary(7, target, b"\x0a\x01x", 500).is_empty());
         assert!(wire.is_running(7));
         let produced = wire.reset("connect failed: refused").unwrap();
         assert_eq!(produced.len(), 1);
