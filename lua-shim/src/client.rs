@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use base64::Engine;
+use grpc_wasm::timeout::encode_timeout;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tonic::transport::Channel;
@@ -340,7 +341,7 @@ impl Client {
         Ok(self.produced(produced))
     }
 
-    /// Events of wire calls into the module; returns the calls woken.
+    /// Transport events into the module; returns the calls woken.
     fn produced(&self, produced: Produced) -> Vec<u32> {
         if produced.is_empty() {
             return Vec::new();
@@ -398,12 +399,7 @@ impl Client {
             (UPSTREAM_HEADER.into(), conn.to_string().into_bytes()),
         ];
         if let Some(ms) = options.timeout_ms {
-            // grpc-timeout allows at most 8 digits.
-            let value = if ms < 100_000_000 {
-                format!("{}m", ms.max(1))
-            } else {
-                format!("{}S", (ms / 1000).min(99_999_999))
-            };
+            let value = encode_timeout(Duration::from_millis(ms.max(1)));
             headers.push(("grpc-timeout".into(), value.into_bytes()));
         }
         if let Some(list) = &options.json_options {
@@ -622,18 +618,7 @@ impl Client {
         Arc::new(move |token, events: Vec<GrpcEvent>| {
             let Some(inner) = weak.upgrade() else { return };
             let client = Client { inner };
-            client.transport_over(token, &events);
-            let woken = {
-                let mut host = lock(&client.inner.host);
-                let delivered = events
-                    .into_iter()
-                    .all(|event| host.grpc_event(token, event).is_ok());
-                if delivered {
-                    client.run(&mut host)
-                } else {
-                    Vec::new()
-                }
-            };
+            let woken = client.produced(vec![(token, events)]);
             client.wake(woken);
         })
     }

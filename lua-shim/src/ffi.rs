@@ -246,6 +246,27 @@ pub unsafe extern "C" fn grpc_wasm_set_print_options(json: *const u8, len: usize
     })
 }
 
+/// The address and TLS options of both connect functions.
+///
+/// # Safety
+/// NUL-terminated strings; all but `addr` may be NULL.
+unsafe fn connect_args(
+    addr: *const c_char,
+    host: *const c_char,
+    ca: *const c_char,
+    cert: *const c_char,
+    key: *const c_char,
+) -> Result<(String, TlsOptions), String> {
+    let addr = text(addr).ok_or("no address")?;
+    let tls = TlsOptions {
+        host: text(host),
+        ca: text(ca),
+        cert: text(cert),
+        key: text(key),
+    };
+    Ok((addr, tls))
+}
+
 /// Opens a connection (lazily: the first call connects). Returns its id.
 ///
 /// # Safety
@@ -260,13 +281,7 @@ pub unsafe extern "C" fn grpc_wasm_connect(
 ) -> i32 {
     guard(|| {
         let p = process()?;
-        let addr = text(addr).ok_or("no address")?;
-        let tls = TlsOptions {
-            host: text(host),
-            ca: text(ca),
-            cert: text(cert),
-            key: text(key),
-        };
+        let (addr, tls) = connect_args(addr, host, ca, cert, key)?;
         let id = p.client.connect(&addr, &tls).map_err(|e| e.to_string())?;
         Ok(id as i32)
     })
@@ -288,13 +303,7 @@ pub unsafe extern "C" fn grpc_wasm_wire_connect(
 ) -> i32 {
     guard(|| {
         let p = process()?;
-        let addr = text(addr).ok_or("no address")?;
-        let tls = TlsOptions {
-            host: text(host),
-            ca: text(ca),
-            cert: text(cert),
-            key: text(key),
-        };
+        let (addr, tls) = connect_args(addr, host, ca, cert, key)?;
         let id = p
             .client
             .connect_wire(&addr, &tls)

@@ -47,6 +47,29 @@ impl TlsOptions {
     pub(crate) fn enabled(&self) -> bool {
         self.host.is_some() || self.ca.is_some() || self.cert.is_some() || self.key.is_some()
     }
+
+    /// The roots to trust, checked as PEM; `None`: the webpki roots.
+    pub(crate) fn ca_pem(&self) -> Result<Option<&str>, TransportError> {
+        match &self.ca {
+            Some(ca) => check_pem(ca, "ca").map(|()| Some(ca.as_str())),
+            None => Ok(None),
+        }
+    }
+
+    /// The client identity for mTLS, checked: both parts as PEM, or neither.
+    pub(crate) fn identity(&self) -> Result<Option<(&str, &str)>, TransportError> {
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                check_pem(cert, "cert")?;
+                check_pem(key, "priv_key")?;
+                Ok(Some((cert, key)))
+            }
+            (None, None) => Ok(None),
+            _ => Err(TransportError::Tls(
+                "mTLS needs both cert and priv_key".into(),
+            )),
+        }
+    }
 }
 
 /// A lazily connected, multiplexed HTTP/2 channel; it reconnects by itself
@@ -63,25 +86,12 @@ pub fn connect(addr: &str, tls: &TlsOptions) -> Result<Channel, TransportError> 
         if let Some(host) = &tls.host {
             config = config.domain_name(host.clone());
         }
-        match &tls.ca {
-            Some(ca) => {
-                check_pem(ca, "ca")?;
-                config = config.ca_certificate(Certificate::from_pem(ca));
-            }
-            None => config = config.with_enabled_roots(),
-        }
-        match (&tls.cert, &tls.key) {
-            (Some(cert), Some(key)) => {
-                check_pem(cert, "cert")?;
-                check_pem(key, "priv_key")?;
-                config = config.identity(Identity::from_pem(cert, key));
-            }
-            (None, None) => {}
-            _ => {
-                return Err(TransportError::Tls(
-                    "mTLS needs both cert and priv_key".into(),
-                ))
-            }
+        config = match tls.ca_pem()? {
+            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+            None => config.with_enabled_roots(),
+        };
+        if let Some((cert, key)) = tls.identity()? {
+            config = config.identity(Identity::from_pem(cert, key));
         }
         endpoint = endpoint
             .tls_config(config)

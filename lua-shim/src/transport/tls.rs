@@ -21,9 +21,8 @@ impl ClientTls {
     pub fn new(addr_host: &str, options: &TlsOptions) -> Result<ClientTls, TransportError> {
         let tls_error = |e: &dyn std::fmt::Display| TransportError::Tls(e.to_string());
         let mut roots = rustls::RootCertStore::empty();
-        match &options.ca {
+        match options.ca_pem()? {
             Some(ca) => {
-                super::check_pem(ca, "ca")?;
                 for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
                     let cert = cert.map_err(|e| TransportError::Tls(format!("ca: {e}")))?;
                     roots
@@ -38,10 +37,8 @@ impl ClientTls {
             .with_safe_default_protocol_versions()
             .map_err(|e| tls_error(&e))?
             .with_root_certificates(roots);
-        let mut config = match (&options.cert, &options.key) {
-            (Some(cert), Some(key)) => {
-                super::check_pem(cert, "cert")?;
-                super::check_pem(key, "priv_key")?;
+        let mut config = match options.identity()? {
+            Some((cert, key)) => {
                 let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| TransportError::Tls(format!("cert: {e}")))?;
@@ -51,12 +48,7 @@ impl ClientTls {
                     .with_client_auth_cert(chain, key)
                     .map_err(|e| tls_error(&e))?
             }
-            (None, None) => builder.with_no_client_auth(),
-            _ => {
-                return Err(TransportError::Tls(
-                    "mTLS needs both cert and priv_key".into(),
-                ))
-            }
+            None => builder.with_no_client_auth(),
         };
         config.alpn_protocols = vec![b"h2".to_vec()];
         let name = options.host.as_deref().unwrap_or(addr_host);

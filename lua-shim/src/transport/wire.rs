@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
+use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder};
+use grpc_wasm::timeout::encode_timeout;
 use h2::client::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -316,8 +318,12 @@ impl Wire {
             Err(e) => return vec![(token, vec![close(INTERNAL, &e)])],
         };
         let unary = message.is_some();
+        let first = match message.map(frame).transpose() {
+            Ok(first) => first,
+            Err(e) => return vec![(token, vec![close(INTERNAL, &e)])],
+        };
         let outbox = Arc::new(Mutex::new(Outbox {
-            messages: message.map(frame).into_iter().collect(),
+            messages: first.into_iter().collect(),
             closed: unary,
             task: None,
         }));
@@ -335,7 +341,14 @@ impl Wire {
     }
 
     pub fn send(&mut self, token: u32, message: &[u8]) -> Produced {
-        self.outbox(token, |outbox| outbox.messages.push_back(frame(message)))
+        match frame(message) {
+            Ok(framed) => self.outbox(token, |outbox| outbox.messages.push_back(framed)),
+            Err(e) => {
+                let mut produced = self.cancel(token);
+                produced.push((token, vec![close(INTERNAL, &e)]));
+                produced
+            }
+        }
     }
 
     pub fn close_send(&mut self, token: u32) -> Produced {
@@ -382,12 +395,7 @@ impl Wire {
             .map_err(|e| format!("invalid method path: {e}"))?;
         let headers = request.headers_mut();
         if let Some(ms) = timeout_ms {
-            // At most eight digits: seconds past 99,999,999 ms.
-            let value = if ms < 100_000_000 {
-                format!("{}m", ms.max(1))
-            } else {
-                format!("{}S", ms / 1000)
-            };
+            let value = encode_timeout(std::time::Duration::from_millis(u64::from(ms.max(1))));
             if let Ok(value) = http::HeaderValue::from_str(&value) {
                 headers.insert("grpc-timeout", value);
             }
@@ -455,37 +463,14 @@ impl Wire {
 }
 
 fn close(code: u32, message: &str) -> GrpcEvent {
-    GrpcEvent::Close(code, raw_message(message))
+    GrpcEvent::Close(code, super::raw_message(message))
 }
 
-fn raw_message(message: &str) -> Vec<u8> {
-    super::raw_message(message)
-}
-
-/// One length-prefixed, uncompressed gRPC message.
-fn frame(message: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(5 + message.len());
-    out.extend_from_slice(&[0]);
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(message);
-    out.freeze()
-}
-
-/// Splits complete gRPC messages off `buf`.
-fn messages(buf: &mut BytesMut) -> Result<Vec<Vec<u8>>, String> {
-    let mut out = Vec::new();
-    while buf.len() >= 5 {
-        if buf[0] != 0 {
-            return Err("the server sent a compressed message; none was asked for".into());
-        }
-        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-        if buf.len() < 5 + len {
-            break;
-        }
-        buf.advance(5);
-        out.push(buf.split_to(len).to_vec());
-    }
-    Ok(out)
+/// One length-prefixed, uncompressed gRPC message, framed by the core.
+fn frame(message: &[u8]) -> Result<Bytes, String> {
+    encode_frame(message, Compression::Identity)
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
 }
 
 fn pairs(headers: &http::HeaderMap) -> Pairs {
@@ -504,18 +489,6 @@ fn status_of(headers: &http::HeaderMap) -> Option<(u32, Vec<u8>)> {
         .map(|v| v.as_bytes().to_vec())
         .unwrap_or_default();
     Some((code, message))
-}
-
-/// An HTTP status that is not 200, as gRPC's HTTP-to-gRPC mapping has it.
-fn http_code(status: http::StatusCode) -> u32 {
-    match status.as_u16() {
-        400 => INTERNAL,
-        401 => 16,
-        403 => 7,
-        404 => 12,
-        429 | 502 | 503 | 504 => UNAVAILABLE,
-        _ => 2,
-    }
 }
 
 /// A call's request half: the messages its outbox gets, then the end.
@@ -601,12 +574,13 @@ async fn run_call(
         return out;
     }
     if parts.status != http::StatusCode::OK {
-        let message = format!("HTTP status {} from the server", parts.status.as_u16());
-        return vec![close(http_code(parts.status), &message)];
+        let status = grpc_wasm::Status::from_http_status(parts.status.as_u16());
+        return vec![close(status.code.as_i32() as u32, &status.message)];
     }
     let initial = GrpcEvent::InitialMetadata(pairs(&parts.headers));
     let mut received = Vec::new();
-    let mut buf = BytesMut::new();
+    // We ask for no compression (no grpc-accept-encoding).
+    let mut decoder = FrameDecoder::default();
     let mut initial = if unary {
         Some(initial)
     } else {
@@ -624,11 +598,15 @@ async fn run_call(
             Err(e) => return failed(e),
         };
         let _ = recv.flow_control().release_capacity(chunk.len());
-        buf.extend_from_slice(&chunk);
-        let complete = match messages(&mut buf) {
-            Ok(complete) => complete,
-            Err(e) => return vec![close(INTERNAL, &e)],
-        };
+        decoder.push(&chunk);
+        let mut complete = Vec::new();
+        loop {
+            match decoder.next_message() {
+                Ok(Some(message)) => complete.push(message),
+                Ok(None) => break,
+                Err(e) => return vec![close(INTERNAL, &e.to_string())],
+            }
+        }
         if unary {
             received.extend(complete);
         } else if !complete.is_empty() {
@@ -644,6 +622,9 @@ async fn run_call(
         Ok(trailers) => trailers.unwrap_or_default(),
         Err(e) => return failed(e),
     };
+    if let Err(e) = decoder.finish() {
+        return vec![close(INTERNAL, &e.to_string())];
+    }
     let (code, message) = status_of(&trailers).unwrap_or((
         INTERNAL,
         b"the server ended the response without grpc-status".to_vec(),
@@ -666,26 +647,13 @@ async fn run_call(
 mod tests {
     use super::*;
 
-    #[test]
-    fn frames_round_trip() {
-        let mut buf = BytesMut::new();
-        buf.extend_from_slice(&frame(b"abc"));
-        buf.extend_from_slice(&frame(b""));
-        buf.extend_from_slice(&frame(b"xy")[..4]);
-        assert_eq!(messages(&mut buf).unwrap(), vec![b"abc".to_vec(), vec![]]);
-        assert_eq!(buf.len(), 4);
-        buf.extend_from_slice(&frame(b"xy")[4..]);
-        assert_eq!(messages(&mut buf).unwrap(), vec![b"xy".to_vec()]);
-        assert!(buf.is_empty());
-    }
-
-    #[test]
-    fn compressed_messages_are_refused() {
-        let mut buf = BytesMut::from(&[1u8, 0, 0, 0, 1, 7][..]);
-        assert_eq!(
-            messages(&mut buf).unwrap_err(),
-            "the server sent a compressed message; none was asked for"
-        );
+    fn greeter() -> GrpcTarget {
+        GrpcTarget {
+            upstream: "1".into(),
+            service: "helloworld.Greeter".into(),
+            method: "SayHello".into(),
+            metadata: vec![],
+        }
     }
 
     #[test]
@@ -702,12 +670,7 @@ mod tests {
     #[test]
     fn a_server_that_speaks_no_http2_ends_the_connection_and_its_calls() {
         let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
-        let target = GrpcTarget {
-            upstream: "1".into(),
-            service: "helloworld.Greeter".into(),
-            method: "SayHello".into(),
-            metadata: vec![],
-        };
+        let target = greeter();
         assert!(wire.unary(3, target, b"", 500).is_empty());
         assert!(!wire.is_over());
         let produced = wire.input(b"HTTP/1.1 400 Bad Request\r\n\r\n");
@@ -740,7 +703,7 @@ mod tests {
                 .get(name)
                 .map(|v| v.to_str().unwrap().to_string())
         };
-        assert_eq!(header(&request, "grpc-timeout").as_deref(), Some("250m"));
+        assert_eq!(header(&request, "grpc-timeout").as_deref(), Some("250000u"));
         assert_eq!(header(&request, "x-id").as_deref(), Some("7"));
         assert_eq!(header(&request, "te").as_deref(), Some("trailers"));
         let long = wire.request(&target, Some(200_000_000)).unwrap();
@@ -752,12 +715,7 @@ mod tests {
     #[test]
     fn a_reset_fails_running_calls() {
         let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
-        let target = GrpcTarget {
-            upstream: "1".into(),
-            service: "helloworld.Greeter".into(),
-            method: "SayHello".into(),
-            metadata: vec![],
-        };
+        let target = greeter();
         assert!(wire.unary(7, target, b"\x0a\x01x", 500).is_empty());
         assert!(wire.is_running(7));
         let produced = wire.reset("connect failed: refused").unwrap();

@@ -89,6 +89,16 @@ local function find_shim()
     return path
 end
 
+-- Wakes the calls whose ids are the first n of ids.
+local function post_ready(ids, n)
+    for i = 0, n - 1 do
+        local sema = waiters[ids[i]]
+        if sema then
+            sema:post(1)
+        end
+    end
+end
+
 -- The semaphores of ready calls are posted from here: one light thread per
 -- worker reading the socket the native side writes a byte to.
 local function reader(premature, path)
@@ -111,12 +121,7 @@ local function reader(premature, path)
         end
         while true do
             local n = C.grpc_wasm_ready(ready_ids, 256)
-            for i = 0, n - 1 do
-                local sema = waiters[ready_ids[i]]
-                if sema then
-                    sema:post(1)
-                end
-            end
+            post_ready(ready_ids, n)
             if n < 256 then
                 break
             end
@@ -181,15 +186,6 @@ end
 -- thread reads, one writes). A call then never leaves nginx's thread.
 local pumps = {} -- conn id -> pump
 local call_pumps = {} -- call id -> pump
-
-local function post_ready(ids, n)
-    for i = 0, n - 1 do
-        local sema = waiters[ids[i]]
-        if sema then
-            sema:post(1)
-        end
-    end
-end
 
 local function pump_reset(pump, reason)
     local n = C.grpc_wasm_wire_reset(pump.id, reason, pump.ids, 256)
