@@ -36,6 +36,18 @@ def test_unary_json_to_grpc_and_back(envoy):
     assert headers["content-type"] == "application/json"
 
 
+def test_the_upstream_gets_a_grpc_request(envoy):
+    # urllib sends content-length; the filter rewrites the header block in one host call.
+    status, body, _ = envoy.post("/grpcwasm.testing.Testing/EchoMetadata", {}, {"x-kept": "yes"})
+    assert status == 200, envoy.log()
+    seen = body["metadata"]
+    assert seen["content-type"] == "application/grpc"
+    assert seen["te"] == "trailers"
+    assert seen["x-grpc-wasm-original-path"] == "/grpcwasm.testing.Testing/EchoMetadata"
+    assert seen["x-kept"] == "yes"
+    assert "content-length" not in seen
+
+
 def test_empty_object_is_the_empty_message(envoy):
     status, body, _ = envoy.post("/helloworld.Greeter/SayHello", {})
     assert (status, body) == (200, {"message": "Hello !"}), envoy.log()

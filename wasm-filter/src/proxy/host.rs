@@ -64,6 +64,7 @@ extern "C" {
         grpc_status: i32,
     ) -> u32;
     fn proxy_get_header_map_pairs(map: u32, ret_ptr: *mut *mut u8, ret_len: *mut usize) -> u32;
+    fn proxy_set_header_map_pairs(map: u32, pairs: *const u8, pairs_len: usize) -> u32;
     fn proxy_get_current_time_nanoseconds(ret: *mut u64) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
     fn proxy_get_property(
@@ -197,6 +198,30 @@ impl HeaderMap {
             .iter()
             .find(|(k, _)| &self.bytes[k.clone()] == name.as_bytes())
             .map(|(_, v)| &self.bytes[v.clone()])
+    }
+
+    /// Sets `set` and drops `remove` in the host's map `map` (the one this
+    /// was read from). Every host call crosses the VM boundary, which costs
+    /// more than rebuilding a header block: nothing is sent when nothing
+    /// differs, one replace or remove for one change, else the whole edited
+    /// map in one call.
+    pub fn edit(&self, map: u32, set: &[(&str, &str)], remove: &[&str]) -> Result<(), HostStatus> {
+        let sets = set.iter().filter(|(k, v)| self.get(k) != Some(v));
+        let removes = remove.iter().filter(|k| self.bytes(k).is_some());
+        match (sets.clone().count(), removes.clone().count()) {
+            (0, 0) => Ok(()),
+            (1, 0) => sets.map(|(k, v)| set_header(map, k, v)).collect(),
+            (0, 1) => removes.map(|k| remove_header(map, k)).collect(),
+            _ => {
+                let entries: Vec<(&[u8], &[u8])> = self
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (&self.bytes[k.clone()], &self.bytes[v.clone()]))
+                    .collect();
+                let edited = pairs::serialize(&pairs::edited(&entries, set, remove));
+                check(unsafe { proxy_set_header_map_pairs(map, edited.as_ptr(), edited.len()) })
+            }
+        }
     }
 }
 

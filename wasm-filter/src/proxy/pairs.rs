@@ -5,21 +5,21 @@
 use std::ops::Range;
 
 /// Serializes header pairs for the host.
-pub fn serialize(pairs: &[(&str, &[u8])]) -> Vec<u8> {
+pub fn serialize<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<u8> {
     let size = 4 + pairs
         .iter()
-        .map(|(k, v)| 8 + k.len() + v.len() + 2)
+        .map(|(k, v)| 8 + k.as_ref().len() + v.as_ref().len() + 2)
         .sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
     for (k, v) in pairs {
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(k.as_ref().len() as u32).to_le_bytes());
+        out.extend_from_slice(&(v.as_ref().len() as u32).to_le_bytes());
     }
     for (k, v) in pairs {
-        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(k.as_ref());
         out.push(0);
-        out.extend_from_slice(v);
+        out.extend_from_slice(v.as_ref());
         out.push(0);
     }
     out
@@ -65,13 +65,44 @@ pub fn deserialize(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
     )
 }
 
+/// `entries` in their order with `set` applied in place (a repeated name
+/// keeps one entry, as a replace does) and `remove` left out; names new to
+/// the map go last.
+pub fn edited<'a>(
+    entries: &[(&'a [u8], &'a [u8])],
+    set: &[(&'a str, &'a str)],
+    remove: &[&str],
+) -> Vec<(&'a [u8], &'a [u8])> {
+    let mut placed = vec![false; set.len()];
+    let mut out = Vec::with_capacity(entries.len() + set.len());
+    for &(name, value) in entries {
+        if remove.iter().any(|r| r.as_bytes() == name) {
+            continue;
+        }
+        match set.iter().position(|(s, _)| s.as_bytes() == name) {
+            Some(i) if placed[i] => {}
+            Some(i) => {
+                placed[i] = true;
+                out.push((name, set[i].1.as_bytes()));
+            }
+            None => out.push((name, value)),
+        }
+    }
+    for (&(k, v), done) in set.iter().zip(placed) {
+        if !done {
+            out.push((k.as_bytes(), v.as_bytes()));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn layout_matches_the_host() {
-        let bytes = serialize(&[("grpc-status", b"0"), ("grpc-message", b"")]);
+        let bytes = serialize(&[("grpc-status", &b"0"[..]), ("grpc-message", &b""[..])]);
         let mut expected = vec![2, 0, 0, 0, 11, 0, 0, 0, 1, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0];
         expected.extend_from_slice(b"grpc-status\x000\x00grpc-message\x00\x00");
         assert_eq!(bytes, expected);
@@ -93,5 +124,32 @@ mod tests {
         assert!(deserialize(&extra).is_none());
         assert!(deserialize(&[0xff, 0xff, 0xff, 0xff]).is_none());
         assert_eq!(deserialize(&[]), Some(vec![]));
+    }
+
+    #[test]
+    fn an_edit_keeps_order_replaces_in_place_and_appends_new_names() {
+        let entries: Vec<(&[u8], &[u8])> = vec![
+            (b":path", b"/v1/greet"),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"16"),
+            (b"x-a", b"1"),
+            (b"content-type", b"text/plain"),
+        ];
+        let out = edited(
+            &entries,
+            &[
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+                (":path", "/p.S/M"),
+            ],
+            &["content-length", "absent"],
+        );
+        let expected: Vec<(&[u8], &[u8])> = vec![
+            (b":path", b"/p.S/M"),
+            (b"content-type", b"application/grpc"),
+            (b"x-a", b"1"),
+            (b"te", b"trailers"),
+        ];
+        assert_eq!(out, expected);
     }
 }
