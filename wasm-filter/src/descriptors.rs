@@ -3,6 +3,7 @@
 //! without supplying them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use prost::Message;
 use prost_reflect::{DescriptorPool, MessageDescriptor, MethodDescriptor};
@@ -52,12 +53,26 @@ pub enum StreamingKind {
 #[derive(Debug, Clone)]
 pub struct Method {
     descriptor: MethodDescriptor,
+    /// Kept: a transcoded request needs it as its `:path`.
+    path: Arc<str>,
 }
 
 impl Method {
+    fn new(descriptor: MethodDescriptor) -> Method {
+        let path = format!(
+            "/{}/{}",
+            descriptor.parent_service().full_name(),
+            descriptor.name()
+        );
+        Method {
+            descriptor,
+            path: path.into(),
+        }
+    }
+
     /// `/pkg.Service/Method`, the HTTP/2 `:path` of a call.
-    pub fn path(&self) -> String {
-        format!("/{}/{}", self.service_name(), self.name())
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
     /// `pkg.Service`.
@@ -144,7 +159,18 @@ impl Registry {
             .methods()
             .find(|m| m.name() == method)
             .ok_or_else(|| Error::UnknownMethod(format!("/{}/{}", service.full_name(), method)))?;
-        Ok(Method { descriptor })
+        Ok(Method::new(descriptor))
+    }
+
+    /// Every method of every service, keyed by its path, for lookups that
+    /// are made on each request.
+    pub fn methods_by_path(&self) -> HashMap<Box<str>, Method> {
+        self.pool
+            .services()
+            .flat_map(|service| service.methods().collect::<Vec<_>>())
+            .map(Method::new)
+            .map(|m| (m.path().into(), m))
+            .collect()
     }
 
     /// Looks up a message type by its full name, e.g. `routeguide.Point`.

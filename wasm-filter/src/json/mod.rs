@@ -1,5 +1,6 @@
 //! JSON ⇄ protobuf for any message type, following the proto3 JSON mapping.
 
+mod flat;
 mod parse;
 mod print;
 mod tree;
@@ -62,10 +63,21 @@ pub fn json_to_message(
     json: &[u8],
     options: &JsonOptions,
 ) -> Result<DynamicMessage, Error> {
-    let tree: tree::Json = serde_json::from_slice(json).map_err(|e| Error::Json {
+    fit(desc, read_tree(json)?, options)
+}
+
+fn read_tree(json: &[u8]) -> Result<tree::Json<'_>, Error> {
+    serde_json::from_slice(json).map_err(|e| Error::Json {
         path: String::new(),
         message: format!("invalid JSON: {e}"),
-    })?;
+    })
+}
+
+fn fit(
+    desc: &MessageDescriptor,
+    tree: tree::Json,
+    options: &JsonOptions,
+) -> Result<DynamicMessage, Error> {
     parse::Parser { options }
         .message(desc, tree)
         .map_err(|e| Error::Json {
@@ -81,7 +93,13 @@ pub fn json_to_protobuf(
     json: &[u8],
     options: &JsonOptions,
 ) -> Result<Vec<u8>, Error> {
-    json_to_message(desc, json, options).map(|m| encode_deterministic(&m))
+    let tree = read_tree(json)?;
+    if flat::is_flat(desc) {
+        if let Some(bytes) = flat::encode(desc, &tree, options) {
+            return Ok(bytes);
+        }
+    }
+    fit(desc, tree, options).map(|m| encode_deterministic(&m))
 }
 
 /// Decodes protobuf bytes of type `desc`.
@@ -111,6 +129,11 @@ pub fn protobuf_to_json(
     bytes: &[u8],
     options: &JsonOptions,
 ) -> Result<String, Error> {
+    if flat::is_flat(desc) {
+        if let Some(json) = flat::print(desc, bytes, options) {
+            return Ok(json);
+        }
+    }
     message_to_json(&decode_message(desc, bytes)?, options)
 }
 

@@ -256,7 +256,7 @@ impl Parser<'_> {
         Ok(Some(value))
     }
 
-    fn enumeration(&self, desc: &EnumDescriptor, json: &Json) -> Result<Option<i32>> {
+    pub(super) fn enumeration(&self, desc: &EnumDescriptor, json: &Json) -> Result<Option<i32>> {
         if desc.full_name() == "google.protobuf.NullValue" && *json == Json::Null {
             return Ok(Some(0));
         }
@@ -487,7 +487,7 @@ fn list_value_desc(desc: &MessageDescriptor) -> Result<MessageDescriptor> {
 }
 
 /// Fields where JSON null is a value rather than "not set".
-fn takes_null(field: &FieldDescriptor) -> bool {
+pub(super) fn takes_null(field: &FieldDescriptor) -> bool {
     !field.is_list() && !field.is_map() && kind_takes_null(&field.kind())
 }
 
@@ -574,7 +574,7 @@ fn out_of_range() -> ParseError {
 }
 
 /// A signed integer from a JSON number or a string holding one.
-fn parse_int(json: &Json, min: i64, max: i64) -> Result<i64> {
+pub(super) fn parse_int(json: &Json, min: i64, max: i64) -> Result<i64> {
     let value = integer(json)?;
     if value < min as i128 || value > max as i128 {
         return Err(out_of_range());
@@ -608,7 +608,7 @@ fn is_plain_integer(s: &str) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
-fn parse_uint(json: &Json, max: u64) -> Result<u64> {
+pub(super) fn parse_uint(json: &Json, max: u64) -> Result<u64> {
     let value = integer(json)?;
     if value < 0 || value > max as i128 {
         return Err(out_of_range());
@@ -626,7 +626,7 @@ fn float_to_int(f: f64) -> Result<i128> {
     Ok(f as i128)
 }
 
-fn parse_f64(json: &Json) -> Result<f64> {
+pub(super) fn parse_f64(json: &Json) -> Result<f64> {
     match json {
         Json::Float(f) => Ok(*f),
         Json::Signed(v) => Ok(*v as f64),
@@ -647,7 +647,7 @@ fn parse_f64(json: &Json) -> Result<f64> {
     }
 }
 
-fn parse_f32(json: &Json) -> Result<f32> {
+pub(super) fn parse_f32(json: &Json) -> Result<f32> {
     let value = parse_f64(json)?;
     let narrowed = value as f32;
     if value.is_finite() && narrowed.is_infinite() {
@@ -656,7 +656,7 @@ fn parse_f32(json: &Json) -> Result<f32> {
     Ok(narrowed)
 }
 
-fn parse_bytes(json: &Json) -> Result<Vec<u8>> {
+pub(super) fn parse_bytes(json: &Json) -> Result<Vec<u8>> {
     let Json::String(s) = json else {
         return expected("base64 string", json);
     };

@@ -65,7 +65,7 @@ impl Printer<'_> {
         Ok(())
     }
 
-    fn key(&mut self, name: &str, first: &mut bool) {
+    pub(super) fn key(&mut self, name: &str, first: &mut bool) {
         if !*first {
             self.out.push(',');
         }
@@ -128,7 +128,7 @@ impl Printer<'_> {
         Ok(())
     }
 
-    fn single(&mut self, kind: &Kind, value: &Value) -> Result {
+    pub(super) fn single(&mut self, kind: &Kind, value: &Value) -> Result {
         match value {
             Value::Bool(b) => self.out.push_str(if *b { "true" } else { "false" }),
             Value::I32(n) => self.integer(*n, false),
@@ -138,16 +138,18 @@ impl Printer<'_> {
             Value::F32(f) => self.float32(*f),
             Value::F64(f) => self.float64(*f),
             Value::String(s) => self.string(s),
-            Value::Bytes(b) => {
-                self.out.push('"');
-                STANDARD.encode_string(b, &mut self.out);
-                self.out.push('"');
-            }
+            Value::Bytes(b) => self.bytes(b),
             Value::EnumNumber(n) => self.enumeration(kind, *n),
             Value::Message(m) => self.message(m)?,
             Value::List(_) | Value::Map(_) => return Err("nested list or map value".into()),
         }
         Ok(())
+    }
+
+    pub(super) fn bytes(&mut self, b: &[u8]) {
+        self.out.push('"');
+        STANDARD.encode_string(b, &mut self.out);
+        self.out.push('"');
     }
 
     fn integer(&mut self, n: impl itoa::Integer, quoted: bool) {
@@ -200,7 +202,7 @@ impl Printer<'_> {
         }
     }
 
-    fn string(&mut self, s: &str) {
+    pub(super) fn string(&mut self, s: &str) {
         self.out.reserve(s.len() + 2);
         self.out.push('"');
         let mut start = 0;

@@ -22,13 +22,14 @@
 //! the method through the host (`proxy_grpc_call` / `proxy_grpc_stream`);
 //! the request never goes to the route's upstream.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::Deserialize;
 
 use super::http_rule::{bindings_of, Binding};
+use crate::descriptors::Method;
 use crate::json::JsonOptions;
 use crate::{Metadata, MetadataValue, Registry};
 
@@ -134,6 +135,9 @@ fn default_max_body() -> usize {
 #[derive(Debug)]
 pub struct FilterConfig {
     pub registry: Registry,
+    /// `/pkg.Service/Method` to its method: one hash per request instead
+    /// of a service lookup, a method scan and a formatted path.
+    pub methods: HashMap<Box<str>, Method>,
     pub json: JsonOptions,
     /// Exposed services; `None` exposes all.
     pub services: Option<Vec<String>>,
@@ -181,6 +185,7 @@ impl FilterConfig {
         let callout = raw.callout.map(check_callout).transpose()?;
         let p = raw.print_options;
         Ok(FilterConfig {
+            methods: registry.methods_by_path(),
             registry,
             json: JsonOptions {
                 emit_defaults: p.emit_defaults,

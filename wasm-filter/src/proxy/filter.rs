@@ -45,7 +45,9 @@ struct Stream {
 
 thread_local! {
     static ROOTS: RefCell<IdMap<Rc<FilterConfig>>> = RefCell::new(IdMap::default());
-    static STREAMS: RefCell<IdMap<Stream>> = RefCell::new(IdMap::default());
+    /// Shared cells: a callback borrows its stream in place, and a re-entrant
+    /// callback for the same stream finds it borrowed and does nothing.
+    static STREAMS: RefCell<IdMap<Rc<RefCell<Stream>>>> = RefCell::new(IdMap::default());
 }
 
 #[no_mangle]
@@ -70,7 +72,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
         STREAMS.with(|s| {
             s.borrow_mut().insert(
                 context_id,
-                Stream {
+                Rc::new(RefCell::new(Stream {
                     config,
                     route: None,
                     answered: false,
@@ -78,7 +80,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
                     call: None,
                     decoder: None,
                     encoding: Compression::Identity,
-                },
+                })),
             )
         });
     }
@@ -416,11 +418,12 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
         if stream.decoder.is_some() {
             return end_stream(stream, &trailers, &status);
         }
-        // The whole buffered body: the host stops at its end.
+        // The whole buffered body: the host stops at its end. The trailers
+        // stay as the upstream sent them, as with Envoy's own transcoder
+        // (HTTP/1.1 clients never see them); changing them would cost a
+        // host call per request.
         let body = host::buffer(BUFFER_RESPONSE_BODY, 0, u32::MAX as usize);
-        let action = finish(stream, body, status);
-        remove_status(&trailers);
-        action
+        finish(stream, body, status)
     })
 }
 
@@ -450,10 +453,8 @@ fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32
 /// VM per request, and this one suffices.)
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
-    if let Some(Stream {
-        call: Some(call), ..
-    }) = STREAMS.with(|s| s.borrow_mut().remove(&context_id))
-    {
+    let removed = STREAMS.with(|s| s.borrow_mut().remove(&context_id));
+    if let Some(call) = removed.and_then(|st| st.try_borrow_mut().ok()?.call.take()) {
         callout_host::cancel(&call);
     }
     ROOTS.with(|r| r.borrow_mut().remove(&context_id));
@@ -505,7 +506,7 @@ pub extern "C" fn proxy_on_tick(_root_id: u32) {
     let contexts: Vec<u32> = STREAMS.with(|s| {
         s.borrow()
             .iter()
-            .filter(|(_, st)| st.call.is_some())
+            .filter(|(_, st)| st.try_borrow().is_ok_and(|st| st.call.is_some()))
             .map(|(id, _)| *id)
             .collect()
     });
@@ -763,12 +764,13 @@ fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
 }
 
 fn with_stream(context_id: u32, default: u32, f: impl FnOnce(&mut Stream) -> u32) -> u32 {
-    // Taken out of the map while in use, so that a re-entrant host callback
-    // finds no borrowed RefCell.
-    let Some(mut stream) = STREAMS.with(|s| s.borrow_mut().remove(&context_id)) else {
+    let Some(cell) = STREAMS.with(|s| s.borrow().get(&context_id).cloned()) else {
         return default;
     };
-    let action = f(&mut stream);
-    STREAMS.with(|s| s.borrow_mut().insert(context_id, stream));
-    action
+    // Borrowed already: a host call made from this stream's own callback
+    // (a local reply) re-entered the module.
+    let Ok(mut stream) = cell.try_borrow_mut() else {
+        return default;
+    };
+    f(&mut stream)
 }

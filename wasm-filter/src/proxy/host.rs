@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::pairs;
+use super::pairs::{self, Edit};
 
 pub const LOG_INFO: u32 = 2;
 pub const LOG_WARN: u32 = 3;
@@ -206,22 +206,20 @@ impl HeaderMap {
     /// differs, one replace or remove for one change, else the whole edited
     /// map in one call.
     pub fn edit(&self, map: u32, set: &[(&str, &str)], remove: &[&str]) -> Result<(), HostStatus> {
-        let sets = set.iter().filter(|(k, v)| self.get(k) != Some(v));
-        let removes = remove.iter().filter(|k| self.bytes(k).is_some());
-        match (sets.clone().count(), removes.clone().count()) {
-            (0, 0) => Ok(()),
-            (1, 0) => sets.map(|(k, v)| set_header(map, k, v)).collect(),
-            (0, 1) => removes.map(|k| remove_header(map, k)).collect(),
-            _ => {
-                let entries: Vec<(&[u8], &[u8])> = self
-                    .entries
-                    .iter()
-                    .map(|(k, v)| (&self.bytes[k.clone()], &self.bytes[v.clone()]))
-                    .collect();
-                let edited = pairs::serialize(&pairs::edited(&entries, set, remove));
-                check(unsafe { proxy_set_header_map_pairs(map, edited.as_ptr(), edited.len()) })
-            }
+        match pairs::edit(self.pairs(), set, remove) {
+            Edit::Nothing => Ok(()),
+            Edit::Set(name, value) => set_header(map, name, value),
+            Edit::Remove(name) => remove_header(map, name),
+            Edit::Rewrite(map_bytes) => check(unsafe {
+                proxy_set_header_map_pairs(map, map_bytes.as_ptr(), map_bytes.len())
+            }),
         }
+    }
+
+    fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.entries
+            .iter()
+            .map(|(k, v)| (&self.bytes[k.clone()], &self.bytes[v.clone()]))
     }
 }
 

@@ -65,35 +65,66 @@ pub fn deserialize(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
     )
 }
 
-/// `entries` in their order with `set` applied in place (a repeated name
-/// keeps one entry, as a replace does) and `remove` left out; names new to
-/// the map go last.
-pub fn edited<'a>(
-    entries: &[(&'a [u8], &'a [u8])],
+/// The host calls that an edit of a map takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit<'a> {
+    Nothing,
+    Set(&'a str, &'a str),
+    Remove(&'a str),
+    /// More than one change: the whole map, serialized.
+    Rewrite(Vec<u8>),
+}
+
+/// Applies `set` (replace, or add when absent) and `remove` to `entries`,
+/// comparing each entry once. A name that already holds its value costs
+/// nothing and one change is one replace or remove; more changes come back
+/// as the edited map (order kept, a repeated `set` name left once, new
+/// names last), to be written in one host call.
+pub fn edit<'a>(
+    entries: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     set: &[(&'a str, &'a str)],
-    remove: &[&str],
-) -> Vec<(&'a [u8], &'a [u8])> {
+    remove: &[&'a str],
+) -> Edit<'a> {
     let mut placed = vec![false; set.len()];
-    let mut out = Vec::with_capacity(entries.len() + set.len());
-    for &(name, value) in entries {
-        if remove.iter().any(|r| r.as_bytes() == name) {
+    let mut out: Vec<(&[u8], &[u8])> = Vec::with_capacity(16);
+    let mut changes = 0;
+    let mut last = Edit::Nothing;
+    for (name, value) in entries {
+        if let Some(r) = remove.iter().find(|r| r.as_bytes() == name) {
+            changes += 1;
+            last = Edit::Remove(r);
             continue;
         }
-        match set.iter().position(|(s, _)| s.as_bytes() == name) {
-            Some(i) if placed[i] => {}
-            Some(i) => {
-                placed[i] = true;
-                out.push((name, set[i].1.as_bytes()));
-            }
-            None => out.push((name, value)),
+        let Some(i) = set.iter().position(|(k, _)| k.as_bytes() == name) else {
+            out.push((name, value));
+            continue;
+        };
+        let (k, v) = set[i];
+        if placed[i] {
+            // A repeated name: a replace would leave one entry.
+            changes += 1;
+            last = Edit::Rewrite(Vec::new());
+            continue;
         }
+        placed[i] = true;
+        if value != v.as_bytes() {
+            changes += 1;
+            last = Edit::Set(k, v);
+        }
+        out.push((name, v.as_bytes()));
     }
     for (&(k, v), done) in set.iter().zip(placed) {
         if !done {
+            changes += 1;
+            last = Edit::Set(k, v);
             out.push((k.as_bytes(), v.as_bytes()));
         }
     }
-    out
+    match changes {
+        0 => Edit::Nothing,
+        1 if last != Edit::Rewrite(Vec::new()) => last,
+        _ => Edit::Rewrite(serialize(&out)),
+    }
 }
 
 #[cfg(test)]
@@ -135,8 +166,8 @@ mod tests {
             (b"x-a", b"1"),
             (b"content-type", b"text/plain"),
         ];
-        let out = edited(
-            &entries,
+        let out = edit(
+            entries.into_iter(),
             &[
                 ("content-type", "application/grpc"),
                 ("te", "trailers"),
@@ -150,6 +181,41 @@ mod tests {
             (b"x-a", b"1"),
             (b"te", b"trailers"),
         ];
-        assert_eq!(out, expected);
+        assert_eq!(out, Edit::Rewrite(serialize(&expected)));
+    }
+
+    #[test]
+    fn an_edit_takes_as_few_host_calls_as_its_changes() {
+        let entries: Vec<(&[u8], &[u8])> = vec![
+            (b":path", b"/p.S/M"),
+            (b"content-type", b"application/grpc"),
+            (b"content-length", b"3"),
+        ];
+        let plan = |set: &[(&'static str, &'static str)], remove: &[&'static str]| {
+            edit(entries.iter().copied(), set, remove)
+        };
+        assert_eq!(plan(&[(":path", "/p.S/M")], &["absent"]), Edit::Nothing);
+        assert_eq!(
+            plan(&[(":path", "/p.S/N")], &[]),
+            Edit::Set(":path", "/p.S/N")
+        );
+        assert_eq!(
+            plan(&[("te", "trailers")], &[]),
+            Edit::Set("te", "trailers")
+        );
+        assert_eq!(
+            plan(&[], &["content-length"]),
+            Edit::Remove("content-length")
+        );
+        assert!(matches!(
+            plan(&[("te", "trailers")], &["content-length"]),
+            Edit::Rewrite(_)
+        ));
+        let repeated: Vec<(&[u8], &[u8])> = vec![(b"te", b"trailers"), (b"te", b"trailers")];
+        let once: Vec<(&[u8], &[u8])> = vec![(b"te", b"trailers")];
+        assert_eq!(
+            edit(repeated.into_iter(), &[("te", "trailers")], &[]),
+            Edit::Rewrite(serialize(&once))
+        );
     }
 }

@@ -130,7 +130,11 @@ pub fn plan(
     if http_method != "POST" {
         return Plan::PassThrough;
     }
-    match config.registry.method(path) {
+    let found = match config.methods.get(path) {
+        Some(method) => Ok(method.clone()),
+        None => config.registry.method(path),
+    };
+    match found {
         Ok(method) if !config.exposes(method.service_name()) => not_found(config, path),
         Ok(method) => match method.streaming() {
             StreamingKind::Unary | StreamingKind::ServerStreaming => Plan::Transcode(Route::new(method, None)),

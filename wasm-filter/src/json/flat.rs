@@ -1,0 +1,455 @@
+//! Flat messages (proto3; every field a singular scalar, string, bytes or
+//! enum outside any real oneof) are most request and reply bodies. Their
+//! JSON is printed straight from the wire bytes: decoding into a
+//! `DynamicMessage` first costs a tree and an allocation per field, which is
+//! most of a small reply's cost in a wasm VM. Whatever this path is unsure
+//! of (an unknown field, an unexpected wire type, bad UTF-8) returns `None`,
+//! and the general path prints it or words the error, so both paths agree.
+
+use prost::encoding::{self, decode_key, decode_varint, encode_key, encode_varint, WireType};
+use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Syntax, Value};
+
+use super::parse::{parse_bytes, parse_f32, parse_f64, parse_int, parse_uint, takes_null, Parser};
+use super::print::Printer;
+use super::tree::Json;
+use super::{JsonOptions, WellKnown};
+
+/// Whether `desc` can take the flat path.
+pub(super) fn is_flat(desc: &MessageDescriptor) -> bool {
+    WellKnown::of(desc).is_none()
+        && desc.parent_file().syntax() == Syntax::Proto3
+        && desc.fields().all(|f| {
+            !f.is_list()
+                && !f.is_map()
+                && !matches!(f.kind(), Kind::Message(_))
+                && f.containing_oneof().is_none_or(|o| o.is_synthetic())
+        })
+}
+
+/// Encodes a flat message from its JSON object as prost-reflect would
+/// (fields in number order, implicit-presence defaults left out); `None`
+/// for anything the general parser should see, errors included.
+pub(super) fn encode(
+    desc: &MessageDescriptor,
+    json: &Json,
+    options: &JsonOptions,
+) -> Option<Vec<u8>> {
+    let Json::Object(entries) = json else {
+        return None;
+    };
+    let parser = Parser { options };
+    let mut seen: Vec<u32> = Vec::with_capacity(entries.len());
+    let mut values: Vec<(FieldDescriptor, Scalar)> = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        let field = desc
+            .get_field_by_json_name(key)
+            .or_else(|| desc.get_field_by_name(key))?;
+        if seen.contains(&field.number()) || takes_null(&field) {
+            return None;
+        }
+        seen.push(field.number());
+        if *value == Json::Null {
+            continue;
+        }
+        if let Some(v) = from_json(&parser, &field.kind(), value)? {
+            if field.supports_presence() || !is_default(&field, &v) {
+                values.push((field, v));
+            }
+        }
+    }
+    values.sort_unstable_by_key(|(f, _)| f.number());
+    let mut out = Vec::with_capacity(64);
+    for (field, value) in &values {
+        write(field.number(), &field.kind(), value, &mut out)?;
+    }
+    Some(out)
+}
+
+/// One JSON value as the general parser reads it: `Some(None)` is a value
+/// to skip (an unknown enum name, when those are ignored).
+fn from_json<'a>(parser: &Parser, kind: &Kind, json: &'a Json) -> Option<Option<Scalar<'a>>> {
+    let value = match kind {
+        Kind::String => match json {
+            Json::String(s) => return Some(Some(Scalar::Str(s))),
+            _ => return None,
+        },
+        Kind::Bytes => return Some(Some(Scalar::Owned(parse_bytes(json).ok()?))),
+        Kind::Double => Value::F64(parse_f64(json).ok()?),
+        Kind::Float => Value::F32(parse_f32(json).ok()?),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
+            Value::I32(parse_int(json, i32::MIN as i64, i32::MAX as i64).ok()? as i32)
+        }
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
+            Value::I64(parse_int(json, i64::MIN, i64::MAX).ok()?)
+        }
+        Kind::Uint32 | Kind::Fixed32 => Value::U32(parse_uint(json, u32::MAX as u64).ok()? as u32),
+        Kind::Uint64 | Kind::Fixed64 => Value::U64(parse_uint(json, u64::MAX).ok()?),
+        Kind::Bool => match json {
+            Json::Bool(b) => Value::Bool(*b),
+            _ => return None,
+        },
+        Kind::Enum(e) => match parser.enumeration(e, json).ok()? {
+            Some(n) => Value::EnumNumber(n),
+            None => return Some(None),
+        },
+        Kind::Message(_) => return None,
+    };
+    Some(Some(Scalar::Other(value)))
+}
+
+fn write(number: u32, kind: &Kind, value: &Scalar, out: &mut Vec<u8>) -> Option<()> {
+    let delimited = |bytes: &[u8], out: &mut Vec<u8>| {
+        encode_key(number, WireType::LengthDelimited, out);
+        encode_varint(bytes.len() as u64, out);
+        out.extend_from_slice(bytes);
+    };
+    match (kind, value) {
+        (_, Scalar::Str(s)) => delimited(s.as_bytes(), out),
+        (_, Scalar::Bytes(b)) => delimited(b, out),
+        (_, Scalar::Owned(b)) => delimited(b, out),
+        (Kind::Int32, Scalar::Other(Value::I32(v))) => encoding::int32::encode(number, v, out),
+        (Kind::Sint32, Scalar::Other(Value::I32(v))) => encoding::sint32::encode(number, v, out),
+        (Kind::Sfixed32, Scalar::Other(Value::I32(v))) => {
+            encoding::sfixed32::encode(number, v, out)
+        }
+        (Kind::Int64, Scalar::Other(Value::I64(v))) => encoding::int64::encode(number, v, out),
+        (Kind::Sint64, Scalar::Other(Value::I64(v))) => encoding::sint64::encode(number, v, out),
+        (Kind::Sfixed64, Scalar::Other(Value::I64(v))) => {
+            encoding::sfixed64::encode(number, v, out)
+        }
+        (Kind::Uint32, Scalar::Other(Value::U32(v))) => encoding::uint32::encode(number, v, out),
+        (Kind::Fixed32, Scalar::Other(Value::U32(v))) => encoding::fixed32::encode(number, v, out),
+        (Kind::Uint64, Scalar::Other(Value::U64(v))) => encoding::uint64::encode(number, v, out),
+        (Kind::Fixed64, Scalar::Other(Value::U64(v))) => encoding::fixed64::encode(number, v, out),
+        (Kind::Float, Scalar::Other(Value::F32(v))) => encoding::float::encode(number, v, out),
+        (Kind::Double, Scalar::Other(Value::F64(v))) => encoding::double::encode(number, v, out),
+        (Kind::Bool, Scalar::Other(Value::Bool(v))) => encoding::bool::encode(number, v, out),
+        (Kind::Enum(_), Scalar::Other(Value::EnumNumber(v))) => {
+            encoding::int32::encode(number, v, out)
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// A field's value as the wire holds it.
+#[derive(Clone, Copy)]
+enum Raw<'a> {
+    Varint(u64),
+    Fixed32(u32),
+    Fixed64(u64),
+    Delimited(&'a [u8]),
+}
+
+/// Prints a flat message; `None` sends the caller to the general path.
+pub(super) fn print(
+    desc: &MessageDescriptor,
+    bytes: &[u8],
+    options: &JsonOptions,
+) -> Option<String> {
+    let fields = read(desc, bytes)?;
+    let mut printer = Printer {
+        options,
+        out: String::with_capacity(16 + 2 * bytes.len()),
+    };
+    printer.out.push('{');
+    let mut first = true;
+    for field in desc.fields() {
+        // The last occurrence wins, as in any protobuf parser.
+        let raw = fields
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == field.number())
+            .map(|(_, r)| *r);
+        let value = match raw {
+            Some(raw) => Some(scalar(&field, raw)?),
+            None => None,
+        };
+        let has = match &value {
+            Some(v) => field.supports_presence() || !is_default(&field, v),
+            None => false,
+        };
+        if !has && !(options.emit_defaults && !field.supports_presence()) {
+            continue;
+        }
+        let name = if options.proto_field_names {
+            field.name()
+        } else {
+            field.json_name()
+        };
+        printer.key(name, &mut first);
+        match value {
+            Some(Scalar::Str(s)) => printer.string(s),
+            Some(Scalar::Bytes(b)) => printer.bytes(b),
+            Some(Scalar::Owned(b)) => printer.bytes(&b),
+            Some(Scalar::Other(v)) => printer.single(&field.kind(), &v).ok()?,
+            None => printer.single(&field.kind(), &field.default_value()).ok()?,
+        }
+    }
+    printer.out.push('}');
+    Some(printer.out)
+}
+
+/// The (number, value) pairs on the wire, in order; `None` for anything
+/// but known fields with the wire type their kind takes.
+fn read<'a>(desc: &MessageDescriptor, mut bytes: &'a [u8]) -> Option<Vec<(u32, Raw<'a>)>> {
+    let mut fields = Vec::new();
+    while !bytes.is_empty() {
+        let (number, wire_type) = decode_key(&mut bytes).ok()?;
+        let field = desc.get_field(number)?;
+        if wire_type != wire_type_of(&field.kind())? {
+            return None;
+        }
+        let raw = match wire_type {
+            WireType::Varint => Raw::Varint(decode_varint(&mut bytes).ok()?),
+            WireType::ThirtyTwoBit => {
+                let (head, rest) = bytes.split_first_chunk::<4>()?;
+                bytes = rest;
+                Raw::Fixed32(u32::from_le_bytes(*head))
+            }
+            WireType::SixtyFourBit => {
+                let (head, rest) = bytes.split_first_chunk::<8>()?;
+                bytes = rest;
+                Raw::Fixed64(u64::from_le_bytes(*head))
+            }
+            WireType::LengthDelimited => {
+                let len = usize::try_from(decode_varint(&mut bytes).ok()?).ok()?;
+                if len > bytes.len() {
+                    return None;
+                }
+                let (head, rest) = bytes.split_at(len);
+                bytes = rest;
+                Raw::Delimited(head)
+            }
+            WireType::StartGroup | WireType::EndGroup => return None,
+        };
+        fields.push((number, raw));
+    }
+    Some(fields)
+}
+
+fn wire_type_of(kind: &Kind) -> Option<WireType> {
+    Some(match kind {
+        Kind::Int32
+        | Kind::Int64
+        | Kind::Uint32
+        | Kind::Uint64
+        | Kind::Sint32
+        | Kind::Sint64
+        | Kind::Bool
+        | Kind::Enum(_) => WireType::Varint,
+        Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => WireType::ThirtyTwoBit,
+        Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => WireType::SixtyFourBit,
+        Kind::String | Kind::Bytes => WireType::LengthDelimited,
+        Kind::Message(_) => return None,
+    })
+}
+
+/// A value; strings and bytes stay borrowed from their input.
+enum Scalar<'a> {
+    Str(&'a str),
+    Bytes(&'a [u8]),
+    /// Bytes decoded from base64.
+    Owned(Vec<u8>),
+    Other(Value),
+}
+
+/// Decodes a value the way prost does (varints truncate to 32 bits).
+fn scalar<'a>(field: &FieldDescriptor, raw: Raw<'a>) -> Option<Scalar<'a>> {
+    let value = match (field.kind(), raw) {
+        (Kind::String, Raw::Delimited(b)) => return std::str::from_utf8(b).ok().map(Scalar::Str),
+        (Kind::Bytes, Raw::Delimited(b)) => return Some(Scalar::Bytes(b)),
+        (Kind::Int32, Raw::Varint(v)) => Value::I32(v as i32),
+        (Kind::Int64, Raw::Varint(v)) => Value::I64(v as i64),
+        (Kind::Uint32, Raw::Varint(v)) => Value::U32(v as u32),
+        (Kind::Uint64, Raw::Varint(v)) => Value::U64(v),
+        (Kind::Sint32, Raw::Varint(v)) => {
+            let v = v as u32;
+            Value::I32((v >> 1) as i32 ^ -((v & 1) as i32))
+        }
+        (Kind::Sint64, Raw::Varint(v)) => Value::I64((v >> 1) as i64 ^ -((v & 1) as i64)),
+        (Kind::Bool, Raw::Varint(v)) => Value::Bool(v != 0),
+        (Kind::Enum(_), Raw::Varint(v)) => Value::EnumNumber(v as i32),
+        (Kind::Fixed32, Raw::Fixed32(v)) => Value::U32(v),
+        (Kind::Sfixed32, Raw::Fixed32(v)) => Value::I32(v as i32),
+        (Kind::Float, Raw::Fixed32(v)) => Value::F32(f32::from_bits(v)),
+        (Kind::Fixed64, Raw::Fixed64(v)) => Value::U64(v),
+        (Kind::Sfixed64, Raw::Fixed64(v)) => Value::I64(v as i64),
+        (Kind::Double, Raw::Fixed64(v)) => Value::F64(f64::from_bits(v)),
+        _ => return None,
+    };
+    Some(Scalar::Other(value))
+}
+
+fn is_default(field: &FieldDescriptor, value: &Scalar) -> bool {
+    match value {
+        Scalar::Str(s) => s.is_empty(),
+        Scalar::Bytes(b) => b.is_empty(),
+        Scalar::Owned(b) => b.is_empty(),
+        Scalar::Other(v) => *v == field.default_value(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+    use prost_reflect::DynamicMessage;
+
+    use super::*;
+    use crate::descriptors::Registry;
+    use crate::deterministic::encode_deterministic;
+    use crate::json::{decode_message, json_to_message, message_to_json, tree};
+
+    const PROTO: &str = r#"
+        syntax = "proto3";
+        package flat;
+        import "google/protobuf/timestamp.proto";
+        enum Color { RED = 0; GREEN = 1; }
+        message Scalars {
+          int32 i32 = 1; int64 i64 = 2; uint32 u32 = 3; uint64 u64 = 4;
+          sint32 s32 = 5; sint64 s64 = 6; fixed32 f32 = 7; fixed64 f64 = 8;
+          sfixed32 sf32 = 9; sfixed64 sf64 = 10; float fl = 11; double db = 12;
+          bool b = 13; string s = 14; bytes by = 15; Color color = 16;
+          optional int32 opt = 17; string snake_name = 18;
+        }
+        message Nested { Scalars inner = 1; }
+        message Listed { repeated int32 xs = 1; }
+        message Choice { oneof pick { int32 a = 1; string b = 2; } }
+    "#;
+
+    fn desc(name: &str) -> MessageDescriptor {
+        let mut registry = Registry::new().unwrap();
+        registry.add_sources([("flat.proto", PROTO)]).unwrap();
+        registry.message(name).unwrap()
+    }
+
+    fn general(desc: &MessageDescriptor, bytes: &[u8], options: &JsonOptions) -> String {
+        message_to_json(&decode_message(desc, bytes).unwrap(), options).unwrap()
+    }
+
+    fn options() -> Vec<JsonOptions> {
+        let all = JsonOptions {
+            emit_defaults: true,
+            int64_as_number: true,
+            enums_as_numbers: true,
+            proto_field_names: true,
+            ignore_unknown_fields: false,
+        };
+        vec![JsonOptions::default(), all]
+    }
+
+    #[test]
+    fn prints_what_the_general_path_prints() {
+        let d = desc("flat.Scalars");
+        let mut m = DynamicMessage::new(d.clone());
+        let set = |m: &mut DynamicMessage, name: &str, v: Value| m.set_field_by_name(name, v);
+        set(&mut m, "i32", Value::I32(-5));
+        set(&mut m, "i64", Value::I64(i64::MIN));
+        set(&mut m, "u32", Value::U32(u32::MAX));
+        set(&mut m, "u64", Value::U64(u64::MAX));
+        set(&mut m, "s32", Value::I32(-7));
+        set(&mut m, "s64", Value::I64(-9_000_000_000));
+        set(&mut m, "f32", Value::U32(7));
+        set(&mut m, "f64", Value::U64(8));
+        set(&mut m, "sf32", Value::I32(-9));
+        set(&mut m, "sf64", Value::I64(-10));
+        set(&mut m, "fl", Value::F32(f32::NAN));
+        set(&mut m, "db", Value::F64(-0.5));
+        set(&mut m, "b", Value::Bool(true));
+        set(&mut m, "s", Value::String("tab\t \"quote\" é".into()));
+        set(&mut m, "by", Value::Bytes(vec![0, 255, 7].into()));
+        set(&mut m, "color", Value::EnumNumber(1));
+        set(&mut m, "opt", Value::I32(0));
+        let cases = [
+            m.encode_to_vec(),
+            Vec::new(),
+            // An unknown enum number, then i32 twice: the last one wins.
+            vec![0x80, 0x01, 0x07, 0x08, 0x01, 0x08, 0x02],
+            // A default written out for an implicit-presence field.
+            vec![0x08, 0x00],
+        ];
+        for bytes in &cases {
+            for o in options() {
+                assert_eq!(
+                    print(&d, bytes, &o).as_deref(),
+                    Some(general(&d, bytes, &o).as_str())
+                );
+            }
+        }
+        assert_eq!(
+            print(&d, &cases[2], &JsonOptions::default()).unwrap(),
+            r#"{"i32":2,"color":7}"#
+        );
+    }
+
+    #[test]
+    fn leaves_to_the_general_path_what_it_does_not_read() {
+        let d = desc("flat.Scalars");
+        let o = JsonOptions::default();
+        assert_eq!(print(&d, &[0xf8, 0x07, 0x01], &o), None, "unknown field");
+        assert_eq!(print(&d, &[0x0a, 0x00], &o), None, "wire type");
+        assert_eq!(print(&d, &[0x72, 0x01, 0xff], &o), None, "bad UTF-8");
+        assert_eq!(print(&d, &[0x72, 0x05, 0x61], &o), None, "truncated");
+        assert!(is_flat(&d));
+        for name in [
+            "flat.Nested",
+            "flat.Listed",
+            "flat.Choice",
+            "google.protobuf.Timestamp",
+        ] {
+            assert!(!is_flat(&desc(name)), "{name}");
+        }
+    }
+
+    #[test]
+    fn encodes_what_the_general_path_encodes() {
+        let d = desc("flat.Scalars");
+        let inputs = [
+            r#"{}"#,
+            r#"{"i32": -5, "i64": "-9223372036854775808", "u32": 4294967295, "u64": "18446744073709551615",
+                "s32": -7, "s64": "-9000000000", "f32": 7, "f64": "8", "sf32": -9, "sf64": -10,
+                "fl": "NaN", "db": -0.5, "b": true, "s": "tab\t \"q\" é", "by": "AP8H",
+                "color": "GREEN", "opt": 0, "snake_name": "x"}"#,
+            r#"{"i32": 0, "s": "", "b": false, "color": 0, "fl": 1e2, "i64": 3}"#,
+            r#"{"snakeName": "camel", "db": "1.5", "i32": null}"#,
+            r#"{"color": "NOT_A_COLOR", "s32": 1}"#,
+        ];
+        let ignore = JsonOptions {
+            ignore_unknown_fields: true,
+            ..JsonOptions::default()
+        };
+        for input in inputs {
+            for o in [JsonOptions::default(), ignore.clone()] {
+                let tree: tree::Json = serde_json::from_slice(input.as_bytes()).unwrap();
+                let general = json_to_message(&d, input.as_bytes(), &o)
+                    .ok()
+                    .map(|m| encode_deterministic(&m));
+                assert_eq!(encode(&d, &tree, &o), general, "{input}");
+            }
+        }
+        let tree: tree::Json = serde_json::from_slice(br#"{"i32": 1, "s": "a"}"#).unwrap();
+        assert_eq!(
+            encode(&d, &tree, &JsonOptions::default()).unwrap(),
+            vec![0x08, 0x01, 0x72, 0x01, b'a']
+        );
+    }
+
+    #[test]
+    fn leaves_to_the_general_path_what_it_would_refuse() {
+        let d = desc("flat.Scalars");
+        let o = JsonOptions::default();
+        for input in [
+            r#"[]"#,
+            r#"{"nope": 1}"#,
+            r#"{"i32": 1, "i32": 2}"#,
+            r#"{"i32": null, "i32": 2}"#,
+            r#"{"i32": "x"}"#,
+            r#"{"i32": 3000000000}"#,
+            r#"{"s": 5}"#,
+            r#"{"b": "true"}"#,
+        ] {
+            let tree: tree::Json = serde_json::from_slice(input.as_bytes()).unwrap();
+            assert_eq!(encode(&d, &tree, &o), None, "{input}");
+        }
+    }
+}
