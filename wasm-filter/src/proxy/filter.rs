@@ -3,8 +3,8 @@
 //!
 //! Request: JSON for a known method is held until its end, then replaced by
 //! one gRPC frame (headers: `content-type: application/grpc`, `te:
-//! trailers`, no `content-length`; the original path is kept in
-//! `x-grpc-wasm-original-path`). Response: a trailers-only status (the
+//! trailers`, no `content-length`; a path that the filter rewrites is kept
+//! in `x-grpc-wasm-original-path`). Response: a trailers-only status (the
 //! usual form of a gRPC error) becomes a JSON error with the HTTP status
 //! mapped from `grpc-status`; otherwise the gRPC body is held until the
 //! trailers and replaced by JSON. Hosts send response headers before the
@@ -288,25 +288,28 @@ pub extern "C" fn proxy_on_response_headers(
     })
 }
 
-/// Turns the JSON request's headers into a gRPC request's, in one host call
-/// where it takes more than one change (on Envoy each change also clears
-/// the route cache).
+/// Turns the JSON request's headers into a gRPC request's. A header that
+/// already has its value is left alone: each change is a host call, and
+/// on Envoy also a cleared route cache.
 fn rewrite_request_headers(
     headers: &HeaderMap,
     original_path: &str,
     grpc_path: &str,
 ) -> Result<(), HostStatus> {
-    headers.edit(
-        MAP_REQUEST_HEADERS,
-        &[
-            ("content-type", "application/grpc"),
-            ("x-grpc-wasm-original-path", original_path),
-            ("te", "trailers"),
-            (":path", grpc_path),
-            (":method", "POST"),
-        ],
-        &["content-length"],
-    )
+    let set = [
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        (":method", "POST"),
+        (":path", grpc_path),
+        // Only when it says something that `:path` no longer does.
+        ("x-grpc-wasm-original-path", original_path),
+    ];
+    let set = if original_path == grpc_path {
+        &set[..4]
+    } else {
+        &set[..]
+    };
+    headers.edit(MAP_REQUEST_HEADERS, set, &["content-length"])
 }
 
 /// A streamed response: each chunk leaves as the messages it completes.

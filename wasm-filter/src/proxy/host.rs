@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::pairs::{self, Edit};
+use super::pairs::{self, Change};
 
 pub const LOG_INFO: u32 = 2;
 pub const LOG_WARN: u32 = 3;
@@ -64,7 +64,6 @@ extern "C" {
         grpc_status: i32,
     ) -> u32;
     fn proxy_get_header_map_pairs(map: u32, ret_ptr: *mut *mut u8, ret_len: *mut usize) -> u32;
-    fn proxy_set_header_map_pairs(map: u32, pairs: *const u8, pairs_len: usize) -> u32;
     fn proxy_get_current_time_nanoseconds(ret: *mut u64) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
     fn proxy_get_property(
@@ -201,19 +200,15 @@ impl HeaderMap {
     }
 
     /// Sets `set` and drops `remove` in the host's map `map` (the one this
-    /// was read from). Every host call crosses the VM boundary, which costs
-    /// more than rebuilding a header block: nothing is sent when nothing
-    /// differs, one replace or remove for one change, else the whole edited
-    /// map in one call.
+    /// was read from), with a host call only for what differs.
     pub fn edit(&self, map: u32, set: &[(&str, &str)], remove: &[&str]) -> Result<(), HostStatus> {
-        match pairs::edit(self.pairs(), set, remove) {
-            Edit::Nothing => Ok(()),
-            Edit::Set(name, value) => set_header(map, name, value),
-            Edit::Remove(name) => remove_header(map, name),
-            Edit::Rewrite(map_bytes) => check(unsafe {
-                proxy_set_header_map_pairs(map, map_bytes.as_ptr(), map_bytes.len())
-            }),
+        for change in pairs::changes(self.pairs(), set, remove) {
+            match change {
+                Change::Set(name, value) => set_header(map, name, value)?,
+                Change::Remove(name) => remove_header(map, name)?,
+            }
         }
+        Ok(())
     }
 
     fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
