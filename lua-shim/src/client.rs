@@ -11,7 +11,7 @@
 //! everything happens on its thread; only the module's ticks (deadlines)
 //! run on the runtime.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use grpc_wasm::timeout::encode_timeout;
+use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tonic::transport::Channel;
@@ -139,10 +140,10 @@ impl Client {
             inner: Arc::new(Inner {
                 host: Mutex::new(host),
                 runtime,
-                conns: Mutex::new(HashMap::new()),
+                conns: Mutex::new(HashMap::default()),
                 next_conn: AtomicU32::new(1),
-                calls: Mutex::new(HashMap::new()),
-                events: Mutex::new(HashMap::new()),
+                calls: Mutex::new(HashMap::default()),
+                events: Mutex::new(HashMap::default()),
                 protos: Mutex::new(Protos::default()),
                 ticking: AtomicBool::new(false),
                 wake,

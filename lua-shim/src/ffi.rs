@@ -8,8 +8,8 @@
 //! Strings come as pointer + length (Lua strings may hold NUL bytes); the
 //! few C strings are NUL-terminated paths and PEM texts.
 
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn grpc_wasm_init(
             client,
             notifier,
             socket_path,
-            current: Mutex::new(HashMap::new()),
+            current: Mutex::new(HashMap::default()),
         }));
         Ok(0)
     })
@@ -517,6 +517,9 @@ pub struct EventView {
     /// The reply's headers as `key\0value\0` pairs.
     pub headers: *const u8,
     pub headers_len: usize,
+    /// The reply's gRPC status code (its `grpc-status`), so that a caller
+    /// that wants nothing more parses no headers; -1 when it has none.
+    pub code: i32,
 }
 
 /// The call's next event: 1 and `out` filled, or 0 when none has arrived.
@@ -534,14 +537,24 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
             return Ok(0);
         };
         let mut current = lock(&p.current);
+        let mut code = -1;
         let event = match event {
             Event::End(mut reply) => {
-                // Flattened once here, kept with the event.
-                let flat: Vec<u8> = reply
+                code = reply
                     .headers
                     .iter()
-                    .flat_map(|(k, v)| [k.as_bytes(), b"\0", v, b"\0"].concat())
-                    .collect();
+                    .find(|(k, _)| k == "grpc-status")
+                    .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+                    .unwrap_or(-1);
+                // Flattened once here, kept with the event.
+                let size = reply.headers.iter().map(|(k, v)| k.len() + v.len() + 2);
+                let mut flat = Vec::with_capacity(size.sum());
+                for (k, v) in &reply.headers {
+                    flat.extend_from_slice(k.as_bytes());
+                    flat.push(0);
+                    flat.extend_from_slice(v);
+                    flat.push(0);
+                }
                 reply.headers = vec![(String::new(), flat)];
                 Event::End(reply)
             }
@@ -556,6 +569,7 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
                 body_len: json.len(),
                 headers: std::ptr::null(),
                 headers_len: 0,
+                code: -1,
             },
             Some(Event::End(reply)) => {
                 let flat = reply
@@ -570,6 +584,7 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
                     body_len: reply.body.len(),
                     headers: flat.as_ptr(),
                     headers_len: flat.len(),
+                    code,
                 }
             }
             None => return Ok(0),

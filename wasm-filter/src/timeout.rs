@@ -11,8 +11,10 @@ pub struct TimeoutError(pub String);
 /// Encodes a deadline with the finest unit whose value fits in eight digits,
 /// rounding up so that the server never sees a shorter deadline than ours.
 pub fn encode_timeout(timeout: Duration) -> String {
+    // Every call sends one: u64 arithmetic (no 128-bit division) when the
+    // nanoseconds fit, which is any deadline under 584 years.
     let nanos = timeout.as_nanos();
-    const UNITS: [(u128, char); 6] = [
+    const UNITS: [(u64, char); 6] = [
         (1, 'n'),
         (1_000, 'u'),
         (1_000_000, 'm'),
@@ -21,9 +23,16 @@ pub fn encode_timeout(timeout: Duration) -> String {
         (3_600_000_000_000, 'H'),
     ];
     for (per_unit, unit) in UNITS {
-        let value = nanos.div_ceil(per_unit);
-        if value <= MAX_DIGITS as u128 {
-            return format!("{value}{unit}");
+        let value = match u64::try_from(nanos) {
+            Ok(nanos) => nanos.div_ceil(per_unit),
+            Err(_) => u64::try_from(nanos.div_ceil(u128::from(per_unit))).unwrap_or(u64::MAX),
+        };
+        if value <= MAX_DIGITS {
+            let mut digits = itoa::Buffer::new();
+            let mut out = String::with_capacity(9);
+            out.push_str(digits.format(value));
+            out.push(unit);
+            return out;
         }
     }
     format!("{MAX_DIGITS}H")

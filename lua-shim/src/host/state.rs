@@ -2,7 +2,7 @@
 //! contexts' headers and bodies, the buffers of the gRPC callback in
 //! progress, and what the module asked for (replies, calls, messages).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use wasmtime::{Memory, TypedFunc};
 

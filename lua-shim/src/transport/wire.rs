@@ -9,7 +9,7 @@
 //! h2 only reads and writes, and here reads come from [`Wire::input`] and
 //! writes land in a buffer that [`Wire::take_output`] hands back.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{Read, Write};
 use std::pin::Pin;
@@ -20,6 +20,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder};
 use grpc_wasm::timeout::encode_timeout;
 use h2::client::SendRequest;
+use rustc_hash::FxHashMap as HashMap;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::tls::ClientTls;
@@ -172,12 +173,13 @@ struct Outbox {
 type Events = Arc<Mutex<Produced>>;
 
 pub struct Wire {
-    scheme: &'static str,
-    authority: String,
+    /// The scheme and authority of every request, parsed once.
+    origin: Result<(http::uri::Scheme, http::uri::Authority), String>,
     tls: Option<ClientTls>,
     pipe: Arc<Mutex<Pipe>>,
     send: Option<SendRequest<Bytes>>,
     tasks: HashMap<u32, Task>,
+    wakers: HashMap<u32, Waker>,
     ready: Arc<Mutex<VecDeque<u32>>>,
     outboxes: HashMap<u32, Arc<Mutex<Outbox>>>,
     events: Events,
@@ -191,14 +193,14 @@ impl Wire {
     /// preface, or the TLS hello) are ready in [`Wire::take_output`].
     pub fn new(authority: &str, tls: Option<ClientTls>) -> Result<Wire, String> {
         let mut wire = Wire {
-            scheme: if tls.is_some() { "https" } else { "http" },
-            authority: authority.to_string(),
+            origin: origin(authority, tls.is_some()),
             tls,
             pipe: Arc::default(),
             send: None,
-            tasks: HashMap::new(),
+            tasks: HashMap::default(),
+            wakers: HashMap::default(),
             ready: Arc::default(),
-            outboxes: HashMap::new(),
+            outboxes: HashMap::default(),
             events: Arc::default(),
             ended: Arc::default(),
         };
@@ -359,6 +361,7 @@ impl Wire {
     /// call's halves drop.
     pub fn cancel(&mut self, token: u32) -> Produced {
         self.tasks.remove(&token);
+        self.wakers.remove(&token);
         self.outboxes.remove(&token);
         self.wake(CONNECTION);
         self.drive()
@@ -384,20 +387,29 @@ impl Wire {
         target: &GrpcTarget,
         timeout_ms: Option<u32>,
     ) -> Result<http::Request<()>, String> {
-        let uri = format!(
-            "{}://{}/{}/{}",
-            self.scheme, self.authority, target.service, target.method
-        );
-        let mut request = http::Request::post(uri)
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
+        let (scheme, authority) = self.origin.clone()?;
+        let mut path = String::with_capacity(2 + target.service.len() + target.method.len());
+        path.push('/');
+        path.push_str(&target.service);
+        path.push('/');
+        path.push_str(&target.method);
+        let path = http::uri::PathAndQuery::try_from(path)
             .map_err(|e| format!("invalid method path: {e}"))?;
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(scheme);
+        parts.authority = Some(authority);
+        parts.path_and_query = Some(path);
+        let uri = http::Uri::from_parts(parts).map_err(|e| format!("invalid method path: {e}"))?;
+        let mut request = http::Request::new(());
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = uri;
         let headers = request.headers_mut();
+        headers.insert(http::header::CONTENT_TYPE, APPLICATION_GRPC);
+        headers.insert(http::header::TE, TRAILERS);
         if let Some(ms) = timeout_ms {
             let value = encode_timeout(std::time::Duration::from_millis(u64::from(ms.max(1))));
             if let Ok(value) = http::HeaderValue::from_str(&value) {
-                headers.insert("grpc-timeout", value);
+                headers.insert(GRPC_TIMEOUT, value);
             }
         }
         for (k, v) in &target.metadata {
@@ -414,6 +426,7 @@ impl Wire {
     fn fail_all(&mut self, reason: &str) -> Produced {
         let tokens: Vec<u32> = self.outboxes.keys().copied().collect();
         self.tasks.clear();
+        self.wakers.clear();
         self.outboxes.clear();
         self.send = None;
         lock(&self.ready).clear();
@@ -438,16 +451,21 @@ impl Wire {
             let Some(task) = self.tasks.get_mut(&id) else {
                 continue;
             };
-            let waker = Waker::from(Arc::new(TaskWaker {
-                id,
-                ready: self.ready.clone(),
-            }));
+            // A task keeps its waker from poll to poll.
+            let ready = &self.ready;
+            let waker = self.wakers.entry(id).or_insert_with(|| {
+                Waker::from(Arc::new(TaskWaker {
+                    id,
+                    ready: ready.clone(),
+                }))
+            });
             if task
                 .as_mut()
-                .poll(&mut Context::from_waker(&waker))
+                .poll(&mut Context::from_waker(waker))
                 .is_ready()
             {
                 self.tasks.remove(&id);
+                self.wakers.remove(&id);
                 self.outboxes.remove(&id);
                 if id == CONNECTION {
                     let why = lock(&self.ended).take();
@@ -460,6 +478,23 @@ impl Wire {
         }
         std::mem::take(&mut *lock(&self.events))
     }
+}
+
+const APPLICATION_GRPC: http::HeaderValue = http::HeaderValue::from_static("application/grpc");
+const TRAILERS: http::HeaderValue = http::HeaderValue::from_static("trailers");
+const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+
+/// The scheme and authority of a connection's requests; an address that is
+/// no authority fails each call, as a bad method path does.
+fn origin(authority: &str, tls: bool) -> Result<(http::uri::Scheme, http::uri::Authority), String> {
+    let scheme = if tls {
+        http::uri::Scheme::HTTPS
+    } else {
+        http::uri::Scheme::HTTP
+    };
+    let authority = http::uri::Authority::try_from(authority)
+        .map_err(|e| format!("invalid address '{authority}': {e}"))?;
+    Ok((scheme, authority))
 }
 
 fn close(code: u32, message: &str) -> GrpcEvent {

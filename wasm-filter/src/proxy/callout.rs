@@ -32,20 +32,19 @@ pub fn deadline_ms(callout: &Callout, grpc_timeout: Option<&str>) -> Result<u64,
 /// header `grpc-metadata-<key>` as `<key>`. `-bin` values stay base64 text,
 /// which is how the host puts them on the wire; they are checked here so
 /// that a bad one is the client's 400, not the server's.
-pub fn call_metadata(
+pub fn call_metadata<'a>(
     callout: &Callout,
-    headers: &[(String, Vec<u8>)],
+    headers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Result<Vec<(String, String)>, Status> {
     let mut out = callout.metadata.clone();
     let mut checked = Metadata::new();
     for (name, value) in headers {
-        let Some(key) = name
-            .to_ascii_lowercase()
-            .strip_prefix(METADATA_PREFIX)
-            .map(str::to_string)
-        else {
+        let prefixed = name.len() >= METADATA_PREFIX.len()
+            && name[..METADATA_PREFIX.len()].eq_ignore_ascii_case(METADATA_PREFIX.as_bytes());
+        if !prefixed {
             continue;
-        };
+        }
+        let key = String::from_utf8_lossy(&name[METADATA_PREFIX.len()..]).to_ascii_lowercase();
         let text = String::from_utf8_lossy(value).into_owned();
         let result = if is_binary_key(&key) {
             decode_binary(&key, value)
@@ -53,7 +52,10 @@ pub fn call_metadata(
         } else {
             checked.append(&key, MetadataValue::Ascii(text.clone()))
         };
-        result.map_err(|e| Status::new(Code::InvalidArgument, format!("{name}: {e}")))?;
+        result.map_err(|e| {
+            let name = String::from_utf8_lossy(name);
+            Status::new(Code::InvalidArgument, format!("{name}: {e}"))
+        })?;
         out.push((key, text));
     }
     Ok(out)
@@ -167,6 +169,10 @@ mod tests {
         );
     }
 
+    fn borrowed(pairs: &[(String, Vec<u8>)]) -> impl Iterator<Item = (&[u8], &[u8])> {
+        pairs.iter().map(|(k, v)| (k.as_bytes(), v.as_slice()))
+    }
+
     #[test]
     fn metadata_from_prefixed_headers() {
         let headers = vec![
@@ -175,7 +181,7 @@ mod tests {
             ("grpc-metadata-trace-bin".to_string(), b"AQI".to_vec()),
         ];
         assert_eq!(
-            call_metadata(&callout(), &headers).unwrap(),
+            call_metadata(&callout(), borrowed(&headers)).unwrap(),
             vec![
                 ("x-origin".to_string(), "proxy".to_string()),
                 ("user".to_string(), "ann".to_string()),
@@ -183,14 +189,14 @@ mod tests {
             ]
         );
         let bad = vec![("grpc-metadata-trace-bin".to_string(), b"@@".to_vec())];
-        let err = call_metadata(&callout(), &bad).unwrap_err();
+        let err = call_metadata(&callout(), borrowed(&bad)).unwrap_err();
         assert_eq!(err.code, Code::InvalidArgument);
         assert_eq!(
             err.message,
             "grpc-metadata-trace-bin: invalid value for metadata key 'trace-bin': not valid base64"
         );
         let reserved = vec![("grpc-metadata-grpc-timeout".to_string(), b"1S".to_vec())];
-        assert!(call_metadata(&callout(), &reserved)
+        assert!(call_metadata(&callout(), borrowed(&reserved))
             .unwrap_err()
             .message
             .contains("reserved"));

@@ -19,6 +19,7 @@ use super::callout::{call_metadata, closed_status, deadline_ms, split_messages};
 use super::config::FilterConfig;
 use super::host::{self, *};
 use super::id_map::IdMap;
+use super::pairs;
 use super::transcoder::{self, Reply, Route};
 
 /// The host function that receives each streamed message: the HTTP
@@ -43,8 +44,8 @@ pub struct Call {
     /// Messages gathered for the final reply (hosts without delivery).
     messages: Vec<String>,
     message_bytes: usize,
-    initial: Vec<(String, Vec<u8>)>,
-    trailing: Vec<(String, Vec<u8>)>,
+    initial: HeaderMap,
+    trailing: HeaderMap,
     delivering: bool,
 }
 
@@ -62,19 +63,17 @@ fn forget(token: u32) {
 }
 
 /// Prepares the call from the request headers: deadline, metadata, upstream.
-pub fn prepare(config: &FilterConfig) -> Result<Call, Status> {
+pub fn prepare(config: &FilterConfig, headers: &HeaderMap) -> Result<Call, Status> {
     let Some(callout) = &config.callout else {
         return Err(Status::new(Code::Internal, "callout mode is off"));
     };
-    let headers = header_pairs(MAP_REQUEST_HEADERS);
     let find = |name: &str| {
         headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .get_ignore_case(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
     };
     let deadline_ms = deadline_ms(callout, find("grpc-timeout").as_deref())?;
-    let metadata = call_metadata(callout, &headers)?;
+    let metadata = call_metadata(callout, headers.pairs())?;
     let upstream = match callout.upstream_header.as_deref().and_then(find) {
         Some(chosen) => chosen.into_bytes(),
         None => callout.upstream.clone(),
@@ -218,11 +217,11 @@ pub fn add_stream_deadline(call: &mut Call) {
 }
 
 pub fn on_initial_metadata(call: &mut Call) {
-    call.initial = header_pairs(MAP_GRPC_INITIAL_METADATA);
+    call.initial = HeaderMap::read(MAP_GRPC_INITIAL_METADATA);
 }
 
 pub fn on_trailing_metadata(call: &mut Call) {
-    call.trailing = header_pairs(MAP_GRPC_TRAILING_METADATA);
+    call.trailing = HeaderMap::read(MAP_GRPC_TRAILING_METADATA);
 }
 
 /// A response message. Returns the final reply when the call is over
@@ -316,10 +315,7 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
 }
 
 fn trailing_details(call: &Call) -> Option<Vec<u8>> {
-    let (_, value) = call
-        .trailing
-        .iter()
-        .find(|(k, _)| k == "grpc-status-details-bin")?;
+    let value = call.trailing.bytes("grpc-status-details-bin")?;
     crate::metadata::decode_binary("grpc-status-details-bin", value).ok()
 }
 
@@ -353,27 +349,27 @@ pub fn cancel(call: &Call) {
     }
 }
 
-/// The response headers of a callout reply: the status, and the call's
-/// response metadata (`grpc-metadata-*` from headers, `grpc-trailer-*`).
-pub fn reply_headers(call: &Call, reply: &Reply) -> Vec<(String, Vec<u8>)> {
-    let mut out = vec![
-        ("content-type".to_string(), b"application/json".to_vec()),
-        (
-            "grpc-status".to_string(),
-            reply.code.as_i32().to_string().into_bytes(),
-        ),
-        // Clients print it; they need no table of codes of their own.
-        (
-            "grpc-status-name".to_string(),
-            reply.code.name().as_bytes().to_vec(),
-        ),
-    ];
-    let reserved = |k: &str| k.starts_with(':') || k.starts_with("grpc-") || k == "content-type";
-    for (k, v) in call.initial.iter().filter(|(k, _)| !reserved(k)) {
-        out.push((format!("grpc-metadata-{k}"), v.clone()));
+/// The response headers of a callout reply, serialized for the host: the
+/// status, and the call's response metadata (`grpc-metadata-*` from
+/// headers, `grpc-trailer-*`).
+pub fn reply_headers(call: &Call, reply: &Reply) -> Vec<u8> {
+    let mut map = pairs::Builder::default();
+    map.push(b"", b"content-type", b"application/json");
+    let mut code = itoa::Buffer::new();
+    map.push(
+        b"",
+        b"grpc-status",
+        code.format(reply.code.as_i32()).as_bytes(),
+    );
+    // Clients print it; they need no table of codes of their own.
+    map.push(b"", b"grpc-status-name", reply.code.name().as_bytes());
+    let reserved =
+        |k: &[u8]| k.starts_with(b":") || k.starts_with(b"grpc-") || k == b"content-type";
+    for (k, v) in call.initial.pairs().filter(|(k, _)| !reserved(k)) {
+        map.push(b"grpc-metadata-", k, v);
     }
-    for (k, v) in call.trailing.iter().filter(|(k, _)| !reserved(k)) {
-        out.push((format!("grpc-trailer-{k}"), v.clone()));
+    for (k, v) in call.trailing.pairs().filter(|(k, _)| !reserved(k)) {
+        map.push(b"grpc-trailer-", k, v);
     }
-    out
+    map.finish()
 }

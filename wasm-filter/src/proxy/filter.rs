@@ -144,7 +144,7 @@ pub extern "C" fn proxy_on_request_headers(
             Plan::PassThrough => CONTINUE,
             Plan::Reply(reply) => answer(stream, &reply),
             Plan::Transcode(route) if stream.config.callout.is_some() => {
-                start_callout(stream, context_id, route, end_of_stream != 0)
+                start_callout(stream, context_id, route, &headers, end_of_stream != 0)
             }
             Plan::Transcode(route) => {
                 if end_of_stream != 0 {
@@ -587,11 +587,7 @@ fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Repl
         return;
     }
     let headers = callout_host::reply_headers(call, reply);
-    let headers: Vec<(&str, &[u8])> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_slice()))
-        .collect();
-    if let Err(s) = send_reply(reply.http_status, &reply.body, &headers) {
+    if let Err(s) = send_reply_map(reply.http_status, &reply.body, &headers) {
         log(
             LOG_ERROR,
             &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
@@ -607,9 +603,10 @@ fn start_callout(
     stream: &mut Stream,
     context_id: u32,
     mut route: Route,
+    headers: &HeaderMap,
     end_of_stream: bool,
 ) -> u32 {
-    let mut call = match callout_host::prepare(&stream.config) {
+    let mut call = match callout_host::prepare(&stream.config, headers) {
         Ok(call) => call,
         Err(status) => return answer(stream, &Reply::error(&stream.config, &status)),
     };

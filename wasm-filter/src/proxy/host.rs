@@ -171,6 +171,7 @@ pub fn remove_header(map: u32, key: &str) -> Result<(), HostStatus> {
 
 /// A header map read in one host call; lookups stay in the module and
 /// borrow from the host's bytes.
+#[derive(Debug, Default)]
 pub struct HeaderMap {
     bytes: Vec<u8>,
     entries: Vec<(Range<usize>, Range<usize>)>,
@@ -211,21 +212,18 @@ impl HeaderMap {
         Ok(())
     }
 
-    fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+    /// The first value of `name`, in any letter case.
+    pub fn get_ignore_case(&self, name: &str) -> Option<&[u8]> {
+        self.pairs()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v)
+    }
+
+    pub fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.entries
             .iter()
             .map(|(k, v)| (&self.bytes[k.clone()], &self.bytes[v.clone()]))
     }
-}
-
-/// All entries of a header map (empty when the host has none).
-pub fn header_pairs(map: u32) -> Vec<(String, Vec<u8>)> {
-    let (status, bytes) =
-        with_buffer(|ptr, len| unsafe { proxy_get_header_map_pairs(map, ptr, len) });
-    if status != STATUS_OK {
-        return Vec::new();
-    }
-    pairs::deserialize(&bytes).unwrap_or_default()
 }
 
 pub fn set_tick_period(ms: u32) -> Result<(), HostStatus> {
@@ -364,7 +362,11 @@ pub fn send_reply(
     body: &str,
     headers: &[(&str, &[u8])],
 ) -> Result<(), HostStatus> {
-    let map = pairs::serialize(headers);
+    send_reply_map(http_status, body, &pairs::serialize(headers))
+}
+
+/// [`send_reply`] with the headers already serialized.
+pub fn send_reply_map(http_status: u16, body: &str, map: &[u8]) -> Result<(), HostStatus> {
     let details = "grpc_wasm";
     check(unsafe {
         proxy_send_local_response(

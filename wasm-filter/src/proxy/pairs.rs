@@ -25,6 +25,38 @@ pub fn serialize<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<u8> {
     out
 }
 
+/// Builds a serialized map entry by entry. A key may come in two parts, a
+/// prefix and a name, so that a prefixed name needs no string of its own.
+#[derive(Debug, Default)]
+pub struct Builder {
+    count: u32,
+    lengths: Vec<u8>,
+    data: Vec<u8>,
+}
+
+impl Builder {
+    pub fn push(&mut self, prefix: &[u8], name: &[u8], value: &[u8]) {
+        self.count += 1;
+        let key_len = (prefix.len() + name.len()) as u32;
+        self.lengths.extend_from_slice(&key_len.to_le_bytes());
+        self.lengths
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.data.extend_from_slice(prefix);
+        self.data.extend_from_slice(name);
+        self.data.push(0);
+        self.data.extend_from_slice(value);
+        self.data.push(0);
+    }
+
+    pub fn finish(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + self.lengths.len() + self.data.len());
+        out.extend_from_slice(&self.count.to_le_bytes());
+        out.extend_from_slice(&self.lengths);
+        out.extend_from_slice(&self.data);
+        out
+    }
+}
+
 /// Where each key and value of a serialized map lies in `bytes`; `None`
 /// when the bytes do not follow the layout (the host's own rule is to treat
 /// such a map as empty). Lookups can then borrow instead of copying.
@@ -125,6 +157,18 @@ mod tests {
                 ("grpc-message".to_string(), vec![])
             ]
         );
+    }
+
+    #[test]
+    fn the_builder_writes_what_serialize_writes() {
+        let mut builder = Builder::default();
+        builder.push(b"", b"grpc-status", b"0");
+        builder.push(b"grpc-metadata-", b"user", b"ann");
+        assert_eq!(
+            builder.finish(),
+            serialize(&[("grpc-status", &b"0"[..]), ("grpc-metadata-user", b"ann")])
+        );
+        assert_eq!(Builder::default().finish(), vec![0, 0, 0, 0]);
     }
 
     #[test]

@@ -30,6 +30,7 @@ typedef struct {
     size_t body_len;
     const char *headers;
     size_t headers_len;
+    int code;
 } grpc_wasm_event;
 
 const char *grpc_wasm_last_error(void);
@@ -57,6 +58,8 @@ int grpc_wasm_wire_pending(uint32_t conn);
 local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
 local settings = {}
 local waiters = {} -- call id -> semaphore
+-- Semaphores of finished calls, for the next ones: a call then allocates none.
+local spare_semas, n_spare = {}, 0
 local event = ffi_new("grpc_wasm_event[1]")
 local ready_ids = ffi_new("uint32_t[256]")
 
@@ -368,7 +371,7 @@ function ffi_backend.close_send(id)
     return status(rc)
 end
 
--- "message", json | "end", body, http status, raw headers | nil, err
+-- "message", json | "end", body, http status, raw headers, code | nil, err
 function ffi_backend.next_event(id, timeout_ms)
     local deadline = ngx.now() + timeout_ms / 1000 + 1
     while true do
@@ -382,11 +385,17 @@ function ffi_backend.next_event(id, timeout_ms)
             if ev.kind == 1 then
                 return "message", body
             end
-            return "end", body, ev.http_status, ffi_string(ev.headers, ev.headers_len)
+            return "end", body, ev.http_status, ffi_string(ev.headers, ev.headers_len), ev.code
         end
         local sema = waiters[id]
         if not sema then
-            sema = semaphore.new()
+            if n_spare > 0 then
+                sema = spare_semas[n_spare]
+                spare_semas[n_spare] = nil
+                n_spare = n_spare - 1
+            else
+                sema = semaphore.new()
+            end
             waiters[id] = sema
         end
         -- The module ends every call by its deadline; this wait is only a
@@ -402,10 +411,23 @@ function ffi_backend.next_event(id, timeout_ms)
     end
 end
 
-function ffi_backend.close(id)
-    waiters[id] = nil
+-- `ended`: the call's end was read, so closing it sends nothing.
+function ffi_backend.close(id, ended)
+    local sema = waiters[id]
+    if sema then
+        waiters[id] = nil
+        -- A semaphore still counting a stale post would wake its next
+        -- call early (harmless: it looks again), but one nobody waits on
+        -- is all a spare may be.
+        if sema:count() == 0 and n_spare < 1024 then
+            n_spare = n_spare + 1
+            spare_semas[n_spare] = sema
+        end
+    end
     C.grpc_wasm_close(id)
-    wake_pump(call_pumps[id])
+    if not ended then
+        wake_pump(call_pumps[id])
+    end
     call_pumps[id] = nil
 end
 
@@ -672,36 +694,61 @@ local function encode_metadata(metadata)
     return out
 end
 
+-- key\0value\0 pairs: grpc-metadata-* are headers, grpc-trailer-* trailers.
 local function parse_headers(raw)
     local headers, trailers, list = {}, {}, {}
-    for k, v in raw:gmatch("([^%z]*)%z([^%z]*)%z") do
-        list[k] = v
-        local m = k:match("^grpc%-metadata%-(.*)$")
-        local t = k:match("^grpc%-trailer%-(.*)$")
-        if m then
-            headers[m] = v
-        elseif t then
-            trailers[t] = v
+    local find, sub = string.find, string.sub
+    local at = 1
+    while true do
+        local k_end = find(raw, "\0", at, true)
+        if not k_end then
+            break
         end
+        local v_end = find(raw, "\0", k_end + 1, true)
+        if not v_end then
+            break
+        end
+        local k, v = sub(raw, at, k_end - 1), sub(raw, k_end + 1, v_end - 1)
+        list[k] = v
+        if sub(k, 1, 14) == "grpc-metadata-" then
+            headers[sub(k, 15)] = v
+        elseif sub(k, 1, 13) == "grpc-trailer-" then
+            trailers[sub(k, 14)] = v
+        end
+        at = v_end + 1
     end
     return headers, trailers, list
 end
 
+-- A call's end: code, http_status and body at once; name, headers and
+-- trailers when first read (most successful calls never read them).
+local Info = {}
+Info.__index = function(info, key)
+    if key ~= "headers" and key ~= "trailers" and key ~= "name" then
+        return nil
+    end
+    local headers, trailers, list = parse_headers(rawget(info, "raw") or "")
+    rawset(info, "headers", headers)
+    rawset(info, "trailers", trailers)
+    rawset(info, "name", list["grpc-status-name"] or "UNKNOWN")
+    return rawget(info, key)
+end
+
+local function status_code(raw)
+    local _, _, code = (raw or ""):find("grpc%-status%z(%d+)%z")
+    return tonumber(code) or 2
+end
+
 -- The next event of a call: "message", json | "end", info | nil, err.
 local function wait_event(id, timeout_ms)
-    local kind, body, http_status, raw = backend.next_event(id, timeout_ms)
+    local kind, body, http_status, raw, code = backend.next_event(id, timeout_ms)
     if kind ~= "end" then
         return kind, body
     end
-    local headers, trailers, list = parse_headers(raw)
-    return "end", {
-        code = tonumber(list["grpc-status"]) or 2,
-        name = list["grpc-status-name"] or "UNKNOWN",
-        http_status = http_status,
-        body = body,
-        headers = headers,
-        trailers = trailers,
-    }
+    if not code or code < 0 then
+        code = status_code(raw)
+    end
+    return "end", setmetatable({ code = code, http_status = http_status, body = body, raw = raw }, Info)
 end
 
 local function failure(info)
@@ -736,8 +783,8 @@ local function start(conn, path, body, opts)
     return id, timeout
 end
 
-local function forget(id)
-    backend.close(id)
+local function forget(id, ended)
+    backend.close(id, ended)
 end
 
 --- A unary call: ok, response table | false, err, info. info has code,
@@ -752,7 +799,7 @@ function Conn:unary(path, message, opts)
     if not id then
         return false, timeout
     end
-    local messages = {}
+    local messages
     while true do
         local kind, data = wait_event(id, timeout)
         if not kind then
@@ -760,13 +807,14 @@ function Conn:unary(path, message, opts)
             return false, data
         end
         if kind == "message" then
+            messages = messages or {}
             messages[#messages + 1] = cjson.decode(data)
         else
-            forget(id)
+            forget(id, true)
             if data.code ~= 0 then
                 return failure(data)
             end
-            if #messages > 0 then
+            if messages then
                 return true, messages, data
             end
             if opts and opts.raw then
