@@ -393,12 +393,13 @@ impl Client {
         if !lock(&self.inner.conns).contains_key(&conn) {
             return Err(ClientError::UnknownConn);
         }
-        let mut headers: Pairs = vec![
+        let mut headers: Pairs = Vec::with_capacity(6 + options.metadata.len());
+        headers.extend([
             (":method".into(), b"POST".to_vec()),
             (":path".into(), path.as_bytes().to_vec()),
             ("content-type".into(), b"application/json".to_vec()),
             (UPSTREAM_HEADER.into(), conn.to_string().into_bytes()),
-        ];
+        ]);
         if let Some(ms) = options.timeout_ms {
             let value = encode_timeout(Duration::from_millis(ms.max(1)));
             headers.push(("grpc-timeout".into(), value.into_bytes()));

@@ -537,29 +537,6 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
             return Ok(0);
         };
         let mut current = lock(&p.current);
-        let mut code = -1;
-        let event = match event {
-            Event::End(mut reply) => {
-                code = reply
-                    .headers
-                    .iter()
-                    .find(|(k, _)| k == "grpc-status")
-                    .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
-                    .unwrap_or(-1);
-                // Flattened once here, kept with the event.
-                let size = reply.headers.iter().map(|(k, v)| k.len() + v.len() + 2);
-                let mut flat = Vec::with_capacity(size.sum());
-                for (k, v) in &reply.headers {
-                    flat.extend_from_slice(k.as_bytes());
-                    flat.push(0);
-                    flat.extend_from_slice(v);
-                    flat.push(0);
-                }
-                reply.headers = vec![(String::new(), flat)];
-                Event::End(reply)
-            }
-            message => message,
-        };
         current.insert(id, event);
         let view = match current.get(&id) {
             Some(Event::Message(json)) => EventView {
@@ -572,11 +549,7 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
                 code: -1,
             },
             Some(Event::End(reply)) => {
-                let flat = reply
-                    .headers
-                    .first()
-                    .map(|(_, v)| v.as_slice())
-                    .unwrap_or_default();
+                let flat = reply.headers.flat();
                 EventView {
                     kind: 2,
                     http_status: reply.http_status as i32,
@@ -584,7 +557,11 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
                     body_len: reply.body.len(),
                     headers: flat.as_ptr(),
                     headers_len: flat.len(),
-                    code,
+                    code: reply
+                        .headers
+                        .get("grpc-status")
+                        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+                        .unwrap_or(-1),
                 }
             }
             None => return Ok(0),

@@ -332,13 +332,9 @@ fn encode(event: &Event) -> Vec<u8> {
     match event {
         Event::Message(json) => [b"M\n".as_slice(), json].concat(),
         Event::End(reply) => {
-            let headers: Vec<u8> = reply
-                .headers
-                .iter()
-                .flat_map(|(k, v)| [k.as_bytes(), b"\0", v, b"\0"].concat())
-                .collect();
+            let headers = reply.headers.flat();
             let head = format!("E {} {}\n", reply.http_status, headers.len());
-            [head.as_bytes(), &headers, &reply.body].concat()
+            [head.as_bytes(), headers, &reply.body].concat()
         }
     }
 }

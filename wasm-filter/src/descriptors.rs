@@ -10,6 +10,7 @@ use prost_reflect::{DescriptorPool, MessageDescriptor, MethodDescriptor};
 use protox::file::{File, FileResolver, GoogleFileResolver};
 
 use crate::error::Error;
+use crate::json::MessageType;
 
 /// google/api and google/rpc files, written for this project and bundled so
 /// that `import "google/api/annotations.proto"` just works. The well-known
@@ -55,6 +56,10 @@ pub struct Method {
     descriptor: MethodDescriptor,
     /// Kept: a transcoded request needs it as its `:path`.
     path: Arc<str>,
+    // Decided once when the method is loaded, not on every call.
+    streaming: StreamingKind,
+    input: MessageType,
+    output: MessageType,
 }
 
 impl Method {
@@ -64,9 +69,21 @@ impl Method {
             descriptor.parent_service().full_name(),
             descriptor.name()
         );
+        let streaming = match (
+            descriptor.is_client_streaming(),
+            descriptor.is_server_streaming(),
+        ) {
+            (false, false) => StreamingKind::Unary,
+            (false, true) => StreamingKind::ServerStreaming,
+            (true, false) => StreamingKind::ClientStreaming,
+            (true, true) => StreamingKind::Bidirectional,
+        };
         Method {
+            input: MessageType::new(descriptor.input()),
+            output: MessageType::new(descriptor.output()),
             descriptor,
             path: path.into(),
+            streaming,
         }
     }
 
@@ -93,16 +110,18 @@ impl Method {
         self.descriptor.output()
     }
 
+    /// The request type, with its codec's choices made.
+    pub fn input_type(&self) -> &MessageType {
+        &self.input
+    }
+
+    /// The response type, with its codec's choices made.
+    pub fn output_type(&self) -> &MessageType {
+        &self.output
+    }
+
     pub fn streaming(&self) -> StreamingKind {
-        match (
-            self.descriptor.is_client_streaming(),
-            self.descriptor.is_server_streaming(),
-        ) {
-            (false, false) => StreamingKind::Unary,
-            (false, true) => StreamingKind::ServerStreaming,
-            (true, false) => StreamingKind::ClientStreaming,
-            (true, true) => StreamingKind::Bidirectional,
-        }
+        self.streaming
     }
 
     pub fn descriptor(&self) -> &MethodDescriptor {

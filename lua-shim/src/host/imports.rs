@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use wasmtime::{Caller, Linker};
 
 use super::pairs;
-use super::state::{GrpcCommand, GrpcTarget, HostState, LocalReply, Pairs};
+use super::state::{GrpcCommand, GrpcTarget, HeaderBlock, HostState, LocalReply, Pairs};
 
 pub const OK: u32 = 0;
 pub const NOT_FOUND: u32 = 1;
@@ -114,7 +114,9 @@ fn read(c: &mut Ctx, ptr: u32, len: u32) -> Option<Vec<u8>> {
 }
 
 fn read_str(c: &mut Ctx, ptr: u32, len: u32) -> Option<String> {
-    read(c, ptr, len).map(|b| String::from_utf8_lossy(&b).into_owned())
+    let memory = c.data().memory?;
+    let (start, end) = (ptr as usize, (ptr as usize).checked_add(len as usize)?);
+    memory.data(&*c).get(start..end).map(pairs::text)
 }
 
 fn write_u32(c: &mut Ctx, addr: u32, value: u32) -> bool {
@@ -318,7 +320,7 @@ fn send_local_response(
     let (Some(body), Some(map)) = (read(&mut c, bptr, blen), read(&mut c, hptr, hlen)) else {
         return INVALID_MEMORY_ACCESS;
     };
-    let Some(headers) = pairs::deserialize(&map) else {
+    let Some(headers) = HeaderBlock::parse(map) else {
         return BAD_ARGUMENT;
     };
     let effective = c.data().effective;

@@ -13,7 +13,7 @@ use std::path::Path;
 use wasmtime::{Config, Engine, Linker, Module, Store, TypedFunc};
 
 pub use imports::DELIVER_FUNCTION;
-pub use state::{GrpcCommand, GrpcTarget, LocalReply, Outputs, Pairs};
+pub use state::{GrpcCommand, GrpcTarget, HeaderBlock, LocalReply, Outputs, Pairs};
 use state::{HostState, HttpContext};
 
 use crate::wasm::instance::{export, instantiate, load, trap};
@@ -324,7 +324,7 @@ fn no_route() -> LocalReply {
     LocalReply {
         http_status: 404,
         body: Vec::new(),
-        headers: Vec::new(),
+        headers: HeaderBlock::default(),
     }
 }
 

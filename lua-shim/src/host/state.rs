@@ -6,6 +6,8 @@ use rustc_hash::FxHashMap as HashMap;
 
 use wasmtime::{Memory, TypedFunc};
 
+pub use super::pairs::HeaderBlock;
+
 /// A header map in arrival order; keys may repeat.
 pub type Pairs = Vec<(String, Vec<u8>)>;
 
@@ -20,7 +22,7 @@ pub struct HttpContext {
 pub struct LocalReply {
     pub http_status: u32,
     pub body: Vec<u8>,
-    pub headers: Pairs,
+    pub headers: HeaderBlock,
 }
 
 /// What the module asked the host to do with gRPC; carried out by the

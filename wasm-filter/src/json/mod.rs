@@ -93,13 +93,51 @@ pub fn json_to_protobuf(
     json: &[u8],
     options: &JsonOptions,
 ) -> Result<Vec<u8>, Error> {
+    encode_json(desc, flat::is_flat(desc), json, options)
+}
+
+fn encode_json(
+    desc: &MessageDescriptor,
+    flat: bool,
+    json: &[u8],
+    options: &JsonOptions,
+) -> Result<Vec<u8>, Error> {
     let tree = read_tree(json)?;
-    if flat::is_flat(desc) {
+    if flat {
         if let Some(bytes) = flat::encode(desc, &tree, options) {
             return Ok(bytes);
         }
     }
     fit(desc, tree, options).map(|m| encode_deterministic(&m))
+}
+
+/// A message type with the codec's choice made once (whether its messages
+/// take the flat path), for a caller that converts many messages of it.
+#[derive(Debug, Clone)]
+pub struct MessageType {
+    desc: MessageDescriptor,
+    flat: bool,
+}
+
+impl MessageType {
+    pub fn new(desc: MessageDescriptor) -> MessageType {
+        let flat = flat::is_flat(&desc);
+        MessageType { desc, flat }
+    }
+
+    pub fn descriptor(&self) -> &MessageDescriptor {
+        &self.desc
+    }
+
+    /// [`json_to_protobuf`] for this type.
+    pub fn json_to_protobuf(&self, json: &[u8], options: &JsonOptions) -> Result<Vec<u8>, Error> {
+        encode_json(&self.desc, self.flat, json, options)
+    }
+
+    /// [`protobuf_to_json`] for this type.
+    pub fn protobuf_to_json(&self, bytes: &[u8], options: &JsonOptions) -> Result<String, Error> {
+        print_json(&self.desc, self.flat, bytes, options)
+    }
 }
 
 /// Decodes protobuf bytes of type `desc`.
@@ -129,7 +167,16 @@ pub fn protobuf_to_json(
     bytes: &[u8],
     options: &JsonOptions,
 ) -> Result<String, Error> {
-    if flat::is_flat(desc) {
+    print_json(desc, flat::is_flat(desc), bytes, options)
+}
+
+fn print_json(
+    desc: &MessageDescriptor,
+    flat: bool,
+    bytes: &[u8],
+    options: &JsonOptions,
+) -> Result<String, Error> {
+    if flat {
         if let Some(json) = flat::print(desc, bytes, options) {
             return Ok(json);
         }

@@ -67,15 +67,24 @@ pub fn prepare(config: &FilterConfig, headers: &HeaderMap) -> Result<Call, Statu
     let Some(callout) = &config.callout else {
         return Err(Status::new(Code::Internal, "callout mode is off"));
     };
-    let find = |name: &str| {
-        headers
-            .get_ignore_case(name)
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    };
-    let deadline_ms = deadline_ms(callout, find("grpc-timeout").as_deref())?;
+    // One pass over the headers for the three this needs.
+    let (mut timeout, mut chosen, mut options) = (None, None, None);
+    let upstream_header = callout.upstream_header.as_deref().map(str::as_bytes);
+    for (name, value) in headers.pairs() {
+        if timeout.is_none() && name.eq_ignore_ascii_case(b"grpc-timeout") {
+            timeout = Some(value);
+        } else if chosen.is_none() && upstream_header.is_some_and(|h| name.eq_ignore_ascii_case(h))
+        {
+            chosen = Some(value);
+        } else if options.is_none() && name.eq_ignore_ascii_case(JSON_OPTIONS_HEADER.as_bytes()) {
+            options = Some(value);
+        }
+    }
+    let timeout = timeout.map(String::from_utf8_lossy);
+    let deadline_ms = deadline_ms(callout, timeout.as_deref())?;
     let metadata = call_metadata(callout, headers.pairs())?;
-    let upstream = match callout.upstream_header.as_deref().and_then(find) {
-        Some(chosen) => chosen.into_bytes(),
+    let upstream = match chosen {
+        Some(chosen) => chosen.to_vec(),
         None => callout.upstream.clone(),
     };
     if upstream.is_empty() {
@@ -85,15 +94,12 @@ pub fn prepare(config: &FilterConfig, headers: &HeaderMap) -> Result<Call, Statu
         ));
     }
     // Like the upstream, per-request JSON options are for trusted embedders.
-    let json = match callout
-        .upstream_header
-        .is_some()
-        .then(|| find(JSON_OPTIONS_HEADER))
-        .flatten()
-    {
-        Some(list) => Some(transcoder::json_options_from(&list).map_err(|e| {
-            Status::new(Code::InvalidArgument, format!("{JSON_OPTIONS_HEADER}: {e}"))
-        })?),
+    let json = match options.filter(|_| upstream_header.is_some()) {
+        Some(list) => Some(
+            transcoder::json_options_from(&String::from_utf8_lossy(list)).map_err(|e| {
+                Status::new(Code::InvalidArgument, format!("{JSON_OPTIONS_HEADER}: {e}"))
+            })?,
+        ),
         None => None,
     };
     Ok(Call {
@@ -353,7 +359,7 @@ pub fn cancel(call: &Call) {
 /// status, and the call's response metadata (`grpc-metadata-*` from
 /// headers, `grpc-trailer-*`).
 pub fn reply_headers(call: &Call, reply: &Reply) -> Vec<u8> {
-    let mut map = pairs::Builder::default();
+    let mut map = pairs::Builder::with_capacity(8, 192);
     map.push(b"", b"content-type", b"application/json");
     let mut code = itoa::Buffer::new();
     map.push(

@@ -133,12 +133,12 @@ pub extern "C" fn proxy_on_request_headers(
 ) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
         let headers = HeaderMap::read(MAP_REQUEST_HEADERS);
-        let http_method = headers.get(":method").unwrap_or_default().to_string();
-        let path = headers.get(":path").unwrap_or_default().to_string();
+        let http_method = headers.get(":method").unwrap_or_default();
+        let path = headers.get(":path").unwrap_or_default();
         match transcoder::plan(
             &stream.config,
-            &http_method,
-            &path,
+            http_method,
+            path,
             headers.get("content-type"),
         ) {
             Plan::PassThrough => CONTINUE,

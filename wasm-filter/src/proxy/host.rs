@@ -212,13 +212,6 @@ impl HeaderMap {
         Ok(())
     }
 
-    /// The first value of `name`, in any letter case.
-    pub fn get_ignore_case(&self, name: &str) -> Option<&[u8]> {
-        self.pairs()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, v)| v)
-    }
-
     pub fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.entries
             .iter()

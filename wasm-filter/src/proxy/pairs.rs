@@ -35,6 +35,16 @@ pub struct Builder {
 }
 
 impl Builder {
+    /// Room for `entries` entries of `bytes` bytes of names and values
+    /// (a guess: more only costs a reallocation).
+    pub fn with_capacity(entries: usize, bytes: usize) -> Builder {
+        Builder {
+            count: 0,
+            lengths: Vec::with_capacity(8 * entries),
+            data: Vec::with_capacity(bytes + 2 * entries),
+        }
+    }
+
     pub fn push(&mut self, prefix: &[u8], name: &[u8], value: &[u8]) {
         self.count += 1;
         let key_len = (prefix.len() + name.len()) as u32;

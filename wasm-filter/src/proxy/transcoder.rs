@@ -7,7 +7,7 @@ use crate::descriptors::{Method, StreamingKind};
 use crate::details::status_to_json;
 use crate::error::Error;
 use crate::framing::{encode_frame_into, Compression, FrameDecoder};
-use crate::json::{json_to_protobuf, protobuf_to_json, JsonOptions};
+use crate::json::JsonOptions;
 use crate::status::Status;
 
 use super::config::{FilterConfig, StreamFormat};
@@ -205,7 +205,10 @@ pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
         None if body.iter().all(u8::is_ascii_whitespace) => &b"{}"[..],
         None => body,
     };
-    json_to_protobuf(&route.method.input(), json, route.json(config))
+    route
+        .method
+        .input_type()
+        .json_to_protobuf(json, route.json(config))
         .map_err(|e| bad_request(e.to_string()))
 }
 
@@ -215,7 +218,10 @@ pub fn decode_message(
     route: &Route,
     message: &[u8],
 ) -> Result<String, Status> {
-    let printed = protobuf_to_json(&route.method.output(), message, route.json(config))
+    let printed = route
+        .method
+        .output_type()
+        .protobuf_to_json(message, route.json(config))
         .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
     Ok(match &route.binding {
         Some((binding, _, _)) => response_part(binding, &printed),
@@ -378,6 +384,7 @@ fn decode_messages(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::protobuf_to_json;
 
     fn config() -> FilterConfig {
         let cfg = serde_json::json!({"protos": {
