@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tonic::transport::Channel;
 
-use crate::host::{GrpcCommand, GrpcEvent, HostError, LocalReply, Outputs, Pairs, ProxyHost};
+use crate::host::{GrpcCommand, GrpcEvent, HeaderBlock, HostError, LocalReply, Outputs, ProxyHost};
 use crate::transport::tls::ClientTls;
 use crate::transport::wire::{Produced, Wire};
 use crate::transport::{self, Sink, TlsOptions, TransportError};
@@ -393,23 +393,41 @@ impl Client {
         if !lock(&self.inner.conns).contains_key(&conn) {
             return Err(ClientError::UnknownConn);
         }
-        let mut headers: Pairs = Vec::with_capacity(6 + options.metadata.len());
-        headers.extend([
-            (":method".into(), b"POST".to_vec()),
-            (":path".into(), path.as_bytes().to_vec()),
-            ("content-type".into(), b"application/json".to_vec()),
-            (UPSTREAM_HEADER.into(), conn.to_string().into_bytes()),
-        ]);
-        if let Some(ms) = options.timeout_ms {
-            let value = encode_timeout(Duration::from_millis(ms.max(1)));
-            headers.push(("grpc-timeout".into(), value.into_bytes()));
-        }
-        if let Some(list) = &options.json_options {
-            headers.push(("x-grpc-wasm-json-options".into(), list.clone().into_bytes()));
-        }
-        for (k, v) in &options.metadata {
-            headers.push((format!("grpc-metadata-{k}"), v.clone().into_bytes()));
-        }
+        let mut conn_id = itoa::Buffer::new();
+        let timeout = options
+            .timeout_ms
+            .map(|ms| encode_timeout(Duration::from_millis(ms.max(1))));
+        let none: &[u8] = b"";
+        let fixed = [
+            (none, &b":method"[..], &b"POST"[..]),
+            (none, b":path", path.as_bytes()),
+            (none, b"content-type", b"application/json"),
+            (
+                none,
+                UPSTREAM_HEADER.as_bytes(),
+                conn_id.format(conn).as_bytes(),
+            ),
+        ];
+        let optional = [
+            timeout
+                .as_deref()
+                .map(|t| (none, &b"grpc-timeout"[..], t.as_bytes())),
+            options
+                .json_options
+                .as_deref()
+                .map(|j| (none, &b"x-grpc-wasm-json-options"[..], j.as_bytes())),
+        ];
+        let metadata = options
+            .metadata
+            .iter()
+            .map(|(k, v)| (&b"grpc-metadata-"[..], k.as_bytes(), v.as_bytes()));
+        let headers = HeaderBlock::from_entries(|| {
+            fixed
+                .iter()
+                .copied()
+                .chain(optional.iter().flatten().copied())
+                .chain(metadata.clone())
+        });
         let (id, woken) = {
             let mut host = lock(&self.inner.host);
             let id = host.open(headers, body)?;

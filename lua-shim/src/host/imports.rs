@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use wasmtime::{Caller, Linker};
 
 use super::pairs;
-use super::state::{GrpcCommand, GrpcTarget, HeaderBlock, HostState, LocalReply, Pairs};
+use super::state::{GrpcCommand, GrpcTarget, HeaderBlock, HostState, LocalReply};
 
 pub const OK: u32 = 0;
 pub const NOT_FOUND: u32 = 1;
@@ -230,7 +230,7 @@ fn set_buffer_bytes(mut c: Ctx, kind: u32, start: u32, size: u32, ptr: u32, len:
     OK
 }
 
-fn map_of<'a>(c: &'a mut Ctx<'_>, kind: u32) -> Option<&'a mut Pairs> {
+fn map_of<'a>(c: &'a mut Ctx<'_>, kind: u32) -> Option<&'a mut HeaderBlock> {
     let state = c.data_mut();
     match kind {
         MAP_REQUEST_HEADERS => state
@@ -257,11 +257,7 @@ fn get_header_map_value(
     let Some(map) = map_of(&mut c, kind) else {
         return NOT_FOUND;
     };
-    let Some(value) = map
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(&key))
-        .map(|(_, v)| v.clone())
-    else {
+    let Some(value) = map.get_ignore_case(&key).map(<[u8]>::to_vec) else {
         return NOT_FOUND;
     };
     give(&mut c, &value, ret_ptr, ret_len)
@@ -271,8 +267,14 @@ fn get_header_map_pairs(mut c: Ctx, kind: u32, ret_ptr: u32, ret_len: u32) -> u3
     let Some(map) = map_of(&mut c, kind) else {
         return NOT_FOUND;
     };
-    let bytes = pairs::serialize(map);
-    give(&mut c, &bytes, ret_ptr, ret_len)
+    // `give` re-enters the module (its allocator), which needs the store:
+    // the map steps out of it meanwhile instead of being copied.
+    let block = std::mem::take(map);
+    let status = give(&mut c, block.bytes(), ret_ptr, ret_len);
+    if let Some(map) = map_of(&mut c, kind) {
+        *map = block;
+    }
+    status
 }
 
 fn replace_header_map_value(
@@ -289,8 +291,7 @@ fn replace_header_map_value(
     let Some(map) = map_of(&mut c, kind) else {
         return NOT_FOUND;
     };
-    map.retain(|(k, _)| !k.eq_ignore_ascii_case(&key));
-    map.push((key.to_ascii_lowercase(), value));
+    map.replace(&key, Some(&value));
     OK
 }
 
@@ -301,7 +302,7 @@ fn remove_header_map_value(mut c: Ctx, kind: u32, kptr: u32, klen: u32) -> u32 {
     let Some(map) = map_of(&mut c, kind) else {
         return NOT_FOUND;
     };
-    map.retain(|(k, _)| !k.eq_ignore_ascii_case(&key));
+    map.replace(&key, None);
     OK
 }
 

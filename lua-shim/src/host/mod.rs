@@ -51,9 +51,9 @@ pub struct ProxyHost {
 /// A transport event for a call, delivered to the module as Envoy would.
 #[derive(Debug)]
 pub enum GrpcEvent {
-    InitialMetadata(Pairs),
+    InitialMetadata(HeaderBlock),
     Message(Vec<u8>),
-    TrailingMetadata(Pairs),
+    TrailingMetadata(HeaderBlock),
     /// The call ended: status code and the raw (percent-encoded) message.
     Close(u32, Vec<u8>),
 }
@@ -184,7 +184,7 @@ impl ProxyHost {
 
     /// Opens an HTTP context with these request headers; with a body, the
     /// request ends with it.
-    pub fn open(&mut self, headers: Pairs, body: Option<&[u8]>) -> Result<u32, HostError> {
+    pub fn open(&mut self, headers: HeaderBlock, body: Option<&[u8]>) -> Result<u32, HostError> {
         self.next_context = self.next_context.wrapping_add(1).max(ROOT_ID + 1);
         let id = self.next_context;
         let count = headers.len() as u32;

@@ -13,7 +13,7 @@ pub type Pairs = Vec<(String, Vec<u8>)>;
 
 #[derive(Default)]
 pub struct HttpContext {
-    pub request_headers: Pairs,
+    pub request_headers: HeaderBlock,
     pub request_body: Vec<u8>,
 }
 
@@ -78,8 +78,8 @@ pub struct HostState {
     pub plugin_config: Vec<u8>,
     /// The gRPC callback in progress: message, metadata, status.
     pub grpc_message: Vec<u8>,
-    pub grpc_initial: Pairs,
-    pub grpc_trailing: Pairs,
+    pub grpc_initial: HeaderBlock,
+    pub grpc_trailing: HeaderBlock,
     pub grpc_status: (u32, Vec<u8>),
     /// Foreign function arguments of the call in progress.
     pub next_token: u32,

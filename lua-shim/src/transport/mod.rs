@@ -19,7 +19,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 pub use codec::RawCodec;
 
-use crate::host::{GrpcEvent, GrpcTarget, Pairs};
+use crate::host::{GrpcEvent, GrpcTarget, HeaderBlock, Pairs};
 
 /// Where transport events go: the call's token and the events, in order;
 /// events that arrive together go together (one trip into the module).
@@ -130,24 +130,31 @@ fn request<T>(message: T, metadata: &Pairs) -> tonic::Request<T> {
     request
 }
 
-fn pairs(metadata: &MetadataMap) -> Pairs {
-    metadata
-        .clone()
-        .into_headers()
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
-        .collect()
+fn pairs(metadata: &MetadataMap) -> HeaderBlock {
+    header_block(&metadata.clone().into_headers(), None)
+}
+
+/// A response's header map for the module, with one more entry if given.
+pub(crate) fn header_block(headers: &http::HeaderMap, extra: Option<(&str, &[u8])>) -> HeaderBlock {
+    HeaderBlock::from_entries(|| {
+        headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .chain(extra)
+            .map(|(k, v)| (&b""[..], k.as_bytes(), v))
+    })
 }
 
 /// A failed call as Envoy reports it: trailing metadata (with the details
 /// as `grpc-status-details-bin`), then the close.
 fn report_failure(sink: &Sink, token: u32, status: &tonic::Status) {
     use base64::Engine;
-    let mut trailing = pairs(status.metadata());
-    if !status.details().is_empty() {
-        let encoded = base64::engine::general_purpose::STANDARD_NO_PAD.encode(status.details());
-        trailing.push(("grpc-status-details-bin".into(), encoded.into_bytes()));
-    }
+    let encoded = (!status.details().is_empty())
+        .then(|| base64::engine::general_purpose::STANDARD_NO_PAD.encode(status.details()));
+    let details = encoded
+        .as_deref()
+        .map(|e| ("grpc-status-details-bin", e.as_bytes()));
+    let trailing = header_block(&status.metadata().clone().into_headers(), details);
     sink(
         token,
         vec![

@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::tls::ClientTls;
 use crate::client::lock;
-use crate::host::{GrpcEvent, GrpcTarget, Pairs};
+use crate::host::{GrpcEvent, GrpcTarget, HeaderBlock};
 
 /// What a connection's calls produced: the call's token and its events.
 pub type Produced = Vec<(u32, Vec<GrpcEvent>)>;
@@ -508,11 +508,8 @@ fn frame(message: &[u8]) -> Result<Bytes, String> {
         .map_err(|e| e.to_string())
 }
 
-fn pairs(headers: &http::HeaderMap) -> Pairs {
-    headers
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
-        .collect()
+fn pairs(headers: &http::HeaderMap) -> HeaderBlock {
+    super::header_block(headers, None)
 }
 
 /// The gRPC status a response ends with: from its trailers, or from its
@@ -672,7 +669,7 @@ async fn run_call(
         }
         let initial = initial
             .take()
-            .unwrap_or(GrpcEvent::InitialMetadata(Vec::new()));
+            .unwrap_or(GrpcEvent::InitialMetadata(HeaderBlock::default()));
         return vec![initial, trailing, GrpcEvent::Message(received.remove(0))];
     }
     vec![trailing, GrpcEvent::Close(code, message)]
