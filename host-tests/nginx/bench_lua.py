@@ -50,12 +50,13 @@ def lua(proxy, calls, concurrency, transport):
 def run(calls, cpu):
     label = f"pinned to CPU {cpu}" if cpu is not None else "unpinned"
     server = Server("greeter-server")
-    if cpu is not None:
-        subprocess.run(["taskset", "-pc", str(cpu), str(server.proc.pid)], check=True, capture_output=True)
     proxy = Nginx({"greeter": server.addr, "protos": PROTOS}, workers=1)
     if cpu is not None:
-        for pid in subprocess.run(["pgrep", "-f", proxy.prefix], capture_output=True, text=True).stdout.split():
-            # -a: the runtime's threads too
+        # -a: every thread (the server's tokio workers, the shim's runtime).
+        # The nginx worker's command line is "nginx: worker process": it is
+        # found as the master's child, not by the prefix.
+        workers = subprocess.run(["pgrep", "-P", str(proxy.proc.pid)], capture_output=True, text=True).stdout.split()
+        for pid in [str(server.proc.pid), str(proxy.proc.pid), *workers]:
             subprocess.run(["taskset", "-apc", str(cpu), pid], check=True, capture_output=True)
     try:
         for transport in TRANSPORTS:
