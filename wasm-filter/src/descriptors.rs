@@ -3,6 +3,8 @@
 //! without supplying them.
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use prost::Message;
@@ -183,7 +185,7 @@ impl Registry {
 
     /// Every method of every service, keyed by its path, for lookups that
     /// are made on each request.
-    pub fn methods_by_path(&self) -> HashMap<Box<str>, Method> {
+    pub fn methods_by_path(&self) -> FxHashMap<Box<str>, Method> {
         self.pool
             .services()
             .flat_map(|service| service.methods().collect::<Vec<_>>())

@@ -22,7 +22,9 @@
 //! the method through the host (`proxy_grpc_call` / `proxy_grpc_stream`);
 //! the request never goes to the route's upstream.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -137,7 +139,7 @@ pub struct FilterConfig {
     pub registry: Registry,
     /// `/pkg.Service/Method` to its method: one hash per request instead
     /// of a service lookup, a method scan and a formatted path.
-    pub methods: HashMap<Box<str>, Method>,
+    pub methods: FxHashMap<Box<str>, Method>,
     pub json: JsonOptions,
     /// Exposed services; `None` exposes all.
     pub services: Option<Vec<String>>,
