@@ -4,7 +4,8 @@ client, then with 100 concurrent coroutines / tasks; unpinned, then with
 server, nginx and client all pinned to one CPU (taskset). Both transports
 of the FFI path: cosocket (HTTP/2 in nginx's thread) and runtime (the
 shim's tonic thread). Ratios are measured side by side in one run: Lua
-time / tonic time."""
+time / tonic time, against tonic making the same calls (with the deadline
+resty.ffi.grpc gives every call) and against tonic with no deadline."""
 
 import argparse
 import os
@@ -20,9 +21,16 @@ def pinned(cpu):
     return ["taskset", "-c", str(cpu)] if cpu is not None else []
 
 
-def tonic(addr, calls, concurrency, cpu):
+# resty.ffi.grpc gives every call a deadline (10 s unless told otherwise)
+# and sends it as grpc-timeout; a deadline costs both ends a timer.
+DEADLINE_MS = 10_000
+
+
+def tonic(addr, calls, concurrency, cpu, deadline_ms=None):
+    deadline = ["--timeout-ms", str(deadline_ms)] if deadline_ms else []
     out = subprocess.run([*pinned(cpu), os.path.join(BIN, "tonic-bench"), "--addr", addr, "--calls", str(calls),
-                          "--concurrency", str(concurrency)], capture_output=True, text=True, check=True).stdout
+                          "--concurrency", str(concurrency), *deadline],
+                         capture_output=True, text=True, check=True).stdout
     return float(re.search(r"seconds ([\d.]+)", out).group(1))
 
 
@@ -64,17 +72,20 @@ def run(calls, cpu):
         rows = []
         for concurrency in (1, 100):
             t_lua = {t: lua(proxy, calls, concurrency, t) for t in TRANSPORTS}
-            t_native = tonic(server.addr, calls, concurrency, cpu)
-            rows.append((concurrency, t_lua, t_native))
+            t_same = tonic(server.addr, calls, concurrency, cpu, DEADLINE_MS)
+            t_bare = tonic(server.addr, calls, concurrency, cpu)
+            rows.append((concurrency, t_lua, t_same, t_bare))
         t_shim = shim_alone(server.addr, calls, cpu)
-        for concurrency, t_lua, t_native in rows:
+        for concurrency, t_lua, t_same, t_bare in rows:
             for transport in TRANSPORTS:
+                t = t_lua[transport]
                 print(f"{label:>16}  {calls} calls x {concurrency:>3} concurrent, {transport:<8}:"
-                      f"  lua {t_lua[transport]:7.3f} s  tonic {t_native:7.3f} s"
-                      f"  ratio {t_lua[transport] / t_native:5.2f}x"
-                      f"  ({calls / t_lua[transport]:8.0f} vs {calls / t_native:8.0f} calls/s)", flush=True)
+                      f"  lua {t:7.3f} s ({calls / t:6.0f}/s)"
+                      f"  tonic, same deadline {t_same:7.3f} s: ratio {t / t_same:5.2f}x"
+                      f"  tonic, no deadline {t_bare:7.3f} s: ratio {t / t_bare:5.2f}x", flush=True)
         print(f"{label:>16}  {calls} calls x   1 through lua_shim::Client (runtime) without nginx:"
-              f" {t_shim:7.3f} s  ratio {t_shim / rows[0][2]:5.2f}x", flush=True)
+              f" {t_shim:7.3f} s  ratio {t_shim / rows[0][2]:5.2f}x (same deadline)"
+              f" {t_shim / rows[0][3]:5.2f}x (none)", flush=True)
     finally:
         proxy.stop()
         server.stop()
@@ -84,7 +95,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=100_000)
     args = parser.parse_args()
-    print("resty.ffi.grpc (nginx, LuaJIT FFI path) vs native tonic, SayHello, one connection", flush=True)
+    print("resty.ffi.grpc (nginx, LuaJIT FFI path) vs native tonic, SayHello, one connection; tonic runs"
+          f" once with the {DEADLINE_MS} ms deadline resty.ffi.grpc sends, once without any", flush=True)
     run(args.calls, None)
     run(args.calls, 0)
 

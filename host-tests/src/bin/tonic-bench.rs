@@ -25,12 +25,17 @@ struct Args {
     /// Run everything on one thread (tokio's current-thread runtime).
     #[arg(long)]
     current_thread: bool,
+    /// A deadline on every call (sent as grpc-timeout), as resty.ffi.grpc
+    /// always sends one.
+    #[arg(long)]
+    timeout_ms: Option<u64>,
 }
 
 async fn run(
     client: GreeterClient<Channel>,
     calls: usize,
     concurrency: usize,
+    timeout: Option<std::time::Duration>,
 ) -> Result<(), BoxError> {
     let mut tasks = Vec::new();
     for worker in 0..concurrency {
@@ -38,11 +43,13 @@ async fn run(
         let share = calls / concurrency + usize::from(worker < calls % concurrency);
         tasks.push(tokio::spawn(async move {
             for _ in 0..share {
-                let reply = client
-                    .say_hello(HelloRequest {
-                        name: "bench".into(),
-                    })
-                    .await?;
+                let mut request = tonic::Request::new(HelloRequest {
+                    name: "bench".into(),
+                });
+                if let Some(timeout) = timeout {
+                    request.set_timeout(timeout);
+                }
+                let reply = client.say_hello(request).await?;
                 if reply.get_ref().message != "Hello bench!" {
                     return Err::<(), BoxError>("unexpected reply".into());
                 }
@@ -73,14 +80,16 @@ async fn bench(args: Args) -> Result<(), BoxError> {
         .connect()
         .await?;
     let client = GreeterClient::new(channel);
+    let timeout = args.timeout_ms.map(std::time::Duration::from_millis);
     run(
         client.clone(),
         args.warmup,
         args.concurrency.min(args.warmup.max(1)),
+        timeout,
     )
     .await?;
     let started = Instant::now();
-    run(client, args.calls, args.concurrency).await?;
+    run(client, args.calls, args.concurrency, timeout).await?;
     println!("seconds {:.3}", started.elapsed().as_secs_f64());
     Ok(())
 }
