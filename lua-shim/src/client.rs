@@ -320,6 +320,13 @@ impl Client {
     }
 
     /// Bytes for a wire connection's socket.
+    /// [`Client::wire_output`] into `buffer`, reusing its allocation.
+    pub fn wire_output_into(&self, conn: u32, buffer: &mut Vec<u8>) -> Result<(), ClientError> {
+        let wire = self.wire(conn)?;
+        lock(&wire).swap_output(buffer);
+        Ok(())
+    }
+
     pub fn wire_output(&self, conn: u32) -> Result<Vec<u8>, ClientError> {
         let wire = self.wire(conn)?;
         let output = lock(&wire).take_output();

@@ -383,17 +383,19 @@ pub unsafe extern "C" fn grpc_wasm_wire_output(conn: u32, len: *mut usize) -> *c
     let mut ptr = std::ptr::null();
     let rc = guard(|| {
         let p = process()?;
-        let output = p.client.wire_output(conn).map_err(|e| e.to_string())?;
         OUTPUT.with(|o| {
             let mut o = o.borrow_mut();
-            *o = output;
+            p.client
+                .wire_output_into(conn, &mut o)
+                .map_err(|e| e.to_string())?;
             if !o.is_empty() {
                 ptr = o.as_ptr();
             }
             if !len.is_null() {
                 *len = o.len();
             }
-        });
+            Ok::<(), String>(())
+        })?;
         Ok(0)
     });
     if rc != 0 && !len.is_null() {

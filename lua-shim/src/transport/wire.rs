@@ -277,6 +277,13 @@ impl Wire {
         std::mem::take(&mut lock(&self.pipe).outbound)
     }
 
+    /// [`Wire::take_output`] into `buffer` (emptied first): the two buffers
+    /// trade places, so a steady caller allocates none.
+    pub fn swap_output(&mut self, buffer: &mut Vec<u8>) {
+        buffer.clear();
+        std::mem::swap(&mut lock(&self.pipe).outbound, buffer);
+    }
+
     pub fn has_output(&self) -> bool {
         !lock(&self.pipe).outbound.is_empty()
     }
@@ -697,6 +704,21 @@ mod tests {
             "{out:?}"
         );
         assert!(wire.take_output().is_empty());
+    }
+
+    #[test]
+    fn swapped_output_is_the_same_bytes_in_a_reused_buffer() {
+        let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
+        let mut buffer = b"stale".to_vec();
+        wire.swap_output(&mut buffer);
+        assert!(buffer.starts_with(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+        let first = buffer.as_ptr();
+        wire.swap_output(&mut buffer);
+        assert!(buffer.is_empty());
+        // The first buffer went back to the connection; the next swap
+        // brings it back instead of allocating.
+        wire.swap_output(&mut buffer);
+        assert_eq!(buffer.as_ptr(), first);
     }
 
     #[test]
