@@ -416,9 +416,9 @@ function ffi_backend.close(id, ended)
     local sema = waiters[id]
     if sema then
         waiters[id] = nil
-        -- A semaphore still counting a stale post would wake its next
-        -- call early (harmless: it looks again), but one nobody waits on
-        -- is all a spare may be.
+        -- Kept for reuse only when nothing is posted and nobody waits: a
+        -- stale post would wake the next call that takes it (harmless, it
+        -- looks again, but wasted).
         if sema:count() == 0 and n_spare < 1024 then
             n_spare = n_spare + 1
             spare_semas[n_spare] = sema
@@ -734,8 +734,9 @@ Info.__index = function(info, key)
     return rawget(info, key)
 end
 
+-- The grpc-status entry of raw headers (a key starts the text or follows a NUL).
 local function status_code(raw)
-    local _, _, code = (raw or ""):find("grpc%-status%z(%d+)%z")
+    local _, _, code = ("\0" .. (raw or "")):find("%zgrpc%-status%z(%d+)%z")
     return tonumber(code) or 2
 end
 
