@@ -1,28 +1,10 @@
 //! The proxy-wasm serialized header map (count, lengths, NUL-ended keys and
-//! values), from the host's side.
+//! values), from the host's side. The layout's rules (reading, checking,
+//! writing) are the core's, `grpc_wasm::proxy::pairs`: the module and the
+//! host read the same bytes with the same code.
 
-use super::state::Pairs;
-
-pub fn serialize(pairs: &Pairs) -> Vec<u8> {
-    let mut out = Vec::with_capacity(
-        4 + pairs
-            .iter()
-            .map(|(k, v)| 10 + k.len() + v.len())
-            .sum::<usize>(),
-    );
-    out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
-    for (k, v) in pairs {
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-    }
-    for (k, v) in pairs {
-        out.extend_from_slice(k.as_bytes());
-        out.push(0);
-        out.extend_from_slice(v);
-        out.push(0);
-    }
-    out
-}
+pub use grpc_wasm::proxy::pairs::deserialize;
+use grpc_wasm::proxy::pairs::{serialize_entries, visit};
 
 /// Bytes as text: the common valid UTF-8 costs one check and one copy
 /// (`from_utf8_lossy` walks it in chunks first).
@@ -33,40 +15,9 @@ pub fn text(bytes: &[u8]) -> String {
     }
 }
 
-/// `None` for bytes that do not follow the layout.
-pub fn deserialize(bytes: &[u8]) -> Option<Pairs> {
-    let mut out = Vec::new();
-    walk(bytes, |key, value| out.push((text(key), value.to_vec())))?;
-    Some(out)
-}
-
-/// Checks the layout and calls `f` with each key and value; `None` for
-/// bytes that do not follow it. No bytes at all are an empty map.
-fn walk<'a>(bytes: &'a [u8], mut f: impl FnMut(&'a [u8], &'a [u8])) -> Option<()> {
-    if bytes.is_empty() {
-        return Some(());
-    }
-    let word = |at: usize| {
-        bytes
-            .get(at..at + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-    };
-    let count = word(0)?;
-    let mut at = 4usize.checked_add(count.checked_mul(8)?)?;
-    for i in 0..count {
-        let (k, v) = (word(4 + i * 8)?, word(8 + i * 8)?);
-        let key = bytes.get(at..at.checked_add(k)?)?;
-        at += k;
-        (bytes.get(at) == Some(&0)).then_some(())?;
-        at += 1;
-        let value = bytes.get(at..at.checked_add(v)?)?;
-        at += v;
-        (bytes.get(at) == Some(&0)).then_some(())?;
-        at += 1;
-        f(key, value);
-    }
-    (at == bytes.len()).then_some(())
-}
+/// One entry for [`HeaderBlock::from_entries`]: name prefix, rest of the
+/// name, value.
+pub type Entry<'a> = (&'a [u8], &'a [u8], &'a [u8]);
 
 /// A header map in the proxy-wasm layout, kept as bytes: the module reads
 /// whole maps and most are handed on whole, so entries are never copied
@@ -80,42 +31,18 @@ const EMPTY: [u8; 4] = [0; 4];
 impl HeaderBlock {
     /// `None` for bytes that do not follow the layout.
     pub fn parse(bytes: Vec<u8>) -> Option<HeaderBlock> {
-        walk(&bytes, |_, _| {})?;
-        if bytes.len() <= EMPTY.len() {
-            return Some(HeaderBlock::default());
-        }
-        Some(HeaderBlock(bytes))
+        visit(&bytes, |_, _| {})?;
+        Some(HeaderBlock::normal(bytes))
     }
 
-    /// A map of the entries `entries()` yields (it is walked three times:
-    /// sizes, lengths, bytes), each name given as a prefix and the rest.
+    /// A map of the entries `entries()` yields (see the core's
+    /// `serialize_entries`).
     pub fn from_entries<'a, F, I>(entries: F) -> HeaderBlock
     where
         F: Fn() -> I,
-        I: Iterator<Item = (&'a [u8], &'a [u8], &'a [u8])>,
+        I: Iterator<Item = Entry<'a>>,
     {
-        let (mut count, mut size) = (0usize, 4usize);
-        for (prefix, name, value) in entries() {
-            count += 1;
-            size += 10 + prefix.len() + name.len() + value.len();
-        }
-        if count == 0 {
-            return HeaderBlock::default();
-        }
-        let mut out = Vec::with_capacity(size);
-        out.extend_from_slice(&(count as u32).to_le_bytes());
-        for (prefix, name, value) in entries() {
-            out.extend_from_slice(&((prefix.len() + name.len()) as u32).to_le_bytes());
-            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        }
-        for (prefix, name, value) in entries() {
-            out.extend_from_slice(prefix);
-            out.extend_from_slice(name);
-            out.push(0);
-            out.extend_from_slice(value);
-            out.push(0);
-        }
-        HeaderBlock(out)
+        HeaderBlock::normal(serialize_entries(entries))
     }
 
     pub fn from_pairs(pairs: &[(String, Vec<u8>)]) -> HeaderBlock {
@@ -124,6 +51,15 @@ impl HeaderBlock {
                 .iter()
                 .map(|(k, v)| (&b""[..], k.as_bytes(), v.as_slice()))
         })
+    }
+
+    /// No entries are kept as no bytes.
+    fn normal(bytes: Vec<u8>) -> HeaderBlock {
+        if bytes.len() <= EMPTY.len() {
+            HeaderBlock::default()
+        } else {
+            HeaderBlock(bytes)
+        }
     }
 
     /// The serialized map, as `proxy_get_header_map_pairs` hands it out.
@@ -155,76 +91,53 @@ impl HeaderBlock {
         self.0.get(4 + 8 * self.count()..).unwrap_or_default()
     }
 
-    pub fn iter(&self) -> Entries<'_> {
-        let count = self.count();
-        Entries {
-            bytes: &self.0,
-            count,
-            next: 0,
-            at: 4 + 8 * count,
-        }
+    /// The entries, in order.
+    pub fn entries(&self) -> Vec<(&[u8], &[u8])> {
+        let mut entries = Vec::with_capacity(self.count());
+        // Checked when the block was made: the visit cannot fail here.
+        let _ = visit(&self.0, |k, v| entries.push((k, v)));
+        entries
+    }
+
+    /// The first value whose name `matches`, without collecting entries.
+    fn find(&self, matches: impl Fn(&[u8]) -> bool) -> Option<&[u8]> {
+        let mut found = None;
+        let _ = visit(&self.0, |k, v| {
+            if found.is_none() && matches(k) {
+                found = Some(v);
+            }
+        });
+        found
     }
 
     /// The first value of `name`.
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.iter()
-            .find(|(k, _)| *k == name.as_bytes())
-            .map(|(_, v)| v)
+        self.find(|k| k == name.as_bytes())
     }
 
     /// The first value of `name`, in any letter case (HTTP's rule).
     pub fn get_ignore_case(&self, name: &str) -> Option<&[u8]> {
-        self.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, v)| v)
+        self.find(|k| k.eq_ignore_ascii_case(name.as_bytes()))
     }
 
     /// Drops every entry named `name` (any case); then adds `add`, if any.
     pub fn replace(&mut self, name: &str, add: Option<&[u8]>) {
         let lower = name.to_ascii_lowercase();
+        let kept = self.entries();
         let edited = HeaderBlock::from_entries(|| {
-            self.iter()
+            kept.iter()
                 .filter(|(k, _)| !k.eq_ignore_ascii_case(name.as_bytes()))
-                .map(|(k, v)| (&b""[..], k, v))
+                .map(|&(k, v)| (&b""[..], k, v))
                 .chain(add.map(|v| (&b""[..], lower.as_bytes(), v)))
         });
         *self = edited;
     }
 }
 
-/// The entries of a [`HeaderBlock`], in order.
-#[derive(Clone)]
-pub struct Entries<'a> {
-    bytes: &'a [u8],
-    count: usize,
-    next: usize,
-    at: usize,
-}
-
-impl<'a> Iterator for Entries<'a> {
-    type Item = (&'a [u8], &'a [u8]);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.next == self.count {
-            return None;
-        }
-        let word = |at: usize| {
-            let b = &self.bytes[at..at + 4];
-            u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-        };
-        let (k, v) = (word(4 + 8 * self.next), word(8 + 8 * self.next));
-        // The layout was checked when the block was made.
-        let key = &self.bytes[self.at..self.at + k];
-        let value = &self.bytes[self.at + k + 1..self.at + k + 1 + v];
-        self.at += k + v + 2;
-        self.next += 1;
-        Some((key, value))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use grpc_wasm::proxy::pairs::serialize;
 
     #[test]
     fn round_trip() {
@@ -253,7 +166,7 @@ mod tests {
         assert_eq!(block.get("grpc-status"), Some(&b"5"[..]));
         assert_eq!(block.get("absent"), None);
         assert_eq!(
-            block.iter().collect::<Vec<_>>(),
+            block.entries(),
             vec![(&b"grpc-status"[..], &b"5"[..]), (&b"x"[..], &b""[..])]
         );
         assert_eq!(HeaderBlock::default().flat(), b"");
@@ -280,13 +193,10 @@ mod tests {
         assert_eq!(block.get("ACCEPT"), None);
         block.replace("ACCEPT", Some(b"c"));
         assert_eq!(
-            block.iter().collect::<Vec<_>>(),
+            block.entries(),
             vec![(&b"x"[..], &b"1"[..]), (&b"accept"[..], &b"c"[..])]
         );
         block.replace("x", None);
-        assert_eq!(
-            block.iter().collect::<Vec<_>>(),
-            vec![(&b"accept"[..], &b"c"[..])]
-        );
+        assert_eq!(block.entries(), vec![(&b"accept"[..], &b"c"[..])]);
     }
 }

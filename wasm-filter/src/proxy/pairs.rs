@@ -6,27 +6,45 @@ use std::ops::Range;
 
 /// Serializes header pairs for the host.
 pub fn serialize<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<u8> {
-    let size = 4 + pairs
-        .iter()
-        .map(|(k, v)| 8 + k.as_ref().len() + v.as_ref().len() + 2)
-        .sum::<usize>();
-    let mut out = Vec::with_capacity(size);
-    out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
-    for (k, v) in pairs {
-        out.extend_from_slice(&(k.as_ref().len() as u32).to_le_bytes());
-        out.extend_from_slice(&(v.as_ref().len() as u32).to_le_bytes());
+    serialize_entries(|| {
+        pairs
+            .iter()
+            .map(|(k, v)| (&b""[..], k.as_ref(), v.as_ref()))
+    })
+}
+
+/// Serializes the entries `entries()` yields, each name given as a prefix
+/// and the rest (so that a prefixed name needs no string of its own), in one
+/// allocation of the exact size: `entries()` is walked three times (sizes,
+/// lengths, bytes).
+pub fn serialize_entries<'a, F, I>(entries: F) -> Vec<u8>
+where
+    F: Fn() -> I,
+    I: Iterator<Item = (&'a [u8], &'a [u8], &'a [u8])>,
+{
+    let (mut count, mut size) = (0usize, 4usize);
+    for (prefix, name, value) in entries() {
+        count += 1;
+        size += 10 + prefix.len() + name.len() + value.len();
     }
-    for (k, v) in pairs {
-        out.extend_from_slice(k.as_ref());
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&(count as u32).to_le_bytes());
+    for (prefix, name, value) in entries() {
+        out.extend_from_slice(&((prefix.len() + name.len()) as u32).to_le_bytes());
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    }
+    for (prefix, name, value) in entries() {
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(name);
         out.push(0);
-        out.extend_from_slice(v.as_ref());
+        out.extend_from_slice(value);
         out.push(0);
     }
     out
 }
 
-/// Builds a serialized map entry by entry. A key may come in two parts, a
-/// prefix and a name, so that a prefixed name needs no string of its own.
+/// Builds a serialized map entry by entry, for a caller that cannot walk
+/// its entries again (see [`serialize_entries`] for one that can).
 #[derive(Debug, Default)]
 pub struct Builder {
     count: u32,
@@ -67,44 +85,54 @@ impl Builder {
     }
 }
 
-/// Where each key and value of a serialized map lies in `bytes`; `None`
-/// when the bytes do not follow the layout (the host's own rule is to treat
-/// such a map as empty). Lookups can then borrow instead of copying.
-pub fn index(bytes: &[u8]) -> Option<Vec<(Range<usize>, Range<usize>)>> {
+/// Checks the layout and calls `f` with each key and value in order;
+/// `None` when the bytes do not follow it (the host's own rule is to treat
+/// such a map as empty). No bytes at all are an empty map.
+pub fn visit<'a>(bytes: &'a [u8], mut f: impl FnMut(&'a [u8], &'a [u8])) -> Option<()> {
     if bytes.is_empty() {
-        return Some(Vec::new());
+        return Some(());
     }
-    let count = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?) as usize;
+    let word = |at: usize| -> Option<usize> {
+        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize)
+    };
+    let count = word(0)?;
     let mut at = 4usize.checked_add(count.checked_mul(8)?)?;
-    let lengths = bytes.get(4..at)?;
-    let mut entries = Vec::with_capacity(count);
-    for pair in lengths.chunks_exact(8) {
-        let k = u32::from_le_bytes(pair[0..4].try_into().ok()?) as usize;
-        let v = u32::from_le_bytes(pair[4..8].try_into().ok()?) as usize;
-        let key = at..at.checked_add(k)?;
-        let value = key.end.checked_add(1)?..key.end.checked_add(1)?.checked_add(v)?;
-        if bytes.get(key.end) != Some(&0) || bytes.get(value.end) != Some(&0) {
-            return None;
-        }
-        at = value.end + 1;
-        entries.push((key, value));
+    bytes.get(..at)?;
+    for i in 0..count {
+        let (k, v) = (word(4 + i * 8)?, word(8 + i * 8)?);
+        let key = bytes.get(at..at.checked_add(k)?)?;
+        at += k;
+        (bytes.get(at) == Some(&0)).then_some(())?;
+        at += 1;
+        let value = bytes.get(at..at.checked_add(v)?)?;
+        at += v;
+        (bytes.get(at) == Some(&0)).then_some(())?;
+        at += 1;
+        f(key, value);
     }
-    (at == bytes.len()).then_some(entries)
+    (at == bytes.len()).then_some(())
 }
 
-/// Parses a map from the host into owned pairs; `None` as for [`index`].
+/// Where each key and value of a serialized map lies in `bytes`; `None` as
+/// for [`visit`]. Lookups can then borrow instead of copying.
+pub fn index(bytes: &[u8]) -> Option<Vec<(Range<usize>, Range<usize>)>> {
+    let base = bytes.as_ptr() as usize;
+    let span = |part: &[u8]| {
+        let start = part.as_ptr() as usize - base;
+        start..start + part.len()
+    };
+    let mut entries = Vec::new();
+    visit(bytes, |k, v| entries.push((span(k), span(v))))?;
+    Some(entries)
+}
+
+/// Parses a map from the host into owned pairs; `None` as for [`visit`].
 pub fn deserialize(bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
-    Some(
-        index(bytes)?
-            .into_iter()
-            .map(|(k, v)| {
-                (
-                    String::from_utf8_lossy(&bytes[k]).into_owned(),
-                    bytes[v].to_vec(),
-                )
-            })
-            .collect(),
-    )
+    let mut out = Vec::new();
+    visit(bytes, |k, v| {
+        out.push((String::from_utf8_lossy(k).into_owned(), v.to_vec()))
+    })?;
+    Some(out)
 }
 
 /// One change to a header map: each is a host call.
