@@ -319,18 +319,13 @@ impl Client {
         Ok(self.produced(produced))
     }
 
-    /// Bytes for a wire connection's socket.
-    /// [`Client::wire_output`] into `buffer`, reusing its allocation.
-    pub fn wire_output_into(&self, conn: u32, buffer: &mut Vec<u8>) -> Result<(), ClientError> {
+    /// Bytes for a wire connection's socket, swapped into `buffer` (emptied
+    /// first): the connection keeps `buffer`'s allocation for its next
+    /// bytes, so a steady caller allocates none.
+    pub fn wire_output(&self, conn: u32, buffer: &mut Vec<u8>) -> Result<(), ClientError> {
         let wire = self.wire(conn)?;
         lock(&wire).swap_output(buffer);
         Ok(())
-    }
-
-    pub fn wire_output(&self, conn: u32) -> Result<Vec<u8>, ClientError> {
-        let wire = self.wire(conn)?;
-        let output = lock(&wire).take_output();
-        Ok(output)
     }
 
     /// A wire connection's state for its socket's owner: whether it has

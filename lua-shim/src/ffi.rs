@@ -386,7 +386,7 @@ pub unsafe extern "C" fn grpc_wasm_wire_output(conn: u32, len: *mut usize) -> *c
         OUTPUT.with(|o| {
             let mut o = o.borrow_mut();
             p.client
-                .wire_output_into(conn, &mut o)
+                .wire_output(conn, &mut o)
                 .map_err(|e| e.to_string())?;
             if !o.is_empty() {
                 ptr = o.as_ptr();
