@@ -328,14 +328,7 @@ mod tests {
     }
 
     fn options() -> Vec<JsonOptions> {
-        let all = JsonOptions {
-            emit_defaults: true,
-            int64_as_number: true,
-            enums_as_numbers: true,
-            proto_field_names: true,
-            ignore_unknown_fields: false,
-        };
-        vec![JsonOptions::default(), all]
+        vec![JsonOptions::default(), crate::json::every_print_option()]
     }
 
     #[test]

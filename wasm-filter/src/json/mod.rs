@@ -184,6 +184,18 @@ fn print_json(
     message_to_json(&decode_message(desc, bytes)?, options)
 }
 
+/// Every print option on (tests compare both paths under it).
+#[cfg(test)]
+pub(crate) fn every_print_option() -> JsonOptions {
+    JsonOptions {
+        emit_defaults: true,
+        int64_as_number: true,
+        enums_as_numbers: true,
+        proto_field_names: true,
+        ignore_unknown_fields: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,13 +327,7 @@ mod tests {
         .unwrap();
         let default = protobuf_to_json(&desc, &bytes, &JsonOptions::default()).unwrap();
         assert_eq!(default, r#"{"title":"T","genre":"HISTORY","pages":"12"}"#);
-        let all = JsonOptions {
-            emit_defaults: true,
-            int64_as_number: true,
-            enums_as_numbers: true,
-            proto_field_names: true,
-            ignore_unknown_fields: false,
-        };
+        let all = every_print_option();
         let printed = protobuf_to_json(&desc, &bytes, &all).unwrap();
         assert_eq!(
             printed,
