@@ -120,7 +120,9 @@ pub extern "C" fn grpc_wasm_last_error() -> *const c_char {
 /// parent's threads do not exist in it).
 ///
 /// # Safety
-/// `module_path` and `socket_dir` are NUL-terminated strings; `cache_dir` may be NULL.
+/// NUL-terminated strings; `cache_dir` NULL takes the default cache
+/// directory and an empty one disables the cache (see
+/// [`crate::host::cache::resolve`]); `socket_dir` NULL is the temp dir.
 #[no_mangle]
 pub unsafe extern "C" fn grpc_wasm_init(
     module_path: *const c_char,
@@ -153,7 +155,7 @@ pub unsafe extern "C" fn grpc_wasm_init(
             let notifier = notifier.clone();
             Arc::new(move |id| notifier.wake(id))
         };
-        let cache = text(cache_dir).map(PathBuf::from);
+        let cache = crate::host::cache::resolve(text(cache_dir).as_deref());
         let client = Client::new(&wasm, cache.as_deref(), wake).map_err(|e| e.to_string())?;
         let socket_path = CString::new(notifier.path().to_string_lossy().into_owned())
             .map_err(|e| e.to_string())?;

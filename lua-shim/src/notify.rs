@@ -4,8 +4,14 @@
 //! ready call ids through the FFI and posts their semaphores. Bytes are
 //! coalesced: one is written only when the ready list goes from empty to
 //! not empty, so a busy worker pays one write per batch, not per call.
+//!
+//! The reader is whoever connected last, so a stranger who connected would
+//! take the wake-ups away from the worker: the socket lives in a fresh
+//! directory that only this user can enter (created 0700, never reused),
+//! and a connection is kept only from this very process (`SO_PEERCRED`).
 
 use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,23 +26,28 @@ struct Ready {
 }
 
 pub struct Notifier {
+    /// The private directory that holds the socket.
+    dir: PathBuf,
     path: PathBuf,
     reader: Mutex<Option<UnixStream>>,
     ready: Mutex<Ready>,
 }
 
 impl Notifier {
-    /// Listens on a fresh socket path in `dir`; the reader may connect (and
-    /// reconnect) at any time.
-    pub fn listen(dir: &Path) -> std::io::Result<Arc<Notifier>> {
-        let path = dir.join(format!(
-            "grpc-wasm-{}-{:08x}.sock",
-            std::process::id(),
-            rand_u32()
-        ));
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path)?;
+    /// Listens on a socket in a fresh private directory under `parent`;
+    /// the reader may connect (and reconnect) at any time.
+    pub fn listen(parent: &Path) -> std::io::Result<Arc<Notifier>> {
+        let dir = private_dir(parent)?;
+        let path = dir.join("wake.sock");
+        let listener = match UnixListener::bind(&path) {
+            Ok(listener) => listener,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        };
         let notifier = Arc::new(Notifier {
+            dir,
             path,
             reader: Mutex::new(None),
             ready: Mutex::new(Ready::default()),
@@ -54,6 +65,10 @@ impl Notifier {
                         return;
                     };
                     if let Ok(stream) = stream {
+                        if let Err(why) = own_peer(&stream) {
+                            eprintln!("[grpc-wasm] wake-up socket: refused a connection: {why}");
+                            continue;
+                        }
                         let _ = stream.set_nonblocking(true);
                         *lock(&notifier.reader) = Some(stream);
                         // Whatever became ready before the reader came.
@@ -107,6 +122,51 @@ impl Notifier {
 impl Drop for Notifier {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// A new directory only this user can enter; `mkdir` fails on any existing
+/// name, so a directory (or link) planted in advance is never used.
+fn private_dir(parent: &Path) -> std::io::Result<PathBuf> {
+    let mut last = None;
+    for _ in 0..8 {
+        let dir = parent.join(format!(
+            "grpc-wasm-{}-{:08x}",
+            std::process::id(),
+            rand_u32()
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free directory name")))
+}
+
+/// Why a peer is not this process (the only legitimate reader is the Lua
+/// cosocket of the worker that loaded the shim).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum PeerRefusal {
+    #[error("cannot read the peer's credentials: {0}")]
+    Credentials(String),
+    #[error("the peer is pid {0} (uid {1}), not this process (pid {2})")]
+    Stranger(i32, u32, i32),
+}
+
+fn own_peer(stream: &UnixStream) -> Result<(), PeerRefusal> {
+    let cred = rustix::net::sockopt::socket_peercred(stream)
+        .map_err(|e| PeerRefusal::Credentials(e.to_string()))?;
+    let me = rustix::process::getpid();
+    if cred.pid == me && cred.uid == rustix::process::geteuid() {
+        Ok(())
+    } else {
+        Err(PeerRefusal::Stranger(
+            cred.pid.as_raw_nonzero().get(),
+            cred.uid.as_raw(),
+            me.as_raw_nonzero().get(),
+        ))
     }
 }
 
@@ -129,4 +189,84 @@ fn rand_u32() -> u32 {
     let mut bytes = [0u8; 4];
     let _ = getrandom::fill(&mut bytes);
     u32::from_le_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, Read};
+    use std::os::unix::fs::MetadataExt;
+    use std::time::{Duration, Instant};
+
+    /// Reads until a byte 1 ("calls are ready") comes, skipping heartbeats.
+    fn woken(stream: &mut UnixStream, within: Duration) -> bool {
+        stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let until = Instant::now() + within;
+        let mut byte = [0u8; 1];
+        while Instant::now() < until {
+            if let Ok(1) = stream.read(&mut byte) {
+                if byte[0] == 1 {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn the_socket_is_in_a_fresh_private_directory() {
+        let parent = std::env::temp_dir();
+        let a = Notifier::listen(&parent).unwrap();
+        let b = Notifier::listen(&parent).unwrap();
+        let dir = a.path().parent().unwrap();
+        assert_ne!(dir, b.path().parent().unwrap());
+        let meta = std::fs::symlink_metadata(dir).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.mode() & 0o777, 0o700);
+        let path = a.path().to_path_buf();
+        let dir = dir.to_path_buf();
+        drop(a);
+        assert!(!path.exists() && !dir.exists());
+    }
+
+    #[test]
+    fn another_process_cannot_take_the_reader() {
+        let notifier = Notifier::listen(&std::env::temp_dir()).unwrap();
+        let mut ours = UnixStream::connect(notifier.path()).unwrap();
+        // A stranger connects after us (here a child process; in life,
+        // another local user): it would become the reader.
+        let script = "import socket,sys,time\n\
+                      s=socket.socket(socket.AF_UNIX)\n\
+                      s.connect(sys.argv[1])\n\
+                      print('connected', flush=True)\n\
+                      time.sleep(5)\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(notifier.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "connected\n");
+        std::thread::sleep(Duration::from_millis(200));
+        notifier.wake(5);
+        let got = woken(&mut ours, Duration::from_secs(2));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(got, "the wake-up went to the other process");
+        let mut ids = [0u32; 4];
+        assert_eq!(notifier.drain(&mut ids), 1);
+        assert_eq!(ids[0], 5);
+    }
+
+    #[test]
+    fn a_peer_in_this_process_is_ours() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(own_peer(&a), Ok(()));
+    }
 }

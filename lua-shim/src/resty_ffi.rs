@@ -116,7 +116,7 @@ unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
         .or_else(|| std::env::var("GRPC_WASM_MODULE").ok())
         .ok_or("no module path (cfg.module or GRPC_WASM_MODULE)")?;
     let wasm = std::fs::read(&module).map_err(|e| format!("cannot read {module}: {e}"))?;
-    let cache = cfg["cache_dir"].as_str().map(PathBuf::from);
+    let cache = crate::host::cache::resolve(cfg["cache_dir"].as_str());
     let runtime: Arc<Mutex<Option<Arc<Runtime>>>> = Arc::new(Mutex::new(None));
     let wake = {
         let runtime = runtime.clone();

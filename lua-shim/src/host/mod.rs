@@ -4,6 +4,7 @@
 //! with `proxy_grpc_call` / `proxy_grpc_stream`, which the transport carries
 //! out, and ends it with a local reply.
 
+pub mod cache;
 mod imports;
 pub mod pairs;
 pub mod state;
@@ -59,10 +60,10 @@ pub enum GrpcEvent {
 }
 
 impl ProxyHost {
-    /// Compiles (or loads from `cache_dir`) and instantiates the module.
+    /// Compiles (or loads from `cache_dir`, see [`cache`]) and instantiates the module.
     pub fn new(wasm: &[u8], cache_dir: Option<&Path>) -> Result<Self, HostError> {
         let engine = Engine::new(&Config::new()).map_err(load)?;
-        let module = compile(&engine, wasm, cache_dir)?;
+        let module = cache::load_or_compile(&engine, wasm, cache_dir)?;
         let mut linker = Linker::new(&engine);
         wasi::add_to_linker(&mut linker).map_err(load)?;
         imports::add_to_linker(&mut linker).map_err(load)?;
@@ -326,33 +327,4 @@ fn no_route() -> LocalReply {
         body: Vec::new(),
         headers: HeaderBlock::default(),
     }
-}
-
-/// Compiling the module takes seconds; a worker that finds it compiled by
-/// an earlier one (same bytes, same engine) loads it in milliseconds.
-fn compile(engine: &Engine, wasm: &[u8], cache_dir: Option<&Path>) -> Result<Module, HostError> {
-    use std::hash::{Hash, Hasher};
-    let Some(dir) = cache_dir else {
-        return Module::new(engine, wasm).map_err(load);
-    };
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    wasm.hash(&mut hasher);
-    engine.precompile_compatibility_hash().hash(&mut hasher);
-    let path = dir.join(format!("grpc-wasm-{:016x}.cwasm", hasher.finish()));
-    // SAFETY: the file is one this function wrote with Module::serialize for
-    // the same engine settings (the name carries their hash); wasmtime still
-    // checks its header and refuses a mismatch, which falls back to compiling.
-    if let Ok(module) = unsafe { Module::deserialize_file(engine, &path) } {
-        return Ok(module);
-    }
-    let module = Module::new(engine, wasm).map_err(load)?;
-    if let Ok(bytes) = module.serialize() {
-        let _ = std::fs::create_dir_all(dir);
-        // Written aside and renamed, so that a concurrent reader never sees half a file.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, bytes).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
-    Ok(module)
 }

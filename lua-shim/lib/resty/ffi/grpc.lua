@@ -136,6 +136,19 @@ local function reader(premature, path)
     end
 end
 
+-- The compiled-module cache: nil lets the shim pick its private default
+-- directory; false (or "") disables the cache.
+local function cache_dir()
+    local dir = settings.cache_dir
+    if dir == nil then
+        dir = os.getenv("GRPC_WASM_CACHE_DIR")
+    end
+    if dir == false then
+        return ""
+    end
+    return dir
+end
+
 -- Path (b): LuaJIT FFI into liblua_shim.so, woken through the socket.
 local ffi_backend = {}
 
@@ -150,8 +163,7 @@ function ffi_backend.init()
     end
     C = lib
     local module = settings.module or os.getenv("GRPC_WASM_MODULE") or (dirname(shim) .. "/grpc_wasm.wasm")
-    local cache = settings.cache_dir or os.getenv("GRPC_WASM_CACHE_DIR") or "/tmp"
-    if C.grpc_wasm_init(module, cache, settings.socket_dir or "/tmp") ~= 0 then
+    if C.grpc_wasm_init(module, cache_dir(), settings.socket_dir) ~= 0 then
         return nil, last_error()
     end
     local path = C.grpc_wasm_socket_path()
@@ -453,7 +465,7 @@ end
 function resty_backend.init()
     local cfg = cjson.encode({
         module = settings.module or os.getenv("GRPC_WASM_MODULE"),
-        cache_dir = settings.cache_dir or os.getenv("GRPC_WASM_CACHE_DIR") or "/tmp",
+        cache_dir = cache_dir(),
     })
     local rt, err = ngx.load_ffi(settings.ffi_name or "lua_shim", cfg)
     if not rt then
@@ -550,8 +562,10 @@ local function ready()
 end
 
 --- Sets where things are before first use: shim (path of liblua_shim.so),
--- module (path of grpc_wasm.wasm), cache_dir (compiled module cache),
--- socket_dir (wake-up sockets), timeout (default deadline, ms), mode
+-- module (path of grpc_wasm.wasm), cache_dir (compiled module cache;
+-- default $XDG_CACHE_HOME/grpc-wasm, ~/.cache/grpc-wasm or
+-- <tmp>/grpc-wasm-<uid>; false disables it), socket_dir (where the private
+-- directory of the wake-up socket is made; default the temp dir), timeout (default deadline, ms), mode
 -- ("resty_ffi" or "ffi"; by default resty_ffi when ngx.load_ffi exists),
 -- ffi_name (the library name for ngx.load_ffi, "lua_shim").
 function _M.init(opts)

@@ -1,0 +1,82 @@
+"""Hardening (issue 14) of resty.ffi.grpc and liblua_shim.so in real nginx:
+what a hostile file, peer or caller can do to a worker."""
+
+import os
+import shutil
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from nginx_harness import PROTOS, WASM, Nginx, Server  # noqa: E402
+from test_nginx import check_log  # noqa: E402
+
+# An empty wasm module: a valid module without the exports the shim needs.
+EMPTY_WASM = b"\0asm\x01\0\0\0"
+
+
+@pytest.fixture(scope="module")
+def greeter():
+    server = Server("greeter-server")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cache_entries(greeter, tmp_path_factory):
+    """A private cache directory filled by a worker: the entry of the real
+    module, and the compiled code of another (valid) module."""
+    root = tmp_path_factory.mktemp("cache")
+    cache = root / "cache"
+    tiny = root / "tiny.wasm"
+    tiny.write_bytes(EMPTY_WASM)
+    env = {"greeter": greeter.addr, "protos": PROTOS, "wasm": WASM, "cache_dir": str(cache)}
+    proxy = Nginx(env, workers=1)
+    try:
+        status, body = proxy.get(f"/t/hardening_cache?module={tiny}")
+        assert body.startswith("init: the wasm module lacks the export"), body
+        tiny_entries = set(os.listdir(cache))
+        assert len(tiny_entries) == 1, tiny_entries
+        assert proxy.get("/t/hardening_cache") == (200, "Hello cache!\n"), proxy.log()[-3000:]
+    finally:
+        proxy.stop()
+    check_log(proxy)
+    (real,) = set(os.listdir(cache)) - tiny_entries
+    (other,) = tiny_entries
+    planted = root / "planted.cwasm"
+    shutil.copy(cache / other, planted)
+    return env, cache, cache / real, planted
+
+
+def plant(how, cache, entry, planted):
+    """Puts the other module's code where the real module's entry is, made
+    unsafe in one way."""
+    os.chmod(cache, 0o700)
+    if os.path.lexists(entry):
+        os.remove(entry)
+    if how == "symlink":
+        os.symlink(planted, entry)
+        return f"{entry} is a symbolic link"
+    shutil.copy(planted, entry)
+    os.chmod(entry, 0o600)
+    if how == "owner":
+        os.chown(entry, 65534, 65534)
+        return f"{entry} is owned by uid 65534, not by this process's uid 0"
+    os.chmod(cache, 0o770)
+    return f"{cache} is writable by group or others (mode 770)"
+
+
+@pytest.mark.parametrize("how", ["owner", "group-writable-dir", "symlink"])
+def test_a_planted_cache_entry_is_refused_and_the_worker_serves(cache_entries, how):
+    env, cache, entry, planted = cache_entries
+    reason = plant(how, cache, entry, planted)
+    proxy = Nginx(env, workers=1)
+    try:
+        status, body = proxy.get("/t/hardening_cache")
+        log = proxy.log()
+    finally:
+        proxy.stop()
+        os.chmod(cache, 0o700)
+    assert (status, body) == (200, "Hello cache!\n"), log[-3000:]
+    assert f"[grpc-wasm] compiled-module cache not used: {reason}; compiling the module instead" in log, log[-3000:]
+    check_log(proxy)
