@@ -37,6 +37,8 @@ const CONNECTION: u32 = 0;
 const UNAVAILABLE: u32 = 14;
 const INTERNAL: u32 = 13;
 const CANCELLED: u32 = 1;
+/// Why a TLS connection fails when its server goes on after closing it.
+const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
 /// Bytes of small-DATA-frame overhead h2 accepts before draining.
 const DATA_FRAME_BUDGET: usize = 64 << 20;
 
@@ -59,8 +61,13 @@ impl Pipe {
             None => self.inbound.extend_from_slice(bytes),
             Some(tls) => {
                 while !bytes.is_empty() {
-                    tls.read_tls(&mut bytes).map_err(|e| e.to_string())?;
-                    tls.process_new_packets().map_err(|e| format!("TLS: {e}"))?;
+                    // After the peer's close_notify rustls takes nothing
+                    // more (Ok(0)); looping on would spin the caller's
+                    // thread forever.
+                    if tls.read_tls(&mut bytes).map_err(|e| e.to_string())? == 0 {
+                        return Err(AFTER_CLOSE_NOTIFY.into());
+                    }
+                    let state = tls.process_new_packets().map_err(|e| format!("TLS: {e}"))?;
                     let mut plain = [0u8; 16384];
                     loop {
                         match tls.reader().read(&mut plain) {
@@ -68,6 +75,13 @@ impl Pipe {
                             Ok(n) => self.inbound.extend_from_slice(&plain[..n]),
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                             Err(e) => return Err(format!("TLS: {e}")),
+                        }
+                    }
+                    if state.peer_has_closed() {
+                        // A clean TLS end is the end of the stream for h2.
+                        self.eof = true;
+                        if !bytes.is_empty() {
+                            return Err(AFTER_CLOSE_NOTIFY.into());
                         }
                     }
                 }
@@ -779,5 +793,116 @@ mod tests {
             matches!(&produced[0].1[..], [GrpcEvent::Close(14, m)] if m == b"connect failed: refused")
         );
         assert!(!wire.is_running(7));
+    }
+
+    /// A TLS server in this thread (rustls, a fresh self-signed
+    /// certificate) and a wire connection to it, handshake done.
+    fn tls_pair() -> (Wire, rustls::ServerConnection) {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(key.cert.der().to_vec())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der())),
+            )
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let mut server = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+        let options = crate::transport::TlsOptions {
+            ca: Some(key.cert.pem()),
+            ..Default::default()
+        };
+        let tls = ClientTls::new("localhost", &options).unwrap();
+        let mut wire = Wire::new("localhost:443", Some(tls)).unwrap();
+        for _ in 0..10 {
+            let out = wire.take_output();
+            server.read_tls(&mut &out[..]).unwrap();
+            server.process_new_packets().unwrap();
+            let mut back = Vec::new();
+            while server.wants_write() {
+                server.write_tls(&mut back).unwrap();
+            }
+            assert!(wire.input(&back).is_empty());
+            if !server.is_handshaking() && !wire.has_output() {
+                break;
+            }
+        }
+        assert!(!server.is_handshaking());
+        (wire, server)
+    }
+
+    /// `f` on another thread, which must end within 5 s.
+    fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the wire did not return (spinning)")
+    }
+
+    fn only_close(produced: &Produced, token: u32) -> (u32, String) {
+        assert_eq!(produced.len(), 1, "{produced:?}");
+        assert_eq!(produced[0].0, token);
+        match &produced[0].1[..] {
+            [GrpcEvent::Close(code, message)] => (*code, String::from_utf8_lossy(message).into()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn close_notify(server: &mut rustls::ServerConnection) -> Vec<u8> {
+        server.send_close_notify();
+        let mut bytes = Vec::new();
+        while server.wants_write() {
+            server.write_tls(&mut bytes).unwrap();
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_tls_close_notify_ends_the_connection_and_its_calls() {
+        let (mut wire, mut server) = tls_pair();
+        assert!(wire.unary(3, greeter(), b"", 500).is_empty());
+        let bytes = close_notify(&mut server);
+        let (produced, over) = within_5s(move || {
+            let produced = wire.input(&bytes);
+            (produced, wire.is_over())
+        });
+        let closed = (14, "the server closed the connection".to_string());
+        assert_eq!(only_close(&produced, 3), closed);
+        assert!(over);
+    }
+
+    #[test]
+    fn bytes_after_a_tls_close_notify_in_the_same_read_fail_the_connection() {
+        let (mut wire, mut server) = tls_pair();
+        assert!(wire.unary(3, greeter(), b"", 500).is_empty());
+        // More than rustls takes in one read_tls.
+        let mut bytes = close_notify(&mut server);
+        bytes.extend(std::iter::repeat_n(0x17, 100_000));
+        let (produced, over) = within_5s(move || {
+            let produced = wire.input(&bytes);
+            (produced, wire.is_over())
+        });
+        assert_eq!(only_close(&produced, 3), (14, AFTER_CLOSE_NOTIFY.to_string()));
+        assert!(over);
+    }
+
+    #[test]
+    fn bytes_after_a_tls_close_notify_in_a_later_read_return_at_once() {
+        let (mut wire, mut server) = tls_pair();
+        let bytes = close_notify(&mut server);
+        assert!(wire.input(&bytes).is_empty());
+        assert!(wire.is_over());
+        let (produced, over) = within_5s(move || {
+            let produced = wire.input(b"\x17\x03\x03\x00\x01x");
+            (produced, wire.is_over())
+        });
+        assert!(produced.is_empty(), "{produced:?}");
+        assert!(over);
     }
 }
