@@ -432,8 +432,18 @@ impl Client {
         });
         let (id, woken) = {
             let mut host = lock(&self.inner.host);
-            let id = host.open(headers, body)?;
-            lock(&self.inner.events).insert(id, Queue::default());
+            let id = {
+                // An id Lua still holds (its end not yet closed) is busy
+                // even when the module is done with it.
+                let mut events = lock(&self.inner.events);
+                let id = host.reserve_id(|id| events.contains_key(&id))?;
+                events.insert(id, Queue::default());
+                id
+            };
+            if let Err(e) = host.open(id, headers, body) {
+                lock(&self.inner.events).remove(&id);
+                return Err(e.into());
+            }
             (id, self.run(&mut host))
         };
         self.wake(woken);
@@ -680,4 +690,50 @@ fn queue(produced: Produced, pending: &mut VecDeque<(u32, GrpcEvent)>) {
 
 fn closed_conn() -> GrpcEvent {
     GrpcEvent::Close(14, b"the connection is closed".to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client of the real module (`GRPC_WASM_MODULE`, as `make unit`
+    /// sets it) with helloworld.proto loaded; `None` skips the test.
+    pub(crate) fn client() -> Option<Client> {
+        let Some(path) = std::env::var_os("GRPC_WASM_MODULE") else {
+            eprintln!("skipped: GRPC_WASM_MODULE is not set");
+            return None;
+        };
+        let wasm = std::fs::read(path).expect("GRPC_WASM_MODULE names no readable file");
+        let cache = crate::host::cache::default_dir();
+        let client = Client::new(&wasm, Some(&cache), Arc::new(|_| {})).expect("the module loads");
+        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos/helloworld.proto");
+        client.load_file(&proto, &[]).expect("helloworld.proto loads");
+        Some(client)
+    }
+
+    /// A call that stays in flight: a stream on a connection no socket feeds.
+    fn in_flight(client: &Client, conn: u32) -> u32 {
+        client
+            .start(conn, "/helloworld.Greeter/SayHello", None, &CallOptions::default())
+            .expect("the call starts")
+    }
+
+    #[test]
+    fn call_ids_stay_positive_and_never_reuse_a_held_id_across_the_wrap() {
+        let Some(client) = client() else { return };
+        let conn = client
+            .connect_wire("127.0.0.1:1", &TlsOptions::default())
+            .unwrap();
+        let max = i32::MAX as u32;
+        lock(&client.inner.host).set_last_id(max - 2);
+        let ids: Vec<u32> = (0..4).map(|_| in_flight(&client, conn)).collect();
+        assert_eq!(ids, [max - 1, max, 2, 3]);
+        // Counting over ids still held skips them.
+        lock(&client.inner.host).set_last_id(max - 2);
+        assert_eq!(in_flight(&client, conn), 4);
+        // A closed call's id is free again.
+        client.close(ids[0]);
+        lock(&client.inner.host).set_last_id(max - 2);
+        assert_eq!(in_flight(&client, conn), max - 1);
+    }
 }

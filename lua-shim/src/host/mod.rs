@@ -183,11 +183,34 @@ impl ProxyHost {
             .collect())
     }
 
-    /// Opens an HTTP context with these request headers; with a body, the
-    /// request ends with it.
-    pub fn open(&mut self, headers: HeaderBlock, body: Option<&[u8]>) -> Result<u32, HostError> {
-        self.next_context = self.next_context.wrapping_add(1).max(ROOT_ID + 1);
-        let id = self.next_context;
+    /// An id for the next context: above the root's, at most `i32::MAX` (the
+    /// C ABI returns ids as signed numbers, negative meaning failure), and
+    /// never one the module still runs or the caller still holds (`busy`).
+    /// After `i32::MAX` the ids start over.
+    pub fn reserve_id(&mut self, busy: impl Fn(u32) -> bool) -> Result<u32, HostError> {
+        for _ in 0..ID_PROBES {
+            self.next_context = match self.next_context {
+                n if (ROOT_ID + 1..MAX_ID).contains(&n) => n + 1,
+                _ => ROOT_ID + 1,
+            };
+            let id = self.next_context;
+            if !self.store.data().http.contains_key(&id) && !busy(id) {
+                return Ok(id);
+            }
+        }
+        Err(HostError::Busy(ID_PROBES))
+    }
+
+    /// Makes `last` the id [`ProxyHost::reserve_id`] counts on from (tests
+    /// start it near the wrap).
+    #[doc(hidden)]
+    pub fn set_last_id(&mut self, last: u32) {
+        self.next_context = last;
+    }
+
+    /// Opens HTTP context `id` (from [`ProxyHost::reserve_id`]) with these
+    /// request headers; with a body, the request ends with it.
+    pub fn open(&mut self, id: u32, headers: HeaderBlock, body: Option<&[u8]>) -> Result<(), HostError> {
         let count = headers.len() as u32;
         self.store.data_mut().http.insert(
             id,
@@ -218,12 +241,12 @@ impl ProxyHost {
             // The module let the request go on to the route's upstream; the
             // shim has none, as a proxy with no route for the path.
             self.store.data_mut().outputs.replies.push((id, no_route()));
-            return Ok(id);
+            return Ok(());
         }
         if let Some(body) = body {
             self.body(id, body, true)?;
         }
-        Ok(id)
+        Ok(())
     }
 
     /// More request body for a context (a streamed message), or its end.
@@ -317,6 +340,10 @@ impl ProxyHost {
 }
 
 const CONTINUE: u32 = 0;
+/// The largest context id: the C ABI hands ids out as `i32`.
+const MAX_ID: u32 = i32::MAX as u32;
+/// Ids tried before giving up: more calls than that in flight is a leak.
+const ID_PROBES: u32 = 1 << 20;
 
 /// What a proxy answers for a request no route takes: a bare 404. (The
 /// module itself answers paths it cannot read when a shim configures it;

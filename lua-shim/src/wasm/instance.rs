@@ -13,6 +13,8 @@ pub enum HostError {
     Trap(String),
     #[error("the wasm module returned an out-of-bounds buffer")]
     BadBuffer,
+    #[error("no free call id after {0} tries: calls are never closed?")]
+    Busy(u32),
     /// The module refused the input or the configuration; the text is its reason.
     #[error("{0}")]
     Core(String),
