@@ -190,7 +190,11 @@ impl Client {
         }
         let source = std::fs::read_to_string(path)
             .map_err(|e| ClientError::Io(path.display().to_string(), e.to_string()))?;
-        let imports = lock(&self.inner.host).proto_imports(name, &source)?;
+        let imports = {
+            let mut host = lock(&self.inner.host);
+            let imports = host.proto_imports(name, &source);
+            self.checked(&mut host, imports)?
+        };
         found.insert(name.to_string(), source);
         for import in imports {
             match dirs.iter().map(|d| d.join(&import)).find(|p| p.is_file()) {
@@ -236,7 +240,15 @@ impl Client {
     }
 
     fn reconfigure(&self) -> Result<(), ClientError> {
-        let config = {
+        let config = self.config();
+        let mut host = lock(&self.inner.host);
+        let result = host.configure(config.as_bytes());
+        self.checked(&mut host, result).map_err(Into::into)
+    }
+
+    /// The module's configuration for what is loaded now.
+    fn config(&self) -> String {
+        {
             let protos = lock(&self.inner.protos);
             let mut config = serde_json::json!({
                 "protos": protos.sources,
@@ -252,14 +264,7 @@ impl Client {
                 config["protos"] = serde_json::json!({"empty.proto": "syntax = \"proto3\";"});
             }
             config.to_string()
-        };
-        let mut host = lock(&self.inner.host);
-        let result = host.configure(config.as_bytes());
-        if result.is_err() {
-            // Keep what was loaded before the bad file.
-            drop(host);
         }
-        result.map_err(Into::into)
     }
 
     pub fn connect(&self, addr: &str, tls: &TlsOptions) -> Result<u32, ClientError> {
@@ -355,14 +360,13 @@ impl Client {
             self.transport_over(token, &events);
             let delivered = events
                 .into_iter()
-                .all(|event| host.grpc_event(token, event).is_ok());
-            if delivered {
-                for id in self.run(&mut host) {
-                    if !woken.contains(&id) {
-                        woken.push(id);
-                    }
-                }
-            }
+                .try_for_each(|event| host.grpc_event(token, event));
+            let ids = match delivered {
+                Ok(()) => self.run(&mut host),
+                // The rest are events of the old instance's calls, all failed.
+                Err(e) => return merge(woken, self.recover(&mut host, &e)),
+            };
+            woken = merge(woken, ids);
         }
         woken
     }
@@ -440,11 +444,15 @@ impl Client {
                 events.insert(id, Queue::default());
                 id
             };
-            if let Err(e) = host.open(id, headers, body) {
-                lock(&self.inner.events).remove(&id);
-                return Err(e.into());
+            match host.open(id, headers, body) {
+                Ok(()) => (id, self.run(&mut host)),
+                // The call is among those the rebuilt instance failed.
+                Err(e @ HostError::Trap(_)) => (id, self.recover(&mut host, &e)),
+                Err(e) => {
+                    lock(&self.inner.events).remove(&id);
+                    return Err(e.into());
+                }
             }
-            (id, self.run(&mut host))
         };
         self.wake(woken);
         Ok(id)
@@ -470,13 +478,15 @@ impl Client {
             // Messages are newline-delimited in the request body.
             framed.push(b'\n');
         }
-        let woken = {
+        let (woken, result) = {
             let mut host = lock(&self.inner.host);
-            host.body(id, &framed, end)?;
-            self.run(&mut host)
+            match host.body(id, &framed, end) {
+                Ok(()) => (self.run(&mut host), Ok(())),
+                Err(e) => (self.recover(&mut host, &e), Err(e.into())),
+            }
         };
         self.wake(woken);
-        Ok(())
+        result
     }
 
     /// The call's next event, if one has arrived.
@@ -496,7 +506,7 @@ impl Client {
             let mut host = lock(&self.inner.host);
             match host.finish(id) {
                 Ok(()) => self.run(&mut host),
-                Err(_) => Vec::new(),
+                Err(e) => self.recover(&mut host, &e),
             }
         };
         self.wake(woken);
@@ -517,31 +527,91 @@ impl Client {
         let mut pending: VecDeque<(u32, GrpcEvent)> = VecDeque::new();
         let mut woken = Vec::new();
         loop {
-            self.deliver(host, &mut outputs, &mut woken);
+            if let Err(e) = self.deliver(host, &mut outputs, &mut woken) {
+                return merge(woken, self.recover(host, &e));
+            }
             for command in std::mem::take(&mut outputs.commands) {
                 self.command(command, &mut pending);
             }
             let Some((token, event)) = pending.pop_front() else {
                 break;
             };
-            if host.grpc_event(token, event).is_ok() {
-                outputs = host.take_outputs();
+            match host.grpc_event(token, event) {
+                Ok(()) => outputs = host.take_outputs(),
+                Err(e) => return merge(woken, self.recover(host, &e)),
             }
         }
         self.start_ticks(host.tick_ms());
         woken
     }
 
-    fn deliver(&self, host: &mut ProxyHost, outputs: &mut Outputs, woken: &mut Vec<u32>) {
+    fn deliver(
+        &self,
+        host: &mut ProxyHost,
+        outputs: &mut Outputs,
+        woken: &mut Vec<u32>,
+    ) -> Result<(), HostError> {
         for (id, json) in std::mem::take(&mut outputs.messages) {
             self.push(id, Event::Message(json), woken);
         }
         for (id, reply) in std::mem::take(&mut outputs.replies) {
             self.push(id, Event::End(reply), woken);
             // The exchange is over, as after a local reply in Envoy.
-            if host.finish(id).is_ok() {
-                let more = host.take_outputs();
-                outputs.commands.extend(more.commands);
+            host.finish(id)?;
+            let more = host.take_outputs();
+            outputs.commands.extend(more.commands);
+        }
+        Ok(())
+    }
+
+    /// `result`, after rebuilding the instance if it was a trap.
+    fn checked<T>(&self, host: &mut ProxyHost, result: Result<T, HostError>) -> Result<T, HostError> {
+        if let Err(e @ HostError::Trap(_)) = &result {
+            let woken = self.recover(host, e);
+            self.wake(woken);
+        }
+        result
+    }
+
+    /// A trap leaves the instance in a state nothing can trust (a borrow
+    /// held, a map half written), so every later call would fail: it is
+    /// replaced by a fresh instance with the same configuration, and every
+    /// call it was running ends with INTERNAL. Returns the calls woken.
+    fn recover(&self, host: &mut ProxyHost, error: &HostError) -> Vec<u32> {
+        eprintln!("[grpc-wasm] {error}; the module instance is rebuilt and its calls fail with INTERNAL");
+        self.abandon_transports();
+        let restarted = host.restart().and_then(|()| {
+            let config = self.config();
+            host.configure(config.as_bytes())
+        });
+        if let Err(e) = restarted {
+            eprintln!("[grpc-wasm] the rebuilt module instance failed: {e}");
+        }
+        let reply = trapped(error);
+        let mut woken = Vec::new();
+        for (id, queue) in lock(&self.inner.events).iter_mut() {
+            if !queue.ended {
+                queue.ended = true;
+                queue.events.push_back(Event::End(reply.clone()));
+                woken.push(*id);
+            }
+        }
+        woken
+    }
+
+    /// Stops the transport side of every call: their tokens belonged to
+    /// the old instance.
+    fn abandon_transports(&self) {
+        let calls: Vec<(u32, Transport)> = lock(&self.inner.calls).drain().collect();
+        for (token, transport) in calls {
+            match transport {
+                Transport::Unary(handle) | Transport::Stream(_, handle) => handle.abort(),
+                Transport::Wire(conn, _) => {
+                    if let Ok(wire) = self.wire(conn) {
+                        // Whatever else it produced belongs to failed calls too.
+                        let _ = lock(&wire).cancel(token);
+                    }
+                }
             }
         }
     }
@@ -671,7 +741,7 @@ impl Client {
                     let mut host = lock(&client.inner.host);
                     match host.tick() {
                         Ok(()) => client.run(&mut host),
-                        Err(_) => Vec::new(),
+                        Err(e) => client.recover(&mut host, &e),
                     }
                 };
                 client.wake(woken);
@@ -685,6 +755,37 @@ impl Client {
 fn queue(produced: Produced, pending: &mut VecDeque<(u32, GrpcEvent)>) {
     for (token, events) in produced {
         pending.extend(events.into_iter().map(|event| (token, event)));
+    }
+}
+
+/// Two lists of woken calls as one, each call once.
+fn merge(mut woken: Vec<u32>, more: Vec<u32>) -> Vec<u32> {
+    for id in more {
+        if !woken.contains(&id) {
+            woken.push(id);
+        }
+    }
+    woken
+}
+
+/// The end of a call whose instance trapped, as the module itself reports
+/// failures: a `google.rpc.Status` body and the status headers.
+fn trapped(error: &HostError) -> LocalReply {
+    let message = format!(
+        "the grpc-wasm module failed ({}); its instance was rebuilt and this call was lost",
+        error.to_string().lines().next().unwrap_or_default()
+    );
+    let body = serde_json::json!({"code": 13, "message": message}).to_string();
+    let none: &[u8] = b"";
+    let headers = [
+        (none, &b"grpc-status"[..], &b"13"[..]),
+        (none, b"grpc-status-name", b"INTERNAL"),
+        (none, b"content-type", b"application/json"),
+    ];
+    LocalReply {
+        http_status: 500,
+        body: body.into_bytes(),
+        headers: HeaderBlock::from_entries(|| headers.iter().copied()),
     }
 }
 
@@ -735,5 +836,56 @@ mod tests {
         client.close(ids[0]);
         lock(&client.inner.host).set_last_id(max - 2);
         assert_eq!(in_flight(&client, conn), max - 1);
+    }
+
+    /// The call's end: its grpc-status and its status message.
+    fn end(client: &Client, id: u32) -> (String, String) {
+        match client.next_event(id) {
+            Some(Event::End(reply)) => {
+                let code = reply
+                    .headers
+                    .get("grpc-status")
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default();
+                let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+                let message = body["message"].as_str().unwrap_or_default().to_string();
+                (code, message)
+            }
+            other => panic!("expected the end of call {id}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_trap_rebuilds_the_instance_and_fails_its_calls_with_internal() {
+        let Some(client) = client() else { return };
+        let conn = client
+            .connect_wire("127.0.0.1:1", &TlsOptions::default())
+            .unwrap();
+        let waiting = in_flight(&client, conn);
+        {
+            let mut host = lock(&client.inner.host);
+            let size = host.memory_size();
+            host.limit_memory(Some(size));
+        }
+        // The module must grow its memory to take this body; it cannot,
+        // and aborts (a trap), as on any allocation failure.
+        let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(2 << 20));
+        let path = "/helloworld.Greeter/SayHello";
+        let options = CallOptions::default();
+        let id = client.start(conn, path, Some(big.as_bytes()), &options).unwrap();
+        lock(&client.inner.host).limit_memory(None);
+        let lost = "the grpc-wasm module failed (the wasm module trapped: wasm trap: wasm \
+                    `unreachable` instruction executed); its instance was rebuilt and this \
+                    call was lost";
+        assert_eq!(end(&client, id), ("13".to_string(), lost.to_string()));
+        assert_eq!(end(&client, waiting), ("13".to_string(), lost.to_string()));
+        assert_eq!(client.next_event(waiting), None);
+        // The fresh instance has the protos: the module itself checks this.
+        let later = client.start(conn, path, Some(br#"{"name":5}"#), &options).unwrap();
+        let refused = "name: expected string, got number";
+        assert_eq!(end(&client, later), ("3".to_string(), refused.to_string()));
+        client.close(later);
+        client.close(id);
+        client.close(waiting);
     }
 }

@@ -142,8 +142,14 @@ fn give(c: &mut Ctx, bytes: &[u8], ret_ptr: u32, ret_len: u32) -> u32 {
     let Ok(len) = u32::try_from(bytes.len()) else {
         return BAD_ARGUMENT;
     };
-    let Ok(addr) = allocate.call(&mut *c, len) else {
-        return INVALID_MEMORY_ACCESS;
+    let addr = match allocate.call(&mut *c, len) {
+        Ok(addr) => addr,
+        Err(e) => {
+            // The module's state is not to be trusted after a trap: the
+            // host call that led here fails with it (see ProxyHost::checked).
+            c.data_mut().trapped = Some(crate::wasm::instance::trap_reason(&e));
+            return INVALID_MEMORY_ACCESS;
+        }
     };
     let Some(memory) = c.data().memory else {
         return INVALID_MEMORY_ACCESS;

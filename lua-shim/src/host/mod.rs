@@ -47,6 +47,9 @@ pub struct ProxyHost {
     store: Store<HostState>,
     exports: Exports,
     next_context: u32,
+    /// Kept to make a fresh instance after a trap.
+    module: Module,
+    memory_limit: Option<usize>,
 }
 
 /// A transport event for a call, delivered to the module as Envoy would.
@@ -64,11 +67,50 @@ impl ProxyHost {
     pub fn new(wasm: &[u8], cache_dir: Option<&Path>) -> Result<Self, HostError> {
         let engine = Engine::new(&Config::new()).map_err(load)?;
         let module = cache::load_or_compile(&engine, wasm, cache_dir)?;
+        Self::instantiate(module, None)
+    }
+
+    /// Replaces this instance with a fresh one of the same module, as
+    /// after a trap, when the old one's state cannot be trusted. The new
+    /// one is not configured yet.
+    pub fn restart(&mut self) -> Result<(), HostError> {
+        let fresh = Self::instantiate(self.module.clone(), self.memory_limit)?;
+        let (last_id, last_token) = (self.next_context, self.store.data().next_token);
+        *self = fresh;
+        // Ids and tokens keep counting: a late transport event of an old
+        // call must not reach a new call that took its token.
+        self.next_context = last_id;
+        self.store.data_mut().next_token = last_token;
+        Ok(())
+    }
+
+    /// Caps the module's memory (`None`: no cap); growth past it fails in
+    /// the module, which traps on allocation failure. For tests.
+    #[doc(hidden)]
+    pub fn limit_memory(&mut self, bytes: Option<usize>) {
+        self.memory_limit = bytes;
+        self.store.data_mut().limits = limits(bytes);
+    }
+
+    /// The module's memory size in bytes.
+    pub fn memory_size(&self) -> usize {
+        self.store
+            .data()
+            .memory
+            .map_or(0, |memory| memory.data_size(&self.store))
+    }
+
+    fn instantiate(module: Module, memory_limit: Option<usize>) -> Result<Self, HostError> {
+        let engine = module.engine().clone();
         let mut linker = Linker::new(&engine);
         wasi::add_to_linker(&mut linker).map_err(load)?;
         imports::add_to_linker(&mut linker).map_err(load)?;
-        let (mut store, instance, memory) =
-            instantiate(&engine, &module, linker, HostState::default())?;
+        let state = HostState {
+            limits: limits(memory_limit),
+            ..HostState::default()
+        };
+        let (mut store, instance, memory) = instantiate(&engine, &module, linker, state)?;
+        store.limiter(|state| &mut state.limits);
         let allocate = export(&instance, &mut store, "proxy_on_memory_allocate")?;
         store.data_mut().memory = Some(memory);
         store.data_mut().allocate = Some(allocate);
@@ -106,6 +148,8 @@ impl ProxyHost {
             store,
             exports,
             next_context: ROOT_ID,
+            module,
+            memory_limit,
         })
     }
 
@@ -115,11 +159,10 @@ impl ProxyHost {
         state.plugin_config = config.to_vec();
         state.effective = ROOT_ID;
         state.last_error.clear();
-        let ok = self
+        let ok = checked!(self, self
             .exports
             .configure
-            .call(&mut self.store, (ROOT_ID, config.len() as u32))
-            .map_err(trap)?;
+            .call(&mut self.store, (ROOT_ID, config.len() as u32)))?;
         if ok == 1 {
             Ok(())
         } else {
@@ -135,11 +178,10 @@ impl ProxyHost {
     /// The imports of a `.proto` source, by the module's own parser.
     pub fn proto_imports(&mut self, name: &str, source: &str) -> Result<Vec<String>, HostError> {
         let total = name.len() + source.len();
-        let ptr = self
+        let ptr = checked!(self, self
             .exports
             .scratch
-            .call(&mut self.store, total as u32)
-            .map_err(trap)?;
+            .call(&mut self.store, total as u32))?;
         let memory = self
             .store
             .data()
@@ -157,16 +199,14 @@ impl ProxyHost {
             ptr + name.len() as u32,
             source.len() as u32,
         );
-        let code = self
+        let code = checked!(self, self
             .exports
             .proto_imports
-            .call(&mut self.store, args)
-            .map_err(trap)?;
-        let packed = self
+            .call(&mut self.store, args))?;
+        let packed = checked!(self, self
             .exports
             .result
-            .call(&mut self.store, ())
-            .map_err(trap)?;
+            .call(&mut self.store, ()))?;
         let (at, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
         let text = memory
             .data(&self.store)
@@ -219,16 +259,14 @@ impl ProxyHost {
                 request_body: Vec::new(),
             },
         );
-        self.exports
+        checked!(self, self.exports
             .context_create
-            .call(&mut self.store, (id, ROOT_ID))
-            .map_err(trap)?;
+            .call(&mut self.store, (id, ROOT_ID)))?;
         self.store.data_mut().effective = id;
-        let action = self
+        let action = checked!(self, self
             .exports
             .request_headers
-            .call(&mut self.store, (id, count, 0))
-            .map_err(trap)?;
+            .call(&mut self.store, (id, count, 0)))?;
         if action == CONTINUE
             && self
                 .store
@@ -258,10 +296,9 @@ impl ProxyHost {
         http.request_body.extend_from_slice(bytes);
         let size = http.request_body.len() as u32;
         state.effective = id;
-        self.exports
+        checked!(self, self.exports
             .request_body
-            .call(&mut self.store, (id, size, end as u32))
-            .map_err(trap)?;
+            .call(&mut self.store, (id, size, end as u32)))?;
         Ok(())
     }
 
@@ -270,12 +307,12 @@ impl ProxyHost {
         if self.store.data_mut().http.contains_key(&id) {
             self.store.data_mut().effective = id;
             if let Some(done) = &self.exports.done {
-                done.call(&mut self.store, id).map_err(trap)?;
+                let result = done.call(&mut self.store, id);
+                checked!(self, result)?;
             }
-            self.exports
+            checked!(self, self.exports
                 .delete
-                .call(&mut self.store, id)
-                .map_err(trap)?;
+                .call(&mut self.store, id))?;
             self.store.data_mut().http.remove(&id);
         }
         Ok(())
@@ -289,43 +326,38 @@ impl ProxyHost {
             GrpcEvent::InitialMetadata(map) => {
                 let n = map.len() as u32;
                 self.store.data_mut().grpc_initial = map;
-                self.exports
+                checked!(self, self.exports
                     .grpc_initial
-                    .call(&mut self.store, (root, token, n))
-                    .map_err(trap)
+                    .call(&mut self.store, (root, token, n)))
             }
             GrpcEvent::Message(bytes) => {
                 let n = bytes.len() as u32;
                 self.store.data_mut().grpc_message = bytes;
-                self.exports
+                checked!(self, self.exports
                     .grpc_receive
-                    .call(&mut self.store, (root, token, n))
-                    .map_err(trap)
+                    .call(&mut self.store, (root, token, n)))
             }
             GrpcEvent::TrailingMetadata(map) => {
                 let n = map.len() as u32;
                 self.store.data_mut().grpc_trailing = map;
-                self.exports
+                checked!(self, self.exports
                     .grpc_trailing
-                    .call(&mut self.store, (root, token, n))
-                    .map_err(trap)
+                    .call(&mut self.store, (root, token, n)))
             }
             GrpcEvent::Close(code, message) => {
                 self.store.data_mut().grpc_status = (code, message);
-                self.exports
+                checked!(self, self.exports
                     .grpc_close
-                    .call(&mut self.store, (root, token, code))
-                    .map_err(trap)
+                    .call(&mut self.store, (root, token, code)))
             }
         }
     }
 
     pub fn tick(&mut self) -> Result<(), HostError> {
         self.store.data_mut().effective = ROOT_ID;
-        self.exports
+        checked!(self, self.exports
             .tick
-            .call(&mut self.store, ROOT_ID)
-            .map_err(trap)
+            .call(&mut self.store, ROOT_ID))
     }
 
     /// The tick period the module asked for (0: none).
@@ -336,6 +368,36 @@ impl ProxyHost {
     /// Takes what the module asked for since the last call.
     pub fn take_outputs(&mut self) -> Outputs {
         std::mem::take(&mut self.store.data_mut().outputs)
+    }
+}
+
+fn limits(memory: Option<usize>) -> wasmtime::StoreLimits {
+    let builder = wasmtime::StoreLimitsBuilder::new();
+    match memory {
+        Some(bytes) => builder.memory_size(bytes).build(),
+        None => builder.build(),
+    }
+}
+
+/// `$call` (a call into the module), through [`ProxyHost::checked`]; a
+/// macro because the call borrows the store that `checked` reads after.
+macro_rules! checked {
+    ($host:expr, $call:expr) => {{
+        let result = $call;
+        $host.checked(result)
+    }};
+}
+use checked;
+
+impl ProxyHost {
+    /// A call's result, failed if the module trapped anywhere in it, also
+    /// in a nested call the host made (its allocator, from a host function).
+    fn checked<T>(&mut self, result: wasmtime::Result<T>) -> Result<T, HostError> {
+        let result = result.map_err(trap);
+        match self.store.data_mut().trapped.take() {
+            Some(reason) => Err(HostError::Trap(reason)),
+            None => result,
+        }
     }
 }
 

@@ -87,6 +87,11 @@ pub struct HostState {
     /// The module's last error-level log line (a refused configuration).
     pub last_error: String,
     pub outputs: Outputs,
+    /// A trap in a call the host made into the module from a host
+    /// function; the outer call fails with it.
+    pub trapped: Option<String>,
+    /// What the module may grow to (unlimited unless a test lowers it).
+    pub limits: wasmtime::StoreLimits,
 }
 
 impl HostState {

@@ -21,7 +21,15 @@ pub enum HostError {
 }
 
 pub(crate) fn trap(e: wasmtime::Error) -> HostError {
-    HostError::Trap(e.to_string())
+    HostError::Trap(trap_reason(&e))
+}
+
+/// What happened: wasmtime's own text is a backtrace heading.
+pub(crate) fn trap_reason(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => e.root_cause().to_string(),
+    }
 }
 
 pub(crate) fn load(e: wasmtime::Error) -> HostError {
