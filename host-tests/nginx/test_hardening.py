@@ -80,3 +80,35 @@ def test_a_planted_cache_entry_is_refused_and_the_worker_serves(cache_entries, h
     assert (status, body) == (200, "Hello cache!\n"), log[-3000:]
     assert f"[grpc-wasm] compiled-module cache not used: {reason}; compiling the module instead" in log, log[-3000:]
     check_log(proxy)
+
+
+@pytest.fixture(scope="module")
+def servers():
+    started = {"greeter": Server("greeter-server"), "testing": Server("testing-server")}
+    env = {name: s.addr for name, s in started.items()}
+    env.update(protos=PROTOS)
+    yield env
+    for s in started.values():
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def nginx(servers):
+    proxy = Nginx(servers, workers=1)
+    yield proxy
+    proxy.stop()
+    check_log(proxy)
+
+
+def test_metadata_cannot_smuggle_entries(nginx):
+    status, body = nginx.get("/t/hardening_metadata")
+    assert status == 200, body + nginx.log()[-3000:]
+    control = "holds a control character (NUL, CR, LF...); binary values need a key ending in -bin"
+    assert body.splitlines() == [
+        f"nul in value: false metadata value of 'a' {control}",
+        f"crlf in value: false metadata value of 'a' {control}",
+        "nul in key: false invalid metadata key 'a?authorization': only letters, digits, '-', '_' and '.'",
+        "not a table: false metadata must be a table, got string",
+        "bin: true authorization=nil a=nil bin=intact",
+        "plain: true authorization=nil a=fine bin=nil",
+    ], body

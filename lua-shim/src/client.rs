@@ -49,6 +49,8 @@ pub enum ClientError {
     UnknownCall,
     #[error("cannot start the runtime: {0}")]
     Runtime(String),
+    #[error("{0}")]
+    Metadata(String),
 }
 
 /// Per-call options.
@@ -399,6 +401,7 @@ impl Client {
         if !lock(&self.inner.conns).contains_key(&conn) {
             return Err(ClientError::UnknownConn);
         }
+        check_metadata(&options.metadata)?;
         let mut conn_id = itoa::Buffer::new();
         let timeout = options
             .timeout_ms
@@ -758,6 +761,28 @@ fn queue(produced: Produced, pending: &mut VecDeque<(u32, GrpcEvent)>) {
     }
 }
 
+/// Metadata as gRPC allows it (resty.ffi.grpc checks the same before the
+/// C ABI; this covers every other caller): keys of lowercase letters,
+/// digits, `-_.`; values (`-bin` ones are base64 by now) without control
+/// characters, so that no value can end a header line or an entry.
+fn check_metadata(metadata: &[(String, String)]) -> Result<(), ClientError> {
+    let key_byte = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
+    for (key, value) in metadata {
+        if key.is_empty() || !key.bytes().all(key_byte) {
+            return Err(ClientError::Metadata(format!(
+                "invalid metadata key '{}': only letters, digits, '-', '_' and '.'",
+                key.escape_debug()
+            )));
+        }
+        if value.bytes().any(|b| b.is_ascii_control()) {
+            return Err(ClientError::Metadata(format!(
+                "metadata value of '{key}' holds a control character (NUL, CR, LF...)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Two lists of woken calls as one, each call once.
 fn merge(mut woken: Vec<u32>, more: Vec<u32>) -> Vec<u32> {
     for id in more {
@@ -887,5 +912,22 @@ mod tests {
         client.close(later);
         client.close(id);
         client.close(waiting);
+    }
+
+    #[test]
+    fn metadata_that_could_smuggle_entries_is_refused() {
+        let ok = [("x-id".to_string(), "7".to_string())];
+        assert!(check_metadata(&ok).is_ok());
+        let nul = [("a".to_string(), "x\0authorization\0Bearer x".to_string())];
+        let crlf = [("a".to_string(), "x\r\nauthorization: Bearer x".to_string())];
+        let key = [("a\0b".to_string(), "x".to_string())];
+        let message = |m: &[(String, String)]| check_metadata(m).unwrap_err().to_string();
+        let control = "metadata value of 'a' holds a control character (NUL, CR, LF...)";
+        assert_eq!(message(&nul), control);
+        assert_eq!(message(&crlf), control);
+        assert_eq!(
+            message(&key),
+            "invalid metadata key 'a\\0b': only letters, digits, '-', '_' and '.'"
+        );
     }
 }

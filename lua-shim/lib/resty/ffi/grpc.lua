@@ -691,17 +691,37 @@ local function encode(message)
     return json
 end
 
--- -bin values go as base64, as gRPC carries them.
+-- Metadata as gRPC allows it: keys of lowercase letters, digits, '-', '_'
+-- and '.'; ASCII values without control characters (NUL, CR and LF above
+-- all: the native side separates entries with NUL, HTTP/2 lines end with
+-- CRLF, so either would let a value smuggle in entries of its own).
+-- -bin values may hold any bytes and go as base64, as gRPC carries them.
 local function encode_metadata(metadata)
-    if not metadata then
+    if metadata == nil then
         return nil
+    end
+    if type(metadata) ~= "table" then
+        return nil, "metadata must be a table, got " .. type(metadata)
     end
     local out = {}
     for k, v in pairs(metadata) do
-        k = tostring(k):lower()
+        if type(k) ~= "string" then
+            return nil, "metadata keys must be strings, got " .. type(k)
+        end
+        k = k:lower()
+        if not k:find("^[0-9a-z_.%-]+$") then
+            return nil, "invalid metadata key '" .. k:gsub("%c", "?") .. "': only letters, digits, '-', '_' and '.'"
+        end
+        local tv = type(v)
+        if tv ~= "string" and tv ~= "number" then
+            return nil, "metadata value of '" .. k .. "' must be a string, got " .. tv
+        end
         v = tostring(v)
         if k:sub(-4) == "-bin" then
             v = ngx.encode_base64(v)
+        elseif v:find("%c") then
+            return nil, "metadata value of '" .. k .. "' holds a control character (NUL, CR, LF...); "
+                .. "binary values need a key ending in -bin"
         end
         out[k] = v
     end
@@ -791,7 +811,11 @@ local function start(conn, path, body, opts)
         end
         json = concat(names, ",")
     end
-    local id, err = backend.start(conn.id, path, body, timeout, encode_metadata(opts and opts.metadata), json)
+    local metadata, merr = encode_metadata(opts and opts.metadata)
+    if merr then
+        return nil, merr
+    end
+    local id, err = backend.start(conn.id, path, body, timeout, metadata, json)
     if not id then
         return nil, err
     end

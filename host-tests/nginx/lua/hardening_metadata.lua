@@ -1,0 +1,26 @@
+-- Metadata that would smuggle entries (NUL, CR/LF) is refused; -bin
+-- values carry any bytes.
+local grpc = require("resty.ffi.grpc")
+local env = require("testenv")
+
+assert(grpc.loadfile(env.protos .. "/testing.proto"))
+local _, conn = grpc.connect(env.testing)
+
+local function try(name, metadata)
+    local ok, res, info = conn:unary("/grpcwasm.testing.Testing/EchoMetadata", {},
+                                     { metadata = metadata, timeout = 5000 })
+    if not ok then
+        ngx.say(name, ": false ", res)
+        return
+    end
+    local raw = info.headers["x-echo-raw-bin"]
+    ngx.say(name, ": true authorization=", tostring(res.metadata.authorization), " a=", tostring(res.metadata.a),
+            " bin=", raw and ngx.decode_base64(raw) == "a\0authorization\0b\r\n" and "intact" or tostring(raw))
+end
+
+try("nul in value", { a = "x\0authorization\0Bearer x" })
+try("crlf in value", { a = "x\r\nauthorization: Bearer x" })
+try("nul in key", { ["a\0authorization"] = "Bearer x" })
+try("not a table", "a=b")
+try("bin", { ["x-echo-raw-bin"] = "a\0authorization\0b\r\n" })
+try("plain", { a = "fine" })
