@@ -112,3 +112,37 @@ def test_metadata_cannot_smuggle_entries(nginx):
         "bin: true authorization=nil a=nil bin=intact",
         "plain: true authorization=nil a=fine bin=nil",
     ], body
+
+
+@pytest.fixture(scope="module")
+def nginx_results(tmp_path_factory):
+    started = {"routeguide": Server("routeguide-server"), "testing": Server("testing-server")}
+    tmp = tmp_path_factory.mktemp("protos")
+    for kind, body in (("bad", "message Hardening { Missing m = 1; }"), ("good", "message Hardening { int32 m = 1; }")):
+        (tmp / kind).mkdir()
+        (tmp / kind / "hardening.proto").write_text(f'syntax = "proto3";\npackage hardening;\n{body}\n')
+    env = {name: s.addr for name, s in started.items()}
+    env.update(protos=PROTOS, tmp=str(tmp))
+    proxy = Nginx(env, workers=1)
+    yield proxy
+    proxy.stop()
+    for s in started.values():
+        s.stop()
+    check_log(proxy)
+
+
+def test_results_never_lie(nginx_results):
+    status, body = nginx_results.get("/t/hardening_results")
+    assert status == 200, body + nginx_results.log()[-3000:]
+    lines = body.splitlines()
+    undecodable = ("false | INTERNAL (13): cannot decode a response message as JSON: "
+                   "Found too many nested data structures (2) at character 62 | 13 INTERNAL")
+    assert lines[0] == f"undecodable message: {undecodable}", body
+    assert lines[1] == f"recv again: {undecodable}", body
+    assert lines[2] == f"undecodable unary: {undecodable}", body
+    assert lines[3] == "first: true {}", body
+    assert lines[4] == "failure: false | FAILED_PRECONDITION (9): stop | 9 FAILED_PRECONDITION", body
+    assert lines[5] == "failure again: false | FAILED_PRECONDITION (9): stop | 9 FAILED_PRECONDITION", body
+    assert lines[6] == "bad proto: false | protos: hardening.proto:3:21: name 'Missing' is not defined | - -", body
+    assert lines[7] == "fixed proto: true | nil | - -", body
+    assert lines[8] == 'later call: true {"sleptMillis":"1"}', body

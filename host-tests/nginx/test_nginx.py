@@ -121,7 +121,8 @@ def test_failures(nginx):
     assert lines[14] == "after close: false | the connection is closed | -", body
     assert lines[15] == "stream after close: false | the connection is closed | -", body
     assert lines[16] == "stream error after 2: FAILED_PRECONDITION (9): stop", body
-    assert lines[17] == "recv after end: true nil", body
+    # A failed stream repeats its failure (issue 14: results that lie).
+    assert lines[17] == "recv after end: false FAILED_PRECONDITION (9): stop", body
     assert lines[18].startswith("missing file: false | cannot read "), body
     assert lines[19] == "bad address: false | the address must be a string like '127.0.0.1:50051' | -", body
     assert lines[20] == "collected: ok", body

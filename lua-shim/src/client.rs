@@ -176,8 +176,23 @@ impl Client {
             .unwrap_or_default();
         let mut found = BTreeMap::new();
         self.collect(&name, path, &dirs, &mut found)?;
+        let added: Vec<String> = found.keys().cloned().collect();
         lock(&self.inner.protos).sources.extend(found);
-        self.reconfigure()
+        let result = self.reconfigure();
+        if result.is_err() {
+            // A file that parses but does not compile must not stay loaded:
+            // it would fail every later load, and shadow a fixed file of
+            // the same name.
+            let mut protos = lock(&self.inner.protos);
+            for name in &added {
+                protos.sources.remove(name);
+            }
+            drop(protos);
+            // The module keeps its old configuration after a refusal, but
+            // not after a trap (its fresh instance took the bad one).
+            let _ = self.reconfigure();
+        }
+        result
     }
 
     fn collect(

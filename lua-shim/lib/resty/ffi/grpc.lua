@@ -764,7 +764,9 @@ Info.__index = function(info, key)
     local headers, trailers, list = parse_headers(rawget(info, "raw") or "")
     rawset(info, "headers", headers)
     rawset(info, "trailers", trailers)
-    rawset(info, "name", list["grpc-status-name"] or "UNKNOWN")
+    if rawget(info, "name") == nil then
+        rawset(info, "name", list["grpc-status-name"] or "UNKNOWN")
+    end
     return rawget(info, key)
 end
 
@@ -791,6 +793,21 @@ local function failure(info)
     info.message = status.message or info.body
     info.details = status.details
     return false, info.name .. " (" .. info.code .. "): " .. tostring(info.message), info
+end
+
+-- A call that failed on this side (no status came): false, err, info as
+-- for any failed call, INTERNAL.
+local function local_failure(message)
+    return failure(setmetatable({ code = 13, name = "INTERNAL", http_status = 0, raw = "",
+                                  body = cjson.encode({ code = 13, message = message }) }, Info))
+end
+
+local function decode_message(json)
+    local message, err = cjson.decode(json)
+    if message == nil then
+        return nil, "cannot decode a response message as JSON: " .. tostring(err)
+    end
+    return message
 end
 
 local function start(conn, path, body, opts)
@@ -843,11 +860,16 @@ function Conn:unary(path, message, opts)
         local kind, data = wait_event(id, timeout)
         if not kind then
             forget(id)
-            return false, data
+            return local_failure(data)
         end
         if kind == "message" then
+            local message, derr = decode_message(data)
+            if not message then
+                forget(id)
+                return local_failure(derr)
+            end
             messages = messages or {}
-            messages[#messages + 1] = cjson.decode(data)
+            messages[#messages + 1] = message
         else
             forget(id, true)
             if data.code ~= 0 then
@@ -905,25 +927,45 @@ function Stream:close_send()
     return true
 end
 
---- ok, message | ok, nil at the end | false, err, info.
+-- Ends a stream with a failure that every later recv repeats.
+local function stream_failed(stream, ok, err, info)
+    stream.finished = true
+    stream.failure = { err, info }
+    stream.info = info
+    return ok, err, info
+end
+
+--- ok, message | ok, nil at the end | false, err, info (again on every
+-- later recv once the stream has failed).
 function Stream:recv()
     if self.closed then
         return false, "the stream is closed"
+    end
+    if self.failure then
+        return false, self.failure[1], self.failure[2]
     end
     if self.finished then
         return true, nil
     end
     local kind, data = wait_event(self.id, self.timeout)
-    if not kind then
-        return false, data
-    end
     if kind == "message" then
-        return true, cjson.decode(data)
+        local message, derr = decode_message(data)
+        if message then
+            return true, message
+        end
+        data = derr
+        kind = nil
+    end
+    if not kind then
+        -- The call may still run: it ends here, as the caller was told.
+        self.forgotten = true
+        forget(self.id)
+        return stream_failed(self, local_failure(data))
     end
     self.finished = true
     self.info = data
     if data.code ~= 0 then
-        return failure(data)
+        return stream_failed(self, failure(data))
     end
     return true, nil
 end
@@ -931,7 +973,9 @@ end
 function Stream:close()
     if not self.closed then
         self.closed = true
-        forget(self.id)
+        if not self.forgotten then
+            forget(self.id)
+        end
         ffi_gc(self.handle, nil)
     end
     return true
