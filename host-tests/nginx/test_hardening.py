@@ -146,3 +146,24 @@ def test_results_never_lie(nginx_results):
     assert lines[6] == "bad proto: false | protos: hardening.proto:3:21: name 'Missing' is not defined | - -", body
     assert lines[7] == "fixed proto: true | nil | - -", body
     assert lines[8] == 'later call: true {"sleptMillis":"1"}', body
+
+
+def test_misuse_returns_errors_and_tls_options_never_fall_back_to_plaintext(nginx):
+    status, body = nginx.get("/t/hardening_misuse")
+    assert status == 200, body + nginx.log()[-3000:]
+    assert body.splitlines() == [
+        f"readfile missing: false | {PROTOS}/missing.pem: No such file or directory",
+        "ca from a failed readfile: false | invalid TLS options: ca must be a non-empty string, "
+        "got boolean (did grpc.readfile fail?)",
+        "ca a number: false | invalid TLS options: ca must be a non-empty string, got number",
+        "host empty: false | invalid TLS options: host must be a non-empty string, got an empty string",
+        "opts a string: false | connect options must be a table, got string",
+        "init opts a string: false | init options must be a table, got string",
+        "json options a string: false | JSON options must be a table, got string",
+        "include a string: false | include must be a list of directories, got string",
+        "call opts a number: false | call options must be a table, got number",
+        "timeout a string: false | timeout must be a positive number of milliseconds, got string",
+        "timeout negative: false | timeout must be a positive number of milliseconds, got number -1",
+        "stream opts a string: false | call options must be a table, got string",
+        "then: true Hello still!",
+    ], body

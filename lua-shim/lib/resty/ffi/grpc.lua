@@ -568,7 +568,33 @@ end
 -- directory of the wake-up socket is made; default the temp dir), timeout (default deadline, ms), mode
 -- ("resty_ffi" or "ffi"; by default resty_ffi when ngx.load_ffi exists),
 -- ffi_name (the library name for ngx.load_ffi, "lua_shim").
+-- A deadline in ms: a positive number, or nil for the default.
+local function check_timeout(timeout)
+    if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
+        return nil, "timeout must be a positive number of milliseconds, got " .. type(timeout)
+            .. (type(timeout) == "number" and " " .. tostring(timeout) or "")
+    end
+    return true
+end
+
+-- Options must be a table (or nil): misuse is an error the caller gets
+-- back, never a Lua error raised in its request.
+local function check_opts(opts, what)
+    if opts ~= nil and type(opts) ~= "table" then
+        return nil, what .. " options must be a table, got " .. type(opts)
+    end
+    return true
+end
+
 function _M.init(opts)
+    local ok, err = check_opts(opts, "init")
+    if not ok then
+        return false, err
+    end
+    ok, err = check_timeout(opts and opts.timeout)
+    if not ok then
+        return false, err
+    end
     for k, v in pairs(opts or {}) do
         settings[k] = v
     end
@@ -578,11 +604,16 @@ function _M.init(opts)
     return ready()
 end
 
---- Reads a whole file; returns its content, or nil and an error.
+--- Reads a whole file; returns its content, or false and an error (false,
+-- not nil: `connect(addr, {ca = grpc.readfile(path)})` then fails at
+-- connect instead of dropping the option, which would mean plaintext).
 function _M.readfile(path)
+    if type(path) ~= "string" then
+        return false, "the path must be a string"
+    end
     local f, err = io.open(path, "rb")
     if not f then
-        return nil, err
+        return false, err
     end
     local data = f:read("*a")
     f:close()
@@ -599,7 +630,22 @@ function _M.loadfile(path, opts)
     if type(path) ~= "string" then
         return false, "the path must be a string"
     end
-    local lok, lerr = backend.loadfile(path, opts and opts.include)
+    local cok, cerr = check_opts(opts, "loadfile")
+    if not cok then
+        return false, cerr
+    end
+    local include = opts and opts.include
+    if include ~= nil then
+        if type(include) ~= "table" then
+            return false, "include must be a list of directories, got " .. type(include)
+        end
+        for _, dir in ipairs(include) do
+            if type(dir) ~= "string" then
+                return false, "include must be a list of directories, got a " .. type(dir) .. " in it"
+            end
+        end
+    end
+    local lok, lerr = backend.loadfile(path, include)
     if not lok then
         return false, lerr
     end
@@ -629,6 +675,10 @@ function _M.set_json_options(opts)
     if not ok then
         return false, err
     end
+    local cok, cerr = check_opts(opts, "JSON")
+    if not cok then
+        return false, cerr
+    end
     local json = cjson.encode(opts or {})
     local sok, serr = backend.set_json_options(json)
     if not sok then
@@ -642,6 +692,27 @@ Conn.__index = Conn
 local Stream = {}
 Stream.__index = Stream
 
+-- A TLS option that is present must be usable text: anything else (false
+-- from a failed grpc.readfile, a number) is an error, never plaintext.
+local function check_connect_opts(opts)
+    local ok, err = check_opts(opts, "connect")
+    if not ok or opts == nil then
+        return ok, err
+    end
+    for _, key in ipairs({ "host", "ca", "cert", "priv_key" }) do
+        local v = opts[key]
+        if v ~= nil and (type(v) ~= "string" or v == "") then
+            return nil, "invalid TLS options: " .. key .. " must be a non-empty string, got "
+                .. (type(v) == "string" and "an empty string" or type(v))
+                .. (v == false and " (did grpc.readfile fail?)" or "")
+        end
+    end
+    if opts.transport ~= nil and type(opts.transport) ~= "string" then
+        return nil, "transport must be a string, got " .. type(opts.transport)
+    end
+    return true
+end
+
 --- Connects (lazily: the first call dials; the connection is shared by all
 -- calls and comes back by itself after the server does). opts: host (TLS
 -- server name), ca, cert, priv_key (PEM contents).
@@ -652,6 +723,10 @@ function _M.connect(addr, opts)
     end
     if type(addr) ~= "string" then
         return false, "the address must be a string like '127.0.0.1:50051'"
+    end
+    local vok, verr = check_connect_opts(opts)
+    if not vok then
+        return false, verr
     end
     opts = opts or {}
     local id, cerr = backend.connect(addr, opts)
@@ -817,8 +892,19 @@ local function start(conn, path, body, opts)
     if type(path) ~= "string" then
         return nil, "the method path must be a string like '/pkg.Service/Method'"
     end
+    local ook, oerr = check_opts(opts, "call")
+    if not ook then
+        return nil, oerr
+    end
+    local tok, terr = check_timeout(opts and opts.timeout)
+    if not tok then
+        return nil, terr
+    end
     local timeout = opts and opts.timeout or DEFAULT_TIMEOUT
     local json
+    if opts and opts.json ~= nil and type(opts.json) ~= "table" then
+        return nil, "json options must be a table, got " .. type(opts.json)
+    end
     if opts and opts.json then
         local names = {}
         for name, on in pairs(opts.json) do
