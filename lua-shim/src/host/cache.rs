@@ -213,9 +213,11 @@ fn check(path: &Path, metadata: &Metadata, kind: Kind) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// O_NOFOLLOW answers a link with ELOOP; say so plainly.
+/// O_NOFOLLOW answers a link with ELOOP (ENOTDIR with O_DIRECTORY); say
+/// so plainly.
 fn refusal_of(path: &Path, e: std::io::Error) -> Refusal {
-    if e.raw_os_error() == Some(libc::ELOOP) {
+    let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if link || e.raw_os_error() == Some(libc::ELOOP) {
         Refusal::Symlink(path.to_path_buf())
     } else {
         Refusal::Io(path.to_path_buf(), e.to_string())
