@@ -93,3 +93,21 @@ def test_unary_streaming_panic_and_shutdown(h, servers):
     assert h.wait(waiting, timeout=5) == (1, b"the grpc-wasm runtime was unloaded")
     assert h.violations() == 0, h.last_violation()
     assert h.poll_after_null() == 0
+
+
+def test_every_next_ends_by_its_timeout(h, servers):
+    import time
+    rt = h.load(SHIM, json.dumps({"module": WASM}))
+    assert task(h, rt, op="loadfile", path=os.path.join(PROTOS, "helloworld.proto")) == (0, None)
+    rc, conn = task(h, rt, op="connect", addr=servers["greeter"].addr)
+    # A call whose request never ends: nothing will ever happen to it.
+    rc, call = task(h, rt, op="start", conn=int(conn), path="/helloworld.Greeter/SayHello", timeout=60000)
+    assert rc == 0
+    started = time.time()
+    assert task(h, rt, op="next", id=int(call), timeout=300) == (1, b"timeout waiting for the call's next event")
+    assert 0.25 < time.time() - started < 2
+    # A call nobody started is answered at once: nothing would wake it.
+    assert task(h, rt, op="next", id=424242) == (1, b"unknown or finished call")
+    assert task(h, rt, op="close", id=int(call)) == (0, None)
+    assert h.shutdown(rt)
+    assert h.violations() == 0, h.last_violation()

@@ -507,6 +507,11 @@ impl Client {
         result
     }
 
+    /// Whether call `id` is known (started and not closed).
+    pub fn has_call(&self, id: u32) -> bool {
+        lock(&self.inner.events).contains_key(&id)
+    }
+
     /// The call's next event, if one has arrived.
     pub fn next_event(&self, id: u32) -> Option<Event> {
         lock(&self.inner.events).get_mut(&id)?.events.pop_front()

@@ -10,13 +10,18 @@
 //!
 //! A task is a JSON object with an `op`. `next` waits for a call's next
 //! event; the task is answered when the event arrives (from the transport
-//! thread), so a waiting Lua coroutine costs no thread.
+//! thread), so a waiting Lua coroutine costs no thread. Every `next` ends
+//! by its `timeout` (ms; the caller passes the call's deadline and some
+//! slack, [`DEFAULT_WAIT`] when absent): a lost wake-up, or a call that
+//! never ends, must not hold a Lua thread forever.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -67,11 +72,24 @@ fn malloc_copy(body: &[u8]) -> Option<*mut c_char> {
     }
 }
 
+/// How long a `next` without a `timeout` may wait: the module's default
+/// deadline (10 s) and a second of slack.
+const DEFAULT_WAIT: Duration = Duration::from_millis(11_000);
+const WAIT_EXPIRED: &[u8] = b"timeout waiting for the call's next event";
+
+/// A `next` task waiting for an event of its call, until `until`.
+struct Parked {
+    task: Task,
+    until: Instant,
+}
+
 struct Runtime {
     abi: Abi,
     client: Client,
-    /// `next` tasks waiting for an event of their call.
-    parked: Mutex<HashMap<u32, Task>>,
+    parked: Mutex<HashMap<u32, Parked>>,
+    /// Wakes the expiry thread when a task is parked or the runtime ends.
+    expiry: Condvar,
+    stopped: AtomicBool,
 }
 
 unsafe fn symbol<T>(name: &CStr) -> Option<T> {
@@ -131,8 +149,15 @@ unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
         abi,
         client,
         parked: Mutex::new(HashMap::new()),
+        expiry: Condvar::new(),
+        stopped: AtomicBool::new(false),
     });
     *lock(&runtime) = Some(rt.clone());
+    let weak = Arc::downgrade(&rt);
+    std::thread::Builder::new()
+        .name("grpc-wasm-expiry".into())
+        .spawn(move || expire(weak))
+        .map_err(|e| e.to_string())?;
     std::thread::Builder::new()
         .name("grpc-wasm-ffi".into())
         .spawn(move || {
@@ -166,21 +191,54 @@ fn serve(rt: &Arc<Runtime>, tq: Task) {
         match outcome {
             Ok(Reply::Now(Ok(body))) => task.answer(&rt.abi, 0, &body),
             Ok(Reply::Now(Err(message))) => task.answer(&rt.abi, 1, message.as_bytes()),
-            Ok(Reply::Wait(id)) => rt.park(id, task),
+            Ok(Reply::Wait(id, wait)) => rt.park(id, task, wait),
             Err(_) => task.answer(&rt.abi, 2, b"internal error (panic) in grpc-wasm; the task was answered and the runtime goes on"),
         }
     }
     // The queue is gone; tasks still waiting get their answer anyway.
-    let parked: Vec<Task> = lock(&rt.parked).drain().map(|(_, t)| t).collect();
+    let parked: Vec<Task> = lock(&rt.parked).drain().map(|(_, p)| p.task).collect();
+    rt.stopped.store(true, Ordering::Release);
+    rt.expiry.notify_all();
     for task in parked {
         task.answer(&rt.abi, 1, b"the grpc-wasm runtime was unloaded");
     }
 }
 
+/// Answers the `next` tasks whose wait has run out, until the runtime ends.
+fn expire(rt: Weak<Runtime>) {
+    loop {
+        let Some(rt) = rt.upgrade() else { return };
+        let mut parked = lock(&rt.parked);
+        if rt.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<u32> = parked
+            .iter()
+            .filter(|(_, p)| p.until <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        if due.is_empty() {
+            let next = parked.values().map(|p| p.until).min();
+            // A second at most, so that a dropped runtime is noticed.
+            let wait = next
+                .map_or(Duration::from_secs(1), |t| t.saturating_duration_since(now))
+                .min(Duration::from_secs(1));
+            drop(rt.expiry.wait_timeout(parked, wait));
+            continue;
+        }
+        let tasks: Vec<Task> = due.iter().filter_map(|id| parked.remove(id)).map(|p| p.task).collect();
+        drop(parked);
+        for task in tasks {
+            task.answer(&rt.abi, 1, WAIT_EXPIRED);
+        }
+    }
+}
+
 enum Reply {
     Now(Result<Vec<u8>, String>),
-    /// Answered when call `id` has an event.
-    Wait(u32),
+    /// Answered when call `id` has an event, or when the wait runs out.
+    Wait(u32, Duration),
 }
 
 fn field<'a>(request: &'a Value, name: &str) -> Result<&'a str, String> {
@@ -208,9 +266,16 @@ impl Runtime {
         };
         let op = request["op"].as_str().unwrap_or_default();
         if op == "next" {
-            return match number(&request, "id") {
-                Ok(id) => Reply::Wait(id),
-                Err(e) => Reply::Now(Err(e)),
+            let wait = match &request["timeout"] {
+                Value::Null => Ok(DEFAULT_WAIT),
+                v => v
+                    .as_u64()
+                    .map(Duration::from_millis)
+                    .ok_or_else(|| "'timeout' must be a number of milliseconds".to_string()),
+            };
+            return match (number(&request, "id"), wait) {
+                (Ok(id), Ok(wait)) => Reply::Wait(id, wait),
+                (Err(e), _) | (_, Err(e)) => Reply::Now(Err(e)),
             };
         }
         Reply::Now(self.run(op, &request))
@@ -284,8 +349,8 @@ impl Runtime {
             "close" => {
                 let id = number(r, "id")?;
                 c.close(id);
-                if let Some(task) = lock(&self.parked).remove(&id) {
-                    task.answer(&self.abi, 1, b"the call was closed");
+                if let Some(parked) = lock(&self.parked).remove(&id) {
+                    parked.task.answer(&self.abi, 1, b"the call was closed");
                 }
                 Ok(Vec::new())
             }
@@ -296,31 +361,38 @@ impl Runtime {
         }
     }
 
-    /// Parks a `next` task, or answers it at once when an event is waiting.
-    fn park(&self, id: u32, task: Task) {
+    /// Parks a `next` task for `wait` at most, or answers it at once when
+    /// an event is waiting or the call is unknown (nothing would wake it).
+    fn park(&self, id: u32, task: Task, wait: Duration) {
         let mut parked = lock(&self.parked);
         if let Some(event) = self.client.next_event(id) {
             drop(parked);
             return task.answer(&self.abi, 0, &encode(&event));
         }
-        if let Some(old) = parked.insert(id, task) {
-            old.answer(&self.abi, 1, b"another next() replaced this one");
+        if !self.client.has_call(id) {
+            drop(parked);
+            return task.answer(&self.abi, 1, crate::ClientError::UnknownCall.to_string().as_bytes());
         }
+        let until = Instant::now() + wait;
+        if let Some(old) = parked.insert(id, Parked { task, until }) {
+            old.task.answer(&self.abi, 1, b"another next() replaced this one");
+        }
+        self.expiry.notify_all();
     }
 
     /// A call has an event: the parked task of that call gets it.
     fn wake(&self, id: u32) {
         let mut parked = lock(&self.parked);
-        let Some(task) = parked.remove(&id) else {
+        let Some(waiting) = parked.remove(&id) else {
             return;
         };
         match self.client.next_event(id) {
             Some(event) => {
                 drop(parked);
-                task.answer(&self.abi, 0, &encode(&event));
+                waiting.task.answer(&self.abi, 0, &encode(&event));
             }
             None => {
-                parked.insert(id, task);
+                parked.insert(id, waiting);
             }
         }
     }

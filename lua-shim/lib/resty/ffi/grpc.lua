@@ -511,8 +511,10 @@ function resty_backend.close_send(id)
     return task({ op = "close_send", id = id })
 end
 
-function resty_backend.next_event(id)
-    local data, err = task({ op = "next", id = id })
+-- The wait ends by the call's deadline (and a second of slack), as on the
+-- FFI path, even if the event never comes.
+function resty_backend.next_event(id, timeout_ms)
+    local data, err = task({ op = "next", id = id, timeout = timeout_ms + 1000 })
     if not data then
         return nil, err
     end
