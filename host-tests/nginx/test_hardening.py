@@ -167,3 +167,44 @@ def test_misuse_returns_errors_and_tls_options_never_fall_back_to_plaintext(ngin
         "stream opts a string: false | call options must be a table, got string",
         "then: true Hello still!",
     ], body
+
+
+@pytest.fixture(scope="module")
+def sleeper():
+    """A grpcio server whose Sleep outlives any deadline and never answers
+    DEADLINE_EXCEEDED itself (the tonic testing-server does)."""
+    import concurrent.futures
+    import time
+
+    import grpc
+
+    def sleep(request, context):
+        time.sleep(3)
+        return b""
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+    handler = grpc.method_handlers_generic_handler(
+        "grpcwasm.testing.Testing", {"Sleep": grpc.unary_unary_rpc_method_handler(sleep)})
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(0)
+
+
+def test_an_expired_deadline_is_deadline_exceeded_on_both_transports(servers, sleeper):
+    proxy = Nginx(dict(servers, sleeper=sleeper), workers=1)
+    try:
+        status, body = proxy.get("/t/hardening_deadline")
+    finally:
+        proxy.stop()
+    assert status == 200, body + proxy.log()[-3000:]
+    # The module's own deadline and the transport's race; either way the
+    # status is DEADLINE_EXCEEDED (transport::tests pins the transport's).
+    texts = ("deadline exceeded", "deadline of 300 ms exceeded", "Deadline Exceeded")
+    assert body.splitlines() == [
+        f"{transport}: false | DEADLINE_EXCEEDED (4): {text} | 4 | in time: true"
+        for transport, line in zip(("runtime", "cosocket"), body.splitlines())
+        for text in texts if line.endswith(f"(4): {text} | 4 | in time: true")
+    ], body
+    check_log(proxy)

@@ -187,6 +187,7 @@ pub fn unary(
 ) -> AbortHandle {
     rt.spawn(async move {
         let timeout = Duration::from_millis(u64::from(timeout_ms.max(1)));
+        let started = tokio::time::Instant::now();
         let call = async {
             let mut grpc = tonic::client::Grpc::new(channel);
             grpc.ready()
@@ -226,17 +227,27 @@ pub fn unary(
                     )],
                 );
             }
-            Ok(Err(status)) => report_failure(&sink, token, &status),
-            Err(_) => {
-                let close = GrpcEvent::Close(
-                    tonic::Code::DeadlineExceeded as u32,
-                    b"deadline exceeded".to_vec(),
-                );
-                sink(token, vec![close]);
+            // tonic ends a call at its deadline as CANCELLED ("Timeout
+            // expired"); gRPC, the wire transport and Envoy say
+            // DEADLINE_EXCEEDED.
+            Ok(Err(status))
+                if status.code() == tonic::Code::Cancelled && started.elapsed() >= timeout =>
+            {
+                deadline_exceeded(&sink, token)
             }
+            Ok(Err(status)) => report_failure(&sink, token, &status),
+            Err(_) => deadline_exceeded(&sink, token),
         }
     })
     .abort_handle()
+}
+
+fn deadline_exceeded(sink: &Sink, token: u32) {
+    let close = GrpcEvent::Close(
+        tonic::Code::DeadlineExceeded as u32,
+        b"deadline exceeded".to_vec(),
+    );
+    sink(token, vec![close]);
 }
 
 /// A stream: messages go out as the module sends them; dropping the sender
@@ -281,4 +292,58 @@ pub fn stream(
         }
     });
     (tx, handle.abort_handle())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An HTTP/2 server that takes every request and never answers.
+    async fn silent_server() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(socket).await else { return };
+                    let mut held = Vec::new();
+                    while let Some(Ok(request)) = conn.accept().await {
+                        held.push(request);
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_unary_call_past_its_deadline_is_deadline_exceeded() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let addr = rt.block_on(silent_server());
+        let _guard = rt.enter();
+        for _ in 0..5 {
+            let channel = connect(&addr.to_string(), &TlsOptions::default()).unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let sink: Sink = Arc::new(move |token, events| {
+                let _ = tx.send((token, events));
+            });
+            let target = GrpcTarget {
+                upstream: "1".into(),
+                service: "pkg.Svc".into(),
+                method: "Sleep".into(),
+                metadata: vec![],
+            };
+            unary(rt.handle(), channel, 7, target, Vec::new(), 100, sink);
+            let (token, events) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            assert_eq!(token, 7);
+            match &events[..] {
+                [GrpcEvent::Close(4, message)] => assert_eq!(message, b"deadline exceeded"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }
