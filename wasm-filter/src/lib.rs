@@ -4,7 +4,8 @@
 //! - [`json`]: JSON ⇄ protobuf for any message;
 //! - [`framing`]: the gRPC length-prefixed message framing, with gzip;
 //! - [`status`], [`code`], [`details`]: call outcomes;
-//! - [`metadata`], [`timeout`]: custom metadata and `grpc-timeout`.
+//! - [`metadata`], [`timeout`]: custom metadata and `grpc-timeout`;
+//! - [`limits`]: the bounds put on everything a peer controls.
 //!
 //! The same code builds natively and for `wasm32-wasip1`; hosts reach it in
 //! wasm through the exports of [`abi`] (only on wasm32).
@@ -16,6 +17,7 @@ mod deterministic;
 pub mod error;
 pub mod framing;
 pub mod json;
+pub mod limits;
 pub mod metadata;
 pub mod proxy;
 pub mod status;

@@ -37,7 +37,7 @@ pub(super) fn encode(
     let Json::Object(entries) = json else {
         return None;
     };
-    let parser = Parser { options };
+    let parser = Parser::new(options);
     let mut seen: Vec<u32> = Vec::with_capacity(entries.len());
     let mut values: Vec<(FieldDescriptor, Scalar)> = Vec::with_capacity(entries.len());
     for (key, value) in entries {
@@ -148,10 +148,7 @@ pub(super) fn print(
     options: &JsonOptions,
 ) -> Option<String> {
     let fields = read(desc, bytes)?;
-    let mut printer = Printer {
-        options,
-        out: String::with_capacity(16 + 2 * bytes.len()),
-    };
+    let mut printer = Printer::new(options, 16 + 2 * bytes.len());
     printer.out.push('{');
     let mut first = true;
     for field in desc.fields() {

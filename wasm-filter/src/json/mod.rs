@@ -78,7 +78,7 @@ fn fit(
     tree: tree::Json,
     options: &JsonOptions,
 ) -> Result<DynamicMessage, Error> {
-    parse::Parser { options }
+    parse::Parser::new(options)
         .message(desc, tree)
         .map_err(|e| Error::Json {
             path: e.path(),
@@ -150,10 +150,7 @@ pub fn decode_message(desc: &MessageDescriptor, bytes: &[u8]) -> Result<DynamicM
 
 /// Writes a message as JSON text.
 pub fn message_to_json(message: &DynamicMessage, options: &JsonOptions) -> Result<String, Error> {
-    let mut printer = print::Printer {
-        options,
-        out: String::with_capacity(128),
-    };
+    let mut printer = print::Printer::new(options, 128);
     printer.message(message).map_err(|reason| Error::Encode {
         message_type: message.descriptor().full_name().to_string(),
         reason,
@@ -367,6 +364,7 @@ mod tests {
 mod properties {
     use super::*;
     use crate::descriptors::Registry;
+    use crate::limits::MAX_NESTING;
     use proptest::prelude::*;
 
     fn registry() -> Registry {
@@ -377,6 +375,119 @@ mod properties {
         )])
         .unwrap();
         r
+    }
+
+    /// A registry with `google.protobuf.Value` (and so `Struct`) loaded.
+    fn with_struct() -> Registry {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([(
+            "s.proto",
+            "syntax = \"proto3\"; import \"google/protobuf/struct.proto\"; message S { google.protobuf.Value v = 1; }",
+        )])
+        .unwrap();
+        r
+    }
+
+    /// An `Any` holding an `Any` ... `levels` deep, around an `Empty`.
+    fn nested_any(levels: usize) -> Vec<u8> {
+        use prost::Message;
+        let mut any = prost_types::Any {
+            type_url: "type.googleapis.com/google.protobuf.Empty".into(),
+            value: Vec::new(),
+        };
+        for _ in 1..levels {
+            any = prost_types::Any {
+                type_url: "type.googleapis.com/google.protobuf.Any".into(),
+                value: any.encode_to_vec(),
+            };
+        }
+        any.encode_to_vec()
+    }
+
+    /// Runs `f` on a thread with the stack a wasm host gives a module, so
+    /// that a walk too deep for it fails the test instead of passing on a
+    /// native thread's larger stack.
+    fn on_wasm_sized_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(512 << 10)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn any_inside_any_prints_to_the_nesting_limit_and_no_further() {
+        on_wasm_sized_stack(|| {
+            let r = registry();
+            let any = r.message("google.protobuf.Any").unwrap();
+            let ok = protobuf_to_json(&any, &nested_any(MAX_NESTING), &JsonOptions::default());
+            assert!(ok.unwrap().starts_with(
+                r#"{"@type":"type.googleapis.com/google.protobuf.Any","value":{"@type""#
+            ));
+            for levels in [MAX_NESTING + 1, 5000] {
+                let err = protobuf_to_json(&any, &nested_any(levels), &JsonOptions::default());
+                assert_eq!(
+                    err.unwrap_err().to_string(),
+                    "cannot write google.protobuf.Any as JSON: message nesting exceeds 100 levels"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn struct_inside_struct_parses_to_the_nesting_limit_and_no_further() {
+        on_wasm_sized_stack(|| {
+            let r = with_struct();
+            let value = r.message("google.protobuf.Value").unwrap();
+            // Each level of {"a": ...} is a Struct and a Value: two messages.
+            let nest = |levels: usize| {
+                format!("{}1{}", r#"{"a":"#.repeat(levels), "}".repeat(levels)).into_bytes()
+            };
+            assert!(json_to_protobuf(&value, &nest(49), &JsonOptions::default()).is_ok());
+            let err = json_to_protobuf(&value, &nest(50), &JsonOptions::default()).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{}: message nesting exceeds 100 levels",
+                    vec!["a"; 50].join(".")
+                )
+            );
+        });
+    }
+
+    #[test]
+    fn a_self_recursive_message_decodes_to_the_nesting_limit_and_no_further() {
+        use prost::Message;
+        use prost_types::value::Kind;
+        on_wasm_sized_stack(|| {
+            let r = with_struct();
+            let desc = r.message("google.protobuf.Value").unwrap();
+            // Each level is a Value and a ListValue: two messages.
+            let nest = |levels: usize| {
+                let mut value = prost_types::Value {
+                    kind: Some(Kind::NullValue(0)),
+                };
+                for _ in 0..levels {
+                    let list = prost_types::ListValue {
+                        values: vec![value],
+                    };
+                    value = prost_types::Value {
+                        kind: Some(Kind::ListValue(list)),
+                    };
+                }
+                value.encode_to_vec()
+            };
+            let ok = protobuf_to_json(&desc, &nest(49), &JsonOptions::default()).unwrap();
+            assert_eq!(ok, format!("{}null{}", "[".repeat(49), "]".repeat(49)));
+            let err = protobuf_to_json(&desc, &nest(60), &JsonOptions::default()).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("invalid google.protobuf.Value message: "),
+                "{err}"
+            );
+            assert!(err.to_string().contains("recursion limit reached"), "{err}");
+        });
     }
 
     proptest! {

@@ -14,6 +14,7 @@ use super::tree::Json;
 use super::wkt;
 use super::{JsonOptions, WellKnown};
 use crate::deterministic::encode_deterministic;
+use crate::limits::Depth;
 
 /// Bytes fields accept standard and URL-safe base64, padded or not; the
 /// URL-safe characters are mapped to standard ones before decoding.
@@ -74,10 +75,27 @@ fn expected<T>(what: &str, got: &Json) -> Result<T> {
 
 pub(crate) struct Parser<'a> {
     pub(crate) options: &'a JsonOptions,
+    /// serde_json stops at 128 levels of JSON; messages are held to the
+    /// core's own, smaller limit, as when they are decoded.
+    depth: Depth,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
+    pub(crate) fn new(options: &'a JsonOptions) -> Self {
+        Parser {
+            options,
+            depth: Depth::default(),
+        }
+    }
+
     pub(crate) fn message(&self, desc: &MessageDescriptor, json: Json) -> Result<DynamicMessage> {
+        self.depth.enter().map_err(ParseError::new)?;
+        let result = self.message_fields(desc, json);
+        self.depth.leave();
+        result
+    }
+
+    fn message_fields(&self, desc: &MessageDescriptor, json: Json) -> Result<DynamicMessage> {
         if let Some(wkt) = WellKnown::of(desc) {
             return self.well_known(desc, wkt, json);
         }

@@ -13,16 +13,36 @@ use prost_reflect::{
 use super::parse::any_type;
 use super::wkt;
 use super::{JsonOptions, WellKnown};
+use crate::limits::Depth;
 
 pub(crate) struct Printer<'a> {
     pub(crate) options: &'a JsonOptions,
     pub(crate) out: String,
+    /// Messages nest through fields, `Any` and `Struct`; each `Any` is
+    /// decoded afresh, so the decoder's own limit does not see the whole
+    /// depth: the printer counts it.
+    depth: Depth,
 }
 
 type Result = std::result::Result<(), String>;
 
-impl Printer<'_> {
+impl<'a> Printer<'a> {
+    pub(crate) fn new(options: &'a JsonOptions, capacity: usize) -> Self {
+        Printer {
+            options,
+            out: String::with_capacity(capacity),
+            depth: Depth::default(),
+        }
+    }
+
     pub(crate) fn message(&mut self, message: &DynamicMessage) -> Result {
+        self.depth.enter()?;
+        let result = self.message_fields(message);
+        self.depth.leave();
+        result
+    }
+
+    fn message_fields(&mut self, message: &DynamicMessage) -> Result {
         let desc = message.descriptor();
         if let Some(wkt) = WellKnown::of(&desc) {
             return self.well_known(&desc, wkt, message);

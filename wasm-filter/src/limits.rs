@@ -1,0 +1,45 @@
+//! The bounds the core puts on what a peer controls, in one place: every
+//! module that walks nested or repeated input takes its limit from here, so
+//! that the README's "Limits and bad input" table has one source.
+
+use std::cell::Cell;
+
+/// How deep messages may nest: fields of message type, `Any` inside `Any`,
+/// `Struct` / `ListValue` / `Value` inside each other, in decoding,
+/// printing and parsing alike. Google's runtimes use 100 too. Each level
+/// costs stack, and a wasm module's stack is small (the hosts give about
+/// 512 KiB to 1 MiB): an unbounded walk would trap the module instead of
+/// failing one call.
+pub const MAX_NESTING: usize = 100;
+
+/// How long a field path from a query string (`a.b.c=...`) may be, in
+/// bytes; its segments are held to [`MAX_NESTING`], as each one is a
+/// message level.
+pub const MAX_FIELD_PATH_BYTES: usize = 1024;
+
+/// The error text for input that nests deeper than [`MAX_NESTING`].
+pub fn nesting_error() -> String {
+    format!("message nesting exceeds {MAX_NESTING} levels")
+}
+
+/// Counts the levels of one walk and refuses the one past [`MAX_NESTING`].
+/// A `Cell`, so that walkers that borrow themselves shared can count too.
+#[derive(Debug, Default)]
+pub(crate) struct Depth(Cell<usize>);
+
+impl Depth {
+    /// One level down; past the limit, [`nesting_error`]. Each successful
+    /// `enter` is paired with a [`Depth::leave`] once the level is walked.
+    pub(crate) fn enter(&self) -> Result<(), String> {
+        let level = self.0.get();
+        if level >= MAX_NESTING {
+            return Err(nesting_error());
+        }
+        self.0.set(level + 1);
+        Ok(())
+    }
+
+    pub(crate) fn leave(&self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
