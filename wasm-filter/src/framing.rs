@@ -55,6 +55,24 @@ pub enum FrameError {
     Compress(String),
     #[error("grpc: stream ended inside a message ({buffered} bytes buffered)")]
     Truncated { buffered: usize },
+    /// The messages together, after decompression, passed the decoder's
+    /// total budget (see [`FrameDecoder::limit_total`]).
+    #[error("grpc: received messages larger than max in total (limit {limit} bytes)")]
+    TotalTooLarge { limit: usize },
+}
+
+impl FrameError {
+    /// The status a receiver answers with: too much data is the peer's
+    /// excess (RESOURCE_EXHAUSTED, as gRPC's own clients say), anything
+    /// else a broken stream.
+    pub fn code(&self) -> crate::Code {
+        match self {
+            FrameError::MessageTooLarge { .. } | FrameError::TotalTooLarge { .. } => {
+                crate::Code::ResourceExhausted
+            }
+            _ => crate::Code::Internal,
+        }
+    }
 }
 
 /// Frames one message. With `Gzip` the message is compressed and flagged.
@@ -111,6 +129,12 @@ pub struct FrameDecoder {
     start: usize,
     max_message_size: usize,
     encoding: Compression,
+    /// What the messages still to come may add up to, after decompression;
+    /// a gzip frame may inflate a thousandfold, so the count of frames alone
+    /// bounds nothing.
+    remaining: usize,
+    /// The budget `remaining` was set to, for the error.
+    total: usize,
 }
 
 impl Default for FrameDecoder {
@@ -127,7 +151,17 @@ impl FrameDecoder {
             start: 0,
             max_message_size,
             encoding,
+            remaining: usize::MAX,
+            total: usize::MAX,
         }
+    }
+
+    /// Caps the bytes of the messages returned from now on, together and
+    /// after decompression; inflating stops at the cap. Called again, it
+    /// sets a fresh budget.
+    pub fn limit_total(&mut self, total: usize) {
+        self.remaining = total;
+        self.total = total;
     }
 
     /// Adds the next chunk of the body.
@@ -163,12 +197,16 @@ impl FrameDecoder {
         if pending.len() < HEADER_LEN + len {
             return Ok(None);
         }
+        if flag == 0 && len > self.remaining {
+            return Err(self.over_total());
+        }
         let payload = &pending[HEADER_LEN..HEADER_LEN + len];
         let message = if flag == 1 {
             self.decompress(payload)?
         } else {
             payload.to_vec()
         };
+        self.remaining -= message.len();
         self.start += HEADER_LEN + len;
         Ok(Some(message))
     }
@@ -189,8 +227,18 @@ impl FrameDecoder {
     fn decompress(&self, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
         match self.encoding {
             Compression::Identity => Err(FrameError::CompressedWithoutEncoding),
+            Compression::Gzip if self.remaining < self.max_message_size => {
+                gunzip(payload, self.remaining).map_err(|e| match e {
+                    FrameError::MessageTooLarge { .. } => self.over_total(),
+                    other => other,
+                })
+            }
             Compression::Gzip => gunzip(payload, self.max_message_size),
         }
+    }
+
+    fn over_total(&self) -> FrameError {
+        FrameError::TotalTooLarge { limit: self.total }
     }
 }
 
@@ -307,6 +355,41 @@ mod tests {
                 size: 1001,
                 limit: 1000
             })
+        );
+    }
+
+    #[test]
+    fn a_thousand_gzip_frames_stop_at_the_total_budget() {
+        let frame = encode_frame(&vec![0u8; 100_000], Compression::Gzip).unwrap();
+        let mut d = FrameDecoder::new(100_000, Compression::Gzip);
+        d.limit_total(250_000);
+        for _ in 0..1000 {
+            d.push(&frame);
+        }
+        assert_eq!(d.next_message().unwrap().map(|m| m.len()), Some(100_000));
+        assert_eq!(d.next_message().unwrap().map(|m| m.len()), Some(100_000));
+        // The third would pass the budget: inflating stops at what is left.
+        assert_eq!(
+            d.next_message(),
+            Err(FrameError::TotalTooLarge { limit: 250_000 })
+        );
+        assert_eq!(
+            FrameError::TotalTooLarge { limit: 250_000 }.to_string(),
+            "grpc: received messages larger than max in total (limit 250000 bytes)"
+        );
+        // Plain frames count too.
+        let mut plain = FrameDecoder::new(100_000, Compression::Identity);
+        plain.limit_total(150_000);
+        plain.push(&encode_frame(&[7; 100_000], Compression::Identity).unwrap());
+        plain.push(&encode_frame(&[7; 100_000], Compression::Identity).unwrap());
+        assert!(plain.next_message().unwrap().is_some());
+        assert_eq!(
+            plain.next_message(),
+            Err(FrameError::TotalTooLarge { limit: 150_000 })
+        );
+        assert_eq!(
+            plain.next_message().unwrap_err().code(),
+            crate::Code::ResourceExhausted
         );
     }
 

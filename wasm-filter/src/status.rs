@@ -68,6 +68,13 @@ impl Status {
     }
 }
 
+/// A receiver's answer to a stream it cannot read: the frame error's code.
+impl From<crate::framing::FrameError> for Status {
+    fn from(e: crate::framing::FrameError) -> Self {
+        Status::new(e.code(), e.to_string())
+    }
+}
+
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

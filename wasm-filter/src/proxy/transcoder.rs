@@ -319,11 +319,11 @@ pub fn stream_piece(
     chunk: &[u8],
 ) -> Result<String, Status> {
     decoder.push(chunk);
+    // What one chunk releases is held in memory until the host takes the
+    // piece: however many frames it holds, they inflate to one budget.
+    decoder.limit_total(config.max_response_bytes);
     let mut out = String::new();
-    while let Some(message) = decoder
-        .next_message()
-        .map_err(|e| Status::new(Code::Internal, e.to_string()))?
-    {
+    while let Some(message) = decoder.next_message()? {
         let json = decode_message(config, route, &message)?;
         push_event(config, &mut out, None, &json);
     }
@@ -367,17 +367,13 @@ fn decode_messages(
     encoding: Compression,
 ) -> Result<Vec<String>, Status> {
     let mut decoder = FrameDecoder::new(config.max_response_bytes, encoding);
+    decoder.limit_total(config.max_response_bytes);
     decoder.push(body);
     let mut out = Vec::new();
-    while let Some(message) = decoder
-        .next_message()
-        .map_err(|e| Status::new(Code::Internal, e.to_string()))?
-    {
+    while let Some(message) = decoder.next_message()? {
         out.push(decode_message(config, route, &message)?);
     }
-    decoder
-        .finish()
-        .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+    decoder.finish()?;
     Ok(out)
 }
 
