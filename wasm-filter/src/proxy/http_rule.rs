@@ -9,6 +9,7 @@ use prost_reflect::{Kind, MessageDescriptor, Value as Reflect};
 use serde_json::{Map, Value};
 
 use crate::descriptors::Method;
+use crate::limits::{MAX_FIELD_PATH_BYTES, MAX_NESTING};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -303,7 +304,7 @@ pub fn request_json(
     }
     if binding.body != "*" {
         for (key, value) in query_pairs(query) {
-            let path: Vec<String> = key.split('.').map(str::to_string).collect();
+            let path = query_field_path(&key)?;
             let typed = typed_scalar(&input, &path, value)?;
             if is_repeated(&input, &path) {
                 push(&mut root, &path, typed);
@@ -426,6 +427,23 @@ fn push(root: &mut Value, path: &[String], value: Value) {
     }
 }
 
+/// A query parameter's field path, bounded before anything is built from
+/// it: each segment becomes a level of nested JSON, and a self-recursive
+/// message accepts a path of any depth.
+fn query_field_path(key: &str) -> Result<Vec<String>, String> {
+    let too_long = if key.len() > MAX_FIELD_PATH_BYTES {
+        format!("longer than {MAX_FIELD_PATH_BYTES} bytes")
+    } else if key.split('.').count() > MAX_NESTING {
+        format!("deeper than {MAX_NESTING} fields")
+    } else {
+        return Ok(key.split('.').map(str::to_string).collect());
+    };
+    let shown: String = key.chars().take(40).collect();
+    Err(format!(
+        "query parameter '{shown}...': field path {too_long}"
+    ))
+}
+
 fn query_pairs(query: &str) -> Vec<(String, String)> {
     query
         .split('&')
@@ -510,6 +528,31 @@ mod tests {
         assert_eq!(head.http_method, "HEAD");
         assert_eq!(binding(&r, "SearchBooks", 0).response_body, "books");
         assert_eq!(binding(&r, "CreateBook", 0).body, "book");
+    }
+
+    #[test]
+    fn query_field_paths_are_bounded_before_use() {
+        assert_eq!(
+            query_field_path("page.size"),
+            Ok(vec!["page".to_string(), "size".to_string()])
+        );
+        let deep = vec!["a"; MAX_NESTING + 1].join(".");
+        assert_eq!(
+            query_field_path(&deep),
+            Err(format!(
+                "query parameter '{}...': field path deeper than 100 fields",
+                &deep[..40]
+            ))
+        );
+        let long = "x".repeat(MAX_FIELD_PATH_BYTES + 1);
+        assert_eq!(
+            query_field_path(&long),
+            Err(format!(
+                "query parameter '{}...': field path longer than 1024 bytes",
+                "x".repeat(40)
+            ))
+        );
+        assert!(query_field_path(&vec!["a"; MAX_NESTING].join(".")).is_ok());
     }
 
     #[test]
