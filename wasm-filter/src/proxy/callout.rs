@@ -25,11 +25,27 @@ pub fn deadline_ms(callout: &Callout, grpc_timeout: Option<&str>) -> Result<u64,
         parse_timeout(value).map_err(|e| Status::new(Code::InvalidArgument, e.to_string()))?;
     Ok(u64::try_from(timeout.as_millis())
         .unwrap_or(u64::MAX)
-        .max(1))
+        .clamp(1, callout.max_timeout_ms))
+}
+
+/// Metadata keys a client never sets through `grpc-metadata-*`: Envoy reads
+/// `x-envoy-*` headers on the calls it makes (retries, timeouts, routing),
+/// so forwarding them would hand the client the proxy's controls.
+const PROXY_CONTROLLED_PREFIX: &str = "x-envoy-";
+
+fn forwarded(callout: &Callout, key: &str) -> bool {
+    if key.starts_with(PROXY_CONTROLLED_PREFIX) {
+        return false;
+    }
+    callout
+        .forward_metadata
+        .as_ref()
+        .is_none_or(|keys| keys.iter().any(|k| k == key))
 }
 
 /// The metadata of a call: the configured entries, then every request
-/// header `grpc-metadata-<key>` as `<key>`. `-bin` values stay base64 text,
+/// header `grpc-metadata-<key>` as `<key>` that the configuration lets
+/// through (never `x-envoy-*`). `-bin` values stay base64 text,
 /// which is how the host puts them on the wire; they are checked here so
 /// that a bad one is the client's 400, not the server's.
 pub fn call_metadata<'a>(
@@ -45,6 +61,9 @@ pub fn call_metadata<'a>(
             continue;
         }
         let key = String::from_utf8_lossy(&name[METADATA_PREFIX.len()..]).to_ascii_lowercase();
+        if !forwarded(callout, &key) {
+            continue;
+        }
         let text = String::from_utf8_lossy(value).into_owned();
         let result = if is_binary_key(&key) {
             decode_binary(&key, value)
@@ -152,6 +171,8 @@ mod tests {
             timeout_ms: 5000,
             metadata: vec![("x-origin".into(), "proxy".into())],
             upstream_header: None,
+            max_timeout_ms: 60_000,
+            forward_metadata: None,
         }
     }
 
@@ -160,6 +181,8 @@ mod tests {
         assert_eq!(deadline_ms(&callout(), None), Ok(5000));
         assert_eq!(deadline_ms(&callout(), Some("250m")), Ok(250));
         assert_eq!(deadline_ms(&callout(), Some("10u")), Ok(1));
+        // A client asks for hours; the cap holds.
+        assert_eq!(deadline_ms(&callout(), Some("99999999H")), Ok(60_000));
         let err = deadline_ms(&callout(), Some("soon")).unwrap_err();
         assert_eq!(err.code, Code::InvalidArgument);
         assert!(
@@ -200,6 +223,37 @@ mod tests {
             .unwrap_err()
             .message
             .contains("reserved"));
+    }
+
+    #[test]
+    fn proxy_controls_never_pass_and_an_allowlist_narrows_the_rest() {
+        let headers = vec![
+            (
+                "grpc-metadata-x-envoy-retry-on".to_string(),
+                b"5xx".to_vec(),
+            ),
+            (
+                "Grpc-Metadata-X-Envoy-Upstream-Rq-Timeout-Ms".to_string(),
+                b"1".to_vec(),
+            ),
+            ("grpc-metadata-user".to_string(), b"ann".to_vec()),
+            ("grpc-metadata-tenant".to_string(), b"t1".to_vec()),
+        ];
+        let configured = ("x-origin".to_string(), "proxy".to_string());
+        let user = ("user".to_string(), "ann".to_string());
+        let tenant = ("tenant".to_string(), "t1".to_string());
+        assert_eq!(
+            call_metadata(&callout(), borrowed(&headers)).unwrap(),
+            vec![configured.clone(), user, tenant.clone()]
+        );
+        let narrowed = Callout {
+            forward_metadata: Some(vec!["tenant".into(), "x-envoy-retry-on".into()]),
+            ..callout()
+        };
+        assert_eq!(
+            call_metadata(&narrowed, borrowed(&headers)).unwrap(),
+            vec![configured, tenant]
+        );
     }
 
     #[test]

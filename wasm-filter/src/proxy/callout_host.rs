@@ -239,6 +239,11 @@ pub fn on_message(
     context_id: u32,
     size: usize,
 ) -> Option<Reply> {
+    // The host hands over whatever the server sent; the limit holds for
+    // every kind of call, a unary answer included.
+    if size > config.max_response_bytes {
+        return Some(over_limit(config, call, size));
+    }
     let bytes = match host::buffer(BUFFER_GRPC_RECEIVE, 0, size) {
         Ok(bytes) => bytes,
         Err(s) => {
@@ -270,18 +275,18 @@ pub fn on_message(
     }
     call.message_bytes += json.len();
     if call.message_bytes > config.max_response_bytes {
-        let reply = transcoder::too_large(
-            config,
-            "response",
-            call.message_bytes,
-            config.max_response_bytes,
-        );
-        let _ = grpc_cancel(call.token);
-        forget(call.token);
-        return Some(reply);
+        return Some(over_limit(config, call, call.message_bytes));
     }
     call.messages.push(json);
     None
+}
+
+/// Ends a call whose response passed `max_response_bytes`.
+fn over_limit(config: &FilterConfig, call: &mut Call, size: usize) -> Reply {
+    let reply = transcoder::too_large(config, "response", size, config.max_response_bytes);
+    let _ = grpc_cancel(call.token);
+    forget(call.token);
+    reply
 }
 
 /// Hands a message to the host's delivery function; false when the host has

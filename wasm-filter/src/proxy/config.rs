@@ -90,11 +90,24 @@ struct RawCallout {
     metadata: BTreeMap<String, String>,
     #[serde(default)]
     upstream_header: Option<String>,
+    #[serde(default = "default_max_timeout_ms")]
+    max_timeout_ms: u64,
+    #[serde(default)]
+    forward_metadata: Option<Vec<String>>,
 }
 
 fn default_timeout_ms() -> u64 {
     DEFAULT_TIMEOUT_MS
 }
+
+fn default_max_timeout_ms() -> u64 {
+    DEFAULT_MAX_TIMEOUT_MS
+}
+
+/// The longest deadline a client's `grpc-timeout` may ask for by default:
+/// five minutes, so that a client cannot park calls (and their memory) in
+/// the proxy for hours.
+pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 300_000;
 
 /// How the filter calls the method itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +123,11 @@ pub struct Callout {
     /// whose clients are trusted (the OpenResty shim): an HTTP client must
     /// not pick clusters.
     pub upstream_header: Option<String>,
+    /// The cap on a request's `grpc-timeout`; longer ones are cut to it.
+    pub max_timeout_ms: u64,
+    /// The `grpc-metadata-<key>` keys a client may send (lower case); `None`
+    /// forwards every key the metadata rules allow.
+    pub forward_metadata: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -230,6 +248,12 @@ fn check_callout(raw: RawCallout) -> Result<Callout, String> {
         // Envoy fails a call with timeout 0 at once.
         return Err("callout.timeout_ms: must be at least 1".into());
     }
+    if raw.max_timeout_ms < raw.timeout_ms {
+        return Err(format!(
+            "callout.max_timeout_ms: must be at least timeout_ms ({})",
+            raw.timeout_ms
+        ));
+    }
     let mut checked = Metadata::new();
     for (key, value) in &raw.metadata {
         checked
@@ -241,6 +265,10 @@ fn check_callout(raw: RawCallout) -> Result<Callout, String> {
         timeout_ms: raw.timeout_ms,
         metadata: checked.to_headers(),
         upstream_header: raw.upstream_header.map(|h| h.to_ascii_lowercase()),
+        max_timeout_ms: raw.max_timeout_ms,
+        forward_metadata: raw
+            .forward_metadata
+            .map(|keys| keys.iter().map(|k| k.to_ascii_lowercase()).collect()),
     })
 }
 

@@ -538,7 +538,20 @@ fn check_host(config: FilterConfig) -> Result<FilterConfig, String> {
     if config.callout.is_some() && ngx {
         return Err("callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" and put the filter in front of grpc_pass to transcode".into());
     }
+    let picks_upstream = config
+        .callout
+        .as_ref()
+        .is_some_and(|c| c.upstream_header.is_some());
+    if picks_upstream && !embedded_in_the_shim() {
+        return Err("callout.upstream_header: only for the OpenResty shim, whose callers are trusted; in this host any HTTP client could pick the upstream cluster".into());
+    }
     Ok(config)
+}
+
+/// The OpenResty shim answers a delivery of nothing; other hosts know no
+/// such foreign function.
+fn embedded_in_the_shim() -> bool {
+    host::call_foreign(callout_host::DELIVER_FUNCTION, b"").is_ok()
 }
 
 /// ngx_wasm_module answers properties under `ngx.*` (nginx variables); Envoy
