@@ -12,6 +12,7 @@ pub mod certs;
 pub mod echo;
 pub mod greeter;
 pub mod library;
+pub mod rogue;
 pub mod route_guide;
 pub mod serve;
 pub mod testing;

@@ -23,8 +23,8 @@ use tower_service::Service;
 use crate::pb::google::rpc::{bad_request, BadRequest, ErrorInfo};
 use crate::pb::grpcwasm::testing::testing_server::{self, TestingServer};
 use crate::pb::grpcwasm::testing::{
-    Empty, FailRequest, Item, LargeReply, LargeRequest, MetadataReply, SleepReply, SleepRequest,
-    StreamRequest,
+    Empty, FailRequest, Item, LargeReply, LargeRequest, MetadataReply, NestReply, NestRequest,
+    SleepReply, SleepRequest, StreamRequest,
 };
 
 /// The largest payload Large and EchoBytes handle.
@@ -37,6 +37,8 @@ const MAX_SLEEP: Duration = Duration::from_secs(3600);
 /// How long before the caller's deadline Sleep gives up, so that its
 /// DEADLINE_EXCEEDED wins the race against tonic's timeout layer.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
+/// Nest's deepest answer: about 4.5 MB of Any headers.
+const MAX_NEST: usize = 100_000;
 /// Request headers with this prefix are echoed by EchoMetadata.
 const ECHO_PREFIX: &str = "x-echo-";
 
@@ -137,6 +139,68 @@ impl testing_server::Testing for Testing {
         request: Request<LargeReply>,
     ) -> Result<Response<LargeReply>, Status> {
         Ok(Response::new(request.into_inner()))
+    }
+
+    async fn nest(&self, request: Request<NestRequest>) -> Result<Response<NestReply>, Status> {
+        let req = request.into_inner();
+        let depth = usize::try_from(req.depth)
+            .ok()
+            .filter(|d| (1..=MAX_NEST).contains(d))
+            .ok_or_else(|| Status::invalid_argument(format!("depth must be 1..={MAX_NEST}")))?;
+        let value = nested_any(depth);
+        if req.in_details {
+            let status = crate::pb::google::rpc::Status {
+                code: Code::Internal as i32,
+                message: "nested details".into(),
+                details: vec![value],
+            };
+            return Err(Status::with_details(
+                Code::Internal,
+                "nested details",
+                Bytes::from(status.encode_to_vec()),
+            ));
+        }
+        Ok(Response::new(NestReply { value: Some(value) }))
+    }
+}
+
+const ANY_TYPE_URL: &str = "type.googleapis.com/google.protobuf.Any";
+/// This service's own Empty, so that a client with only testing.proto
+/// loaded knows every type in the answer.
+const EMPTY_TYPE_URL: &str = "type.googleapis.com/grpcwasm.testing.Empty";
+
+/// An Any of an Any ... `depth` Anys in all, around an Empty. Built from
+/// the inside out in one pass: encoding each level anew would copy the
+/// whole inner message once per level.
+pub fn nested_any(depth: usize) -> prost_types::Any {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    let innermost = prost_types::Any {
+        type_url: EMPTY_TYPE_URL.into(),
+        value: Vec::new(),
+    };
+    if depth <= 1 {
+        return innermost;
+    }
+    // Each level between the outermost and the innermost Any is its
+    // type_url field, then the key and length of its value field.
+    let mut inner_len = innermost.encoded_len();
+    let mut headers = Vec::with_capacity(depth - 2);
+    for _ in 2..depth {
+        let mut header = Vec::with_capacity(48);
+        prost::encoding::string::encode(1, &ANY_TYPE_URL.to_string(), &mut header);
+        encode_key(2, WireType::LengthDelimited, &mut header);
+        encode_varint(inner_len as u64, &mut header);
+        inner_len += header.len();
+        headers.push(header);
+    }
+    let mut value = Vec::with_capacity(inner_len);
+    for header in headers.iter().rev() {
+        value.extend_from_slice(header);
+    }
+    value.extend_from_slice(&innermost.encode_to_vec());
+    prost_types::Any {
+        type_url: ANY_TYPE_URL.into(),
+        value,
     }
 }
 
@@ -385,6 +449,21 @@ impl http_body::Body for TrailerBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nested_any_is_what_encoding_each_level_gives() {
+        let mut slow = prost_types::Any {
+            type_url: EMPTY_TYPE_URL.into(),
+            value: Vec::new(),
+        };
+        for depth in 1..=300 {
+            assert_eq!(nested_any(depth), slow, "depth {depth}");
+            slow = prost_types::Any {
+                type_url: ANY_TYPE_URL.into(),
+                value: slow.encode_to_vec(),
+            };
+        }
+    }
 
     #[test]
     fn pattern_wraps_at_251() {

@@ -1,0 +1,139 @@
+"""What a hostile client or a broken upstream can do to the filter in real
+Envoy: each answer is a clear status, and the next request on the same
+worker (and the same wasm VM) is served."""
+
+import os
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import Envoy, Server, free_port, read_protos, validate  # noqa: E402
+from test_callouts import send  # noqa: E402
+
+NESTING = "message nesting exceeds 100 levels"
+
+
+@pytest.fixture(scope="module")
+def servers():
+    started = {"testing": Server("testing-server"), "rogue": Server("rogue-server")}
+    yield started
+    for s in started.values():
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def envoy(servers):
+    config = {"protos": read_protos("testing.proto")}
+    proxy = Envoy(config, [("/v1/", "testing", servers["testing"].port),
+                           ("/grpcwasm.testing.Testing/Nest", "nest", servers["testing"].port),
+                           ("/", "rogue", servers["rogue"].port)])
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def callouts(servers):
+    config = {"protos": read_protos("testing.proto"),
+              "callout": {"upstream": "testing", "timeout_ms": 400, "max_timeout_ms": 500}}
+    proxy = Envoy(config, [("/", "unused", free_port()), (None, "testing", servers["testing"].port)])
+    yield proxy
+    proxy.stop()
+
+
+def assert_still_serves(proxy):
+    status, body, _ = proxy.post("/grpcwasm.testing.Testing/Nest", {"depth": 2})
+    assert (status, body) == (200, {"value": {"@type": "type.googleapis.com/google.protobuf.Any",
+                                              "value": {"@type": "type.googleapis.com/grpcwasm.testing.Empty"}}}), proxy.log()
+
+
+def rss_kb(proxy):
+    with open(f"/proc/{proxy.proc.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.parametrize("depth", [101, 5000, 20000])
+def test_a_deeply_nested_response_fails_that_call_only(envoy, depth):
+    status, body, _ = envoy.post("/grpcwasm.testing.Testing/Nest", {"depth": depth})
+    # The 200 has left with the response headers; the body is the error.
+    assert status == 200, envoy.log()
+    assert body == {"code": 13, "message": f"cannot write grpcwasm.testing.NestReply as JSON: {NESTING}",
+                    "details": []}, envoy.log()
+    assert_still_serves(envoy)
+
+
+def test_deeply_nested_error_details_fail_soft(envoy):
+    # 900 levels: Envoy's 60 KiB limit on upstream headers holds deeper ones.
+    status, body, _ = envoy.post("/grpcwasm.testing.Testing/Nest", {"depth": 900, "inDetails": True})
+    assert status == 500, envoy.log()
+    assert (body["code"], body["message"]) == (13, "nested details")
+    # A detail too deep to print is kept as its type and base64 bytes.
+    [detail] = body["details"]
+    assert detail["@type"] == "type.googleapis.com/google.protobuf.Any"
+    assert isinstance(detail["value"], str) and len(detail["value"]) > 30_000
+    assert_still_serves(envoy)
+
+
+def test_query_field_paths_are_bounded(envoy):
+    deep = ".".join(["child"] * 4000) + ".depth"
+    status, body, _ = envoy.post(f"/v1/nest/3?{deep}=1", {})
+    assert (status, body) == (400, {"code": 3, "message": f"query parameter '{deep[:40]}...': field path longer than 1024 bytes",
+                                    "details": []}), envoy.log()
+    deep = ".".join(["child"] * 150)
+    status, body, _ = envoy.post(f"/v1/nest/3?{deep}.depth=1", {})
+    assert (status, body) == (400, {"code": 3, "message": f"query parameter '{deep[:40]}...': field path deeper than 100 fields",
+                                    "details": []}), envoy.log()
+    status, body, _ = envoy.post("/v1/nest/2?child.child.depth=1", {})
+    assert status == 200 and body["value"]["@type"].endswith("Any"), envoy.log()
+    assert_still_serves(envoy)
+
+
+def test_a_gzip_bomb_is_resource_exhausted_and_memory_stays_bounded(envoy):
+    # Warm up, so that the VM's ordinary growth is not counted.
+    assert_still_serves(envoy)
+    before = rss_kb(envoy)
+    status, body, _ = envoy.post("/grpcwasm.testing.Testing/Large", {"size": 1}, {"x-rogue": "gzip-bomb"})
+    assert status == 200, envoy.log()
+    assert body == {"code": 8, "message": "grpc: received messages larger than max in total (limit 4194304 bytes)",
+                    "details": []}, envoy.log()
+    grown_mb = (rss_kb(envoy) - before) / 1024
+    # 300 frames would inflate to 300 MiB; the budget is 4 MiB and its JSON.
+    assert grown_mb < 64, f"Envoy grew by {grown_mb:.0f} MiB"
+    assert_still_serves(envoy)
+
+
+def test_callout_metadata_never_carries_proxy_controls(callouts):
+    status, body, _ = send(callouts, "POST", "/grpcwasm.testing.Testing/EchoMetadata", {},
+                           {"grpc-metadata-x-envoy-retry-on": "5xx", "grpc-metadata-user": "ann"})
+    assert status == 200, callouts.log()
+    assert body["metadata"]["user"] == "ann"
+    assert "x-envoy-retry-on" not in body["metadata"], body
+
+
+def test_a_client_deadline_is_capped_by_max_timeout_ms(callouts):
+    started = time.monotonic()
+    status, body, _ = send(callouts, "POST", "/grpcwasm.testing.Testing/Sleep", {"millis": 5000},
+                           {"grpc-timeout": "9999S"})
+    elapsed = time.monotonic() - started
+    assert (status, body["code"]) == (504, 4), (body, callouts.log())
+    assert elapsed < 2.5, elapsed
+
+
+def test_callout_responses_over_the_limit_are_refused(servers):
+    config = {"protos": read_protos("testing.proto"), "max_response_bytes": 2000,
+              "callout": {"upstream": "testing"}}
+    proxy = Envoy(config, [("/", "unused", free_port()), (None, "testing", servers["testing"].port)])
+    try:
+        status, body, _ = send(proxy, "POST", "/grpcwasm.testing.Testing/Large", {"size": 5000})
+        assert (status, body["code"]) == (413, 8), (body, proxy.log())
+        assert body["message"] == "response body of 5003 bytes exceeds the limit of 2000 bytes"
+    finally:
+        proxy.stop()
+
+
+def test_upstream_header_is_refused_outside_the_shim():
+    code, out = validate({"protos": read_protos("testing.proto"),
+                          "callout": {"upstream": "testing", "upstream_header": "x-up"}})
+    assert code != 0
+    assert "grpc-wasm: bad configuration: callout.upstream_header: only for the OpenResty shim" in out, out

@@ -1,0 +1,108 @@
+//! A gRPC peer that misbehaves at the wire level, below what a tonic
+//! service can be made to do: the answer is chosen by the request's
+//! `x-rogue` header, so one server serves every fault test.
+//!
+//! - `gzip-bomb`: a 200 with `grpc-encoding: gzip` and [`BOMB_FRAMES`]
+//!   gzip frames, each a `LargeReply` of [`BOMB_MESSAGE`] zero bytes that
+//!   compresses to about a kilobyte, then `grpc-status: 0`: a unary answer
+//!   that inflates to a gigabyte.
+
+use bytes::Bytes;
+use grpc_wasm::framing::{encode_frame, Compression};
+use h2::server::{self, SendResponse};
+use http::{HeaderMap, Request, Response};
+use prost::Message;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::pb::grpcwasm::testing::LargeReply;
+use crate::BoxError;
+
+pub const BOMB_FRAMES: usize = 300;
+pub const BOMB_MESSAGE: usize = 1 << 20;
+
+/// Serves connections until the listener fails; each connection and each
+/// request runs on its own task.
+pub async fn serve(listener: TcpListener) -> Result<(), BoxError> {
+    let bomb = Bytes::from(gzip_bomb()?);
+    loop {
+        let (socket, _) = listener.accept().await?;
+        let bomb = bomb.clone();
+        tokio::spawn(async move {
+            let _ = connection(socket, bomb).await;
+        });
+    }
+}
+
+async fn connection(socket: TcpStream, bomb: Bytes) -> Result<(), h2::Error> {
+    let _ = socket.set_nodelay(true);
+    let mut conn = server::handshake(socket).await?;
+    while let Some(request) = conn.accept().await {
+        let (request, respond) = request?;
+        let bomb = bomb.clone();
+        tokio::spawn(async move {
+            let _ = answer(request, respond, bomb).await;
+        });
+    }
+    Ok(())
+}
+
+async fn answer(
+    request: Request<h2::RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    bomb: Bytes,
+) -> Result<(), BoxError> {
+    let mode = request
+        .headers()
+        .get("x-rogue")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    // The request body is read to its end first, as a server would.
+    let mut body = request.into_body();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    match mode.as_str() {
+        "gzip-bomb" => {
+            let head = Response::builder()
+                .status(200)
+                .header("content-type", "application/grpc")
+                .header("grpc-encoding", "gzip")
+                .body(())?;
+            let mut send = respond.send_response(head, false)?;
+            send.send_data(bomb, false)?;
+            send.send_trailers(trailers(0, "")?)?;
+        }
+        other => {
+            let head = Response::builder()
+                .status(200)
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "12")
+                .header("grpc-message", format!("unknown x-rogue mode '{other}'"))
+                .body(())?;
+            respond.send_response(head, true)?;
+        }
+    }
+    Ok(())
+}
+
+fn trailers(code: u32, message: &str) -> Result<HeaderMap, BoxError> {
+    let mut map = HeaderMap::new();
+    map.insert("grpc-status", code.to_string().parse()?);
+    if !message.is_empty() {
+        map.insert("grpc-message", message.parse()?);
+    }
+    Ok(map)
+}
+
+/// [`BOMB_FRAMES`] copies of one gzip frame: compressing once keeps the
+/// server cheap, and the receiver cannot tell.
+fn gzip_bomb() -> Result<Vec<u8>, BoxError> {
+    let message = LargeReply {
+        payload: vec![0; BOMB_MESSAGE],
+    }
+    .encode_to_vec();
+    let frame = encode_frame(&message, Compression::Gzip)?;
+    Ok(frame.repeat(BOMB_FRAMES))
+}
