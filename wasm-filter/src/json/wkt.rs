@@ -78,8 +78,9 @@ pub(crate) fn parse_timestamp(text: &str) -> Option<(i64, i32)> {
 /// Formats a Duration as `[-]S[.fff]s`; `None` when out of range or the
 /// signs of seconds and nanos disagree.
 pub(crate) fn format_duration(seconds: i64, nanos: i32) -> Option<String> {
-    if seconds.abs() > MAX_DURATION
-        || nanos.abs() >= NANOS
+    // unsigned_abs: `abs` of i64::MIN / i32::MIN overflows (a peer sends them).
+    if seconds.unsigned_abs() > MAX_DURATION.unsigned_abs()
+        || nanos.unsigned_abs() >= NANOS.unsigned_abs()
         || (seconds != 0 && nanos != 0 && (seconds < 0) != (nanos < 0))
     {
         return None;
@@ -296,6 +297,9 @@ mod tests {
         assert_eq!(format_duration(-5, -10_000).unwrap(), "-5.000010s");
         assert_eq!(format_duration(MAX_DURATION + 1, 0), None);
         assert_eq!(format_duration(1, -1), None);
+        assert_eq!(format_duration(i64::MIN, 0), None);
+        assert_eq!(format_duration(0, i32::MIN), None);
+        assert_eq!(format_duration(i64::MIN, i32::MIN), None);
         assert_eq!(parse_duration("1.5s"), Some((1, 500_000_000)));
         assert_eq!(parse_duration("-0.000000001s"), Some((0, -1)));
         assert_eq!(parse_duration("315576000000s"), Some((MAX_DURATION, 0)));
