@@ -28,6 +28,7 @@ def envoy(servers):
     config = {"protos": read_protos("testing.proto")}
     proxy = Envoy(config, [("/v1/", "testing", servers["testing"].port),
                            ("/grpcwasm.testing.Testing/Nest", "nest", servers["testing"].port),
+                           ("/grpcwasm.testing.Testing/EchoMetadata", "echo", servers["testing"].port),
                            ("/", "rogue", servers["rogue"].port)])
     yield proxy
     proxy.stop()
@@ -101,6 +102,13 @@ def test_a_gzip_bomb_is_resource_exhausted_and_memory_stays_bounded(envoy):
     # 300 frames would inflate to 300 MiB; the budget is 4 MiB and its JSON.
     assert grown_mb < 64, f"Envoy grew by {grown_mb:.0f} MiB"
     assert_still_serves(envoy)
+
+
+def test_a_client_cannot_forge_the_original_path(envoy):
+    status, body, _ = envoy.post("/grpcwasm.testing.Testing/EchoMetadata", {},
+                                 {"x-grpc-wasm-original-path": "/admin/delete-everything"})
+    assert status == 200, envoy.log()
+    assert "x-grpc-wasm-original-path" not in body["metadata"], body
 
 
 def test_callout_metadata_never_carries_proxy_controls(callouts):

@@ -302,15 +302,19 @@ fn rewrite_request_headers(
         (":method", "POST"),
         (":path", grpc_path),
         // Only when it says something that `:path` no longer does.
-        ("x-grpc-wasm-original-path", original_path),
+        (ORIGINAL_PATH_HEADER, original_path),
     ];
-    let set = if original_path == grpc_path {
-        &set[..4]
+    // Only the filter says what the original path was: a client's own
+    // header would pass for the filter's word.
+    let (set, remove): (&[_], &[_]) = if original_path == grpc_path {
+        (&set[..4], &["content-length", ORIGINAL_PATH_HEADER])
     } else {
-        &set[..]
+        (&set[..], &["content-length"])
     };
-    headers.edit(MAP_REQUEST_HEADERS, set, &["content-length"])
+    headers.edit(MAP_REQUEST_HEADERS, set, remove)
 }
+
+const ORIGINAL_PATH_HEADER: &str = "x-grpc-wasm-original-path";
 
 /// A streamed response: each chunk leaves as the messages it completes.
 fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
