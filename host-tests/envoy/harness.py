@@ -77,18 +77,21 @@ def wasm_filter(plugin_config):
         }}}
 
 
-def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=None):
+def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=None, buffer_limit=None):
     """clusters: list of (route prefix, or None for a cluster only callouts use, cluster name, port). http_filters: the filters before
-    the router, by default the grpc-wasm filter with plugin_config."""
+    the router, by default the grpc-wasm filter with plugin_config. buffer_limit: per_connection_buffer_limit_bytes of the
+    listener and the clusters (Envoy's default is 1 MiB)."""
     if http_filters is None:
         http_filters = [wasm_filter(plugin_config)]
     routes = [{"match": {"prefix": prefix}, "route": {"cluster": name, "timeout": "10s"}}
               for prefix, name, _ in clusters if prefix is not None]
+    limit = {} if buffer_limit is None else {"per_connection_buffer_limit_bytes": buffer_limit}
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {
             "listeners": [{
                 "name": "ingress",
+                **limit,
                 "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen_port}},
                 "filter_chains": [{"filters": [{
                     "name": "envoy.filters.network.http_connection_manager",
@@ -107,6 +110,7 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
             }],
             "clusters": [{
                 "name": name,
+                **limit,
                 "type": "STATIC",
                 "connect_timeout": "1s",
                 "typed_extension_protocol_options": {
@@ -123,12 +127,12 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
 class Envoy:
     """Envoy on free loopback ports; its log is kept for failure reports."""
 
-    def __init__(self, plugin_config, clusters, http_filters=None):
+    def __init__(self, plugin_config, clusters, http_filters=None, buffer_limit=None):
         self.port, self.admin = free_port(), free_port()
         self.dir = tempfile.mkdtemp(prefix="grpc-wasm-envoy-")
         self.config_path = os.path.join(self.dir, "envoy.json")
         with open(self.config_path, "w") as f:
-            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters), f)
+            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters, buffer_limit), f)
         self.log_path = os.path.join(self.dir, "envoy.log")
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", self.config_path, "--concurrency", "1", "--disable-hot-restart",

@@ -145,3 +145,38 @@ def test_upstream_header_is_refused_outside_the_shim():
                           "callout": {"upstream": "testing", "upstream_header": "x-up"}})
     assert code != 0
     assert "grpc-wasm: bad configuration: callout.upstream_header: only for the OpenResty shim" in out, out
+
+
+def test_bodies_over_envoys_buffer_name_the_setting(servers):
+    config = {"protos": read_protos("testing.proto")}
+    proxy = Envoy(config, [("/", "testing", servers["testing"].port)])
+    try:
+        status, body, _ = proxy.post("/grpcwasm.testing.Testing/EchoBytes", {"payload": "A" * 1_400_000})
+        assert (status, body["code"]) == (413, 8), (body, proxy.log())
+        assert body["message"] == ("the request body exceeds the proxy's buffer limit (in Envoy, "
+                                   "per_connection_buffer_limit_bytes, 1 MiB by default); raise it to at least "
+                                   "max_request_bytes (4194304)")
+        assert_serves_small(proxy)
+    finally:
+        proxy.stop()
+
+
+def test_three_megabytes_both_ways_with_the_documented_buffer_limit(servers):
+    config = {"protos": read_protos("testing.proto")}
+    # The README's setting: room for max_request_bytes / max_response_bytes
+    # (4 MiB) as JSON, whose base64 bytes are a third larger.
+    proxy = Envoy(config, [("/", "testing", servers["testing"].port)], buffer_limit=8 << 20)
+    try:
+        status, body, _ = proxy.post("/grpcwasm.testing.Testing/Large", {"size": 3_000_000})
+        assert status == 200, proxy.log()
+        assert len(body["payload"]) == 4_000_000
+        payload = "QUJD" * 750_000  # 2.25 MB of bytes, 3 MB of JSON
+        status, body, _ = proxy.post("/grpcwasm.testing.Testing/EchoBytes", {"payload": payload})
+        assert (status, body) == (200, {"payload": payload}), proxy.log()
+    finally:
+        proxy.stop()
+
+
+def assert_serves_small(proxy):
+    status, body, _ = proxy.post("/grpcwasm.testing.Testing/EchoBytes", {"payload": "QUJD"})
+    assert (status, body) == (200, {"payload": "QUJD"}), proxy.log()

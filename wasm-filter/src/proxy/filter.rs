@@ -254,6 +254,9 @@ pub extern "C" fn proxy_on_response_headers(
             .get("grpc-encoding")
             .and_then(Compression::from_header)
             .unwrap_or(Compression::Identity);
+        if !is_grpc && http_status == 413 && headers.get("grpc-status").is_none() {
+            return answer(stream, &transcoder::host_buffer_full(&stream.config));
+        }
         if headers.get("grpc-status").is_some() || !is_grpc || end_of_stream != 0 {
             // Trailers-only (the status is in these headers), or not gRPC at all.
             let status =

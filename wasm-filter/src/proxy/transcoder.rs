@@ -270,6 +270,20 @@ pub fn reply_from_messages(
     )
 }
 
+/// The proxy answered 413 itself: the request body outgrew the host's
+/// buffer before the filter saw it whole. Which setting to raise is what
+/// the client's operator needs to know.
+pub fn host_buffer_full(config: &FilterConfig) -> Reply {
+    let status = Status::new(
+        Code::ResourceExhausted,
+        format!(
+            "the request body exceeds the proxy's buffer limit (in Envoy, per_connection_buffer_limit_bytes, 1 MiB by default); raise it to at least max_request_bytes ({})",
+            config.max_request_bytes
+        ),
+    );
+    Reply::error_with_http(config, &status, 413)
+}
+
 pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -> Reply {
     let status = Status::new(
         Code::ResourceExhausted,
