@@ -70,6 +70,9 @@ def wasm_filter(plugin_config):
             "root_id": "grpc_wasm",
             # Callout mode holds the request headers and still needs the body.
             "allow_on_headers_stop_iteration": True,
+            # A VM that traps is replaced (after 1 s, then backing off)
+            # instead of failing every later request: the README's setting.
+            "failure_policy": "FAIL_RELOAD",
             "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                               "value": json.dumps(plugin_config)},
             "vm_config": {"vm_id": "grpc_wasm", "runtime": "envoy.wasm.runtime.v8",
