@@ -15,7 +15,7 @@ use crate::descriptors::StreamingKind;
 use crate::status::Status;
 use crate::timeout::encode_timeout;
 
-use super::callout::{call_metadata, closed_status, deadline_ms, split_messages};
+use super::callout::{call_metadata, closed_status, deadline_ms, split_messages, ValueScanner};
 use super::config::FilterConfig;
 use super::host::{self, *};
 use super::id_map::IdMap;
@@ -47,6 +47,8 @@ pub struct Call {
     initial: HeaderMap,
     trailing: HeaderMap,
     delivering: bool,
+    /// Where the streamed request body's whole messages end.
+    scanner: ValueScanner,
 }
 
 thread_local! {
@@ -171,7 +173,14 @@ pub fn send_streamed(
 ) -> Result<usize, Reply> {
     let bad_request =
         |message: String| Reply::error(config, &Status::new(Code::InvalidArgument, message));
-    let (values, used) = split_messages(body).map_err(bad_request)?;
+    // Only the whole messages are parsed; at the end, everything is.
+    let ready = if end {
+        body.len()
+    } else {
+        call.scanner.scan(body)
+    };
+    let (values, used) = split_messages(&body[..ready]).map_err(bad_request)?;
+    call.scanner.consumed(used);
     let plain = Route {
         binding: None,
         ..route.clone()
