@@ -32,6 +32,7 @@ env GRPC_WASM_SHIM={shim};
 env GRPC_WASM_MODULE={wasm};
 env GRPC_WASM_CACHE_DIR={cache};
 env GRPC_WASM_TRANSPORT={transport};
+env GRPC_WASM_MODE={mode};
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
@@ -56,14 +57,15 @@ def ensure_certs():
 class Nginx:
     """nginx on a free port; `testenv.lua` tells the Lua tests where things are."""
 
-    def __init__(self, env, workers=2, http_extra="", transport="cosocket"):
+    def __init__(self, env, workers=2, http_extra="", transport="cosocket", mode="", shim=SHIM, wasm=WASM):
+        """mode, shim, wasm: GRPC_WASM_MODE, _SHIM, _MODULE ("" leaves one unset)."""
         self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-nginx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
         self.port = free_port()
         cache = os.path.join(os.path.expanduser("~"), ".cache", "grpc-wasm")
         os.makedirs(cache, exist_ok=True)
         with open(os.path.join(self.prefix, "nginx.conf"), "w") as f:
-            f.write(CONF.format(workers=workers, prefix=self.prefix, shim=SHIM, wasm=WASM, cache=cache,
+            f.write(CONF.format(workers=workers, prefix=self.prefix, shim=shim, wasm=wasm, cache=cache, mode=mode,
                                 lib=os.path.join(ROOT, "lua-shim", "lib"), lua=os.path.join(HERE, "lua"),
                                 port=self.port, http_extra=http_extra, transport=transport))
         with open(os.path.join(self.prefix, "testenv.lua"), "w") as f:

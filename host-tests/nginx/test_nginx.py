@@ -55,12 +55,12 @@ def nginx(servers, request):
 
 @pytest.fixture(scope="module")
 def nginx_resty_ffi(servers, tmp_path_factory):
-    """nginx whose Lua sees ngx.load_ffi: resty.ffi.grpc takes the
-    lua-resty-ffi path, served by the C harness."""
+    """nginx whose Lua sees ngx.load_ffi and asks for it (GRPC_WASM_MODE):
+    resty.ffi.grpc takes the lua-resty-ffi path, served by the C harness."""
     out = tmp_path_factory.mktemp("harness")
     subprocess.run(["sh", os.path.join(os.path.dirname(__file__), "..", "resty-ffi", "build.sh"), str(out)], check=True)
     env = dict(servers, resty_ffi_harness=str(out / "libresty_ffi_harness.so"))
-    proxy = Nginx(env, http_extra='init_by_lua_block { require("fake_resty_ffi") }')
+    proxy = Nginx(env, http_extra='init_by_lua_block { require("fake_resty_ffi") }', mode="resty_ffi")
     yield proxy
     proxy.stop()
     check_log(proxy)

@@ -35,7 +35,7 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-fn set_error(message: impl Into<String>) {
+pub(crate) fn set_error(message: impl Into<String>) {
     let text = message.into().replace('\0', " ");
     LAST_ERROR.with(|e| *e.borrow_mut() = CString::new(text).unwrap_or_default());
 }

@@ -109,9 +109,15 @@ pub unsafe extern "C" fn libffi_init(cfg: *mut c_char, tq: *mut c_void) -> c_int
         Ok(Ok(())) => 0,
         Ok(Err(message)) => {
             eprintln!("[grpc-wasm] libffi_init: {message}");
+            // lua-resty-ffi hands Lua only the return code; resty.ffi.grpc
+            // reads the text with grpc_wasm_last_error on this same thread.
+            crate::ffi::set_error(message);
             1
         }
-        Err(_) => 2,
+        Err(_) => {
+            crate::ffi::set_error("libffi_init: internal error (panic)");
+            2
+        }
     }
 }
 
@@ -133,7 +139,7 @@ unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
         .map(str::to_string)
         .or_else(|| std::env::var("GRPC_WASM_MODULE").ok())
         .ok_or("no module path (cfg.module or GRPC_WASM_MODULE)")?;
-    let wasm = std::fs::read(&module).map_err(|e| format!("cannot read {module}: {e}"))?;
+    let wasm = std::fs::read(&module).map_err(|e| format!("cannot read the module {module}: {e}"))?;
     let cache = crate::host::cache::resolve(cfg["cache_dir"].as_str());
     let runtime: Arc<Mutex<Option<Arc<Runtime>>>> = Arc::new(Mutex::new(None));
     let wake = {

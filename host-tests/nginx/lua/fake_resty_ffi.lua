@@ -38,10 +38,18 @@ local function call(h, req)
     return false, rc[0], res
 end
 
-ngx.load_ffi = function(_, cfg)
-    local h = H.harness_load(env.shim, cfg)
+-- As lua-resty-ffi's: `lib` goes to ffi.load (a path, or a name it
+-- searches), which raises when it cannot load it; a failed libffi_init
+-- gives nil and its return code.
+ngx.load_ffi = function(lib, cfg)
+    local h = H.harness_load(lib, cfg)
     if h == nil then
-        return nil, ffi.string(H.harness_error())
+        local err = ffi.string(H.harness_error())
+        local rc = err:match("^libffi_init returned (%-?%d+)$")
+        if rc then
+            return nil, tonumber(rc)
+        end
+        error(err)
     end
     return setmetatable({}, { __index = function() return function(_, req) return call(h, req) end end })
 end

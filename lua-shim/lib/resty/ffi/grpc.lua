@@ -4,8 +4,9 @@
 -- (the same .wasm that Envoy loads), hosted by liblua_shim.so, which also
 -- does HTTP/2 and TLS. This file is glue: Lua tables go in and come out as
 -- JSON (cjson), and a coroutine waits on an ngx.semaphore that a cosocket
--- reader posts when the native side has news. Two ways in: lua-resty-ffi's
--- runtime when ngx.load_ffi exists, else LuaJIT's FFI; on the FFI path a
+-- reader posts when the native side has news. Two ways in: LuaJIT's FFI
+-- (the default, whenever it runs: always in OpenResty), or lua-resty-ffi's
+-- runtime when asked for (mode = "resty_ffi"); on the FFI path a
 -- connection's bytes go through a cosocket of its own (the default) or
 -- through the shim's runtime thread.
 
@@ -84,11 +85,39 @@ local function search(patterns, name)
     return nil
 end
 
+-- An environment variable, "" counting as unset (nginx's `env NAME=;`).
+local function getenv(name)
+    local v = os.getenv(name)
+    if v == "" then
+        return nil
+    end
+    return v
+end
+
 local function find_shim()
-    local path = settings.shim or os.getenv("GRPC_WASM_SHIM") or search(package.cpath, "liblua_shim")
+    local path = settings.shim or getenv("GRPC_WASM_SHIM") or search(package.cpath, "liblua_shim")
     if not path then
         return nil, "liblua_shim.so not found: set GRPC_WASM_SHIM, grpc.init{shim = path} or package.cpath"
     end
+    return path
+end
+
+-- The module, sought the same way on both paths; a missing one is named
+-- with where it was sought, as the native side could only say "failed".
+local function find_module(shim)
+    local path, from = settings.module, "grpc.init{module = ...}"
+    if not path then
+        path, from = getenv("GRPC_WASM_MODULE"), "GRPC_WASM_MODULE"
+    end
+    if not path then
+        path, from = dirname(shim) .. "/grpc_wasm.wasm", "next to the shim " .. shim
+    end
+    local f, err = io.open(path, "rb")
+    if not f then
+        return nil, "grpc_wasm.wasm not found: " .. tostring(err) .. " (sought " .. from
+            .. "; set grpc.init{module = path} or GRPC_WASM_MODULE)"
+    end
+    f:close()
     return path
 end
 
@@ -161,8 +190,11 @@ function ffi_backend.init()
     if not ok then
         return nil, "cannot load " .. shim .. ": " .. tostring(lib)
     end
+    local module, merr = find_module(shim)
+    if not module then
+        return nil, merr
+    end
     C = lib
-    local module = settings.module or os.getenv("GRPC_WASM_MODULE") or (dirname(shim) .. "/grpc_wasm.wasm")
     if C.grpc_wasm_init(module, cache_dir(), settings.socket_dir) ~= 0 then
         return nil, last_error()
     end
@@ -462,14 +494,42 @@ local function task(request)
     return res or ""
 end
 
+-- What the shim said when its libffi_init failed: lua-resty-ffi passes on
+-- only the return code. The shim keeps the text for this (the worker's)
+-- thread, which is the one that ran libffi_init.
+local function init_error(shim)
+    local ok, lib = pcall(ffi.load, shim)
+    if not ok then
+        return nil
+    end
+    local text = ffi_string(lib.grpc_wasm_last_error())
+    return text ~= "" and text or nil
+end
+
 function resty_backend.init()
-    local cfg = cjson.encode({
-        module = settings.module or os.getenv("GRPC_WASM_MODULE"),
-        cache_dir = cache_dir(),
-    })
-    local rt, err = ngx.load_ffi(settings.ffi_name or "lua_shim", cfg)
+    -- lua-resty-ffi defines ngx.load_ffi in its `require "resty_ffi"`.
+    if type(ngx.load_ffi) ~= "function" then
+        return nil, "mode 'resty_ffi' needs lua-resty-ffi: ngx.load_ffi is not defined; "
+            .. "run require \"resty_ffi\" first (e.g. in init_by_lua_block), with libresty_ffi.so "
+            .. "where LuaJIT's ffi.load finds it"
+    end
+    local shim, err = find_shim()
+    if not shim then
+        return nil, err
+    end
+    local module, merr = find_module(shim)
+    if not module then
+        return nil, merr
+    end
+    local cfg = cjson.encode({ module = module, cache_dir = cache_dir() })
+    -- ngx.load_ffi raises when the library cannot be loaded (ffi.load).
+    local ok, rt, rc = pcall(ngx.load_ffi, shim, cfg)
+    if not ok then
+        return nil, "ngx.load_ffi cannot load " .. shim .. ": " .. tostring(rt)
+    end
     if not rt then
-        return nil, "ngx.load_ffi failed: " .. tostring(err)
+        return nil, "ngx.load_ffi(" .. shim .. ") failed (libffi_init returned " .. tostring(rc) .. "): "
+            .. (init_error(shim) or "see the error log")
     end
     runtime = rt
     return true
@@ -550,8 +610,14 @@ local function ready()
     if initialised == ngx.worker.pid() then
         return true
     end
-    -- lua-resty-ffi when present (unless told otherwise), else LuaJIT FFI.
-    local mode = settings.mode or (ngx.load_ffi and "resty_ffi" or "ffi")
+    -- LuaJIT's FFI whenever nobody asks otherwise, lua-resty-ffi or not:
+    -- over cosockets a call never leaves nginx's thread, while each
+    -- lua-resty-ffi task is a hop to the shim's thread and back (about
+    -- 1.5-2x a native client against about 1x, in make bench-lua).
+    local mode = settings.mode or getenv("GRPC_WASM_MODE") or "ffi"
+    if mode ~= "ffi" and mode ~= "resty_ffi" then
+        return nil, "unknown mode '" .. tostring(mode) .. "' (ffi or resty_ffi)"
+    end
     local chosen = mode == "resty_ffi" and resty_backend or ffi_backend
     local ok, err = chosen.init()
     if not ok then
@@ -568,8 +634,7 @@ end
 -- default $XDG_CACHE_HOME/grpc-wasm, ~/.cache/grpc-wasm or
 -- <tmp>/grpc-wasm-<uid>; false disables it), socket_dir (where the private
 -- directory of the wake-up socket is made; default the temp dir), timeout (default deadline, ms), mode
--- ("resty_ffi" or "ffi"; by default resty_ffi when ngx.load_ffi exists),
--- ffi_name (the library name for ngx.load_ffi, "lua_shim").
+-- ("ffi", the default, or "resty_ffi"; also GRPC_WASM_MODE).
 -- A deadline in ms: a positive number, or nil for the default.
 local function check_timeout(timeout)
     if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
@@ -603,7 +668,11 @@ function _M.init(opts)
     if settings.timeout then
         DEFAULT_TIMEOUT = settings.timeout
     end
-    return ready()
+    local rok, rerr = ready()
+    if not rok then
+        return false, rerr
+    end
+    return true
 end
 
 --- Reads a whole file; returns its content, or false and an error (false,
