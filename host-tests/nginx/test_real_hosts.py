@@ -1,10 +1,11 @@
 """Issue 14, section 4: what a new user met in real hosts (Debian's nginx,
 the real lua-resty-ffi): the way in that is taken, lua-resty-ffi missing or
-misconfigured."""
+misconfigured, and error-level lines for a normal idle connection."""
 
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -76,3 +77,12 @@ def test_resty_ffi_mode_finds_the_module_as_the_ffi_mode_does(env, tmp_path):
     assert found == (200, "init: true nil mode: resty_ffi\nunary: true Hello host!\n"), log[-3000:]
     check_log(proxy)
 
+
+def test_an_idle_cosocket_connection_logs_no_error(env):
+    started = time.time()
+    (answer,), log = run(env, "/t/real_hosts?case=idle&idle=500&sleep=2.5")
+    assert answer == (200, "true Hello idle 1!\ntrue Hello idle 2!\n"), log[-3000:]
+    assert time.time() - started < 15
+    # The harness's own readiness probe (GET /) is the one error allowed.
+    errors = [line for line in log.splitlines() if "[error]" in line and 'index.html" is not found' not in line]
+    assert errors == [], log[-3000:]

@@ -234,6 +234,10 @@ end
 local pumps = {} -- conn id -> pump
 local call_pumps = {} -- call id -> pump
 
+-- The longest timeout a cosocket takes (lua-nginx-module refuses more
+-- than 2^31-1 ms): about 24 days.
+local MAX_TIMEOUT = 2147483647
+
 local function pump_reset(pump, reason)
     local n = C.grpc_wasm_wire_reset(pump.id, reason, pump.ids, 256)
     if n > 0 then
@@ -254,6 +258,7 @@ local function pump_reader(pump, sock)
                 return
             end
         else
+            pump.active = ngx.now()
             local n = C.grpc_wasm_wire_input(pump.id, data, #data, ids, 256)
             if n < 0 then
                 pump.broken = last_error()
@@ -269,19 +274,31 @@ local function pump_reader(pump, sock)
     end
 end
 
+local IDLE = {} -- pump_writer's answer for a connection idle too long
+
+local function idle_for(pump)
+    if pump.calls > 0 or not pump.idle_timeout then
+        return nil
+    end
+    return (ngx.now() - pump.active) * 1000 >= pump.idle_timeout
+end
+
 -- Sends what the shim has for the socket until the socket fails or the
--- connection is closed; returns why it stopped.
+-- connection is closed or idle; returns why it stopped.
 local function pump_writer(pump, sock)
     local len = ffi_new("size_t[1]")
     while not pump.closed and not pump.broken and not ngx.worker.exiting() do
         local ptr = C.grpc_wasm_wire_output(pump.id, len)
         if ptr ~= nil and len[0] > 0 then
+            pump.active = ngx.now()
             local ok, err = sock:send(ffi_string(ptr, len[0]))
             if not ok then
                 return err
             end
         elseif C.grpc_wasm_wire_pending(pump.id) == 2 then
             return "the server ended the HTTP/2 connection"
+        elseif idle_for(pump) then
+            return IDLE
         else
             -- Woken by calls and the reader. The shim's own deadline
             -- cancels also wake the call's waiter, whose close wakes this;
@@ -298,7 +315,11 @@ local function run_pump(premature, pump)
     end
     while not pump.closed and not ngx.worker.exiting() do
         local sock = ngx.socket.tcp()
-        sock:settimeouts(5000, 10000, 60000)
+        -- No read timeout to speak of: a connection without traffic is
+        -- normal (no call, or a quiet stream), and nginx logs every timed
+        -- out cosocket read at error level. Idle connections are closed by
+        -- idle_timeout instead, without a word.
+        sock:settimeouts(5000, 10000, MAX_TIMEOUT)
         local ok, err = sock:connect(pump.host, pump.port)
         if not ok then
             if not pump_reset(pump, "connect to " .. pump.addr .. " failed: " .. tostring(err)) then
@@ -308,11 +329,23 @@ local function run_pump(premature, pump)
             pump.wake:wait(1)
         else
             pump.broken = nil
+            pump.active = ngx.now()
             local reader = ngx.thread.spawn(pump_reader, pump, sock)
             local why = pump_writer(pump, sock)
             ngx.thread.kill(reader)
             sock:close()
-            if pump.closed or not pump_reset(pump, "the connection failed: " .. tostring(why)) then
+            if pump.closed then
+                return
+            end
+            if why == IDLE then
+                -- No call to fail; a fresh HTTP/2 state waits for the next.
+                if not pump_reset(pump, "the connection was idle") then
+                    return
+                end
+                while pump.calls == 0 and not pump.closed and not ngx.worker.exiting() do
+                    pump.wake:wait(1)
+                end
+            elseif not pump_reset(pump, "the connection failed: " .. tostring(why)) then
                 return
             end
         end
@@ -355,7 +388,8 @@ function ffi_backend.connect(addr, opts)
         return nil, last_error()
     end
     local pump = { id = id, addr = addr, host = host, port = tonumber(port),
-                   wake = semaphore.new(), ids = ffi_new("uint32_t[256]") }
+                   wake = semaphore.new(), ids = ffi_new("uint32_t[256]"),
+                   calls = 0, active = ngx.now(), idle_timeout = settings.idle_timeout }
     local ok, err = ngx.timer.at(0, run_pump, pump)
     if not ok then
         C.grpc_wasm_conn_close(id)
@@ -398,6 +432,7 @@ function ffi_backend.start(conn, path, body, timeout, metadata, json)
     local pump = pumps[conn]
     if pump then
         call_pumps[id] = pump
+        pump.calls = pump.calls + 1
         wake_pump(pump)
     end
     return id
@@ -469,10 +504,14 @@ function ffi_backend.close(id, ended)
         end
     end
     C.grpc_wasm_close(id)
-    if not ended then
-        wake_pump(call_pumps[id])
+    local pump = call_pumps[id]
+    if pump then
+        call_pumps[id] = nil
+        pump.calls = pump.calls - 1
+        if not ended then
+            wake_pump(pump)
+        end
     end
-    call_pumps[id] = nil
 end
 
 -- Path (a): lua-resty-ffi's runtime; each operation is a task (JSON) that
@@ -634,7 +673,9 @@ end
 -- default $XDG_CACHE_HOME/grpc-wasm, ~/.cache/grpc-wasm or
 -- <tmp>/grpc-wasm-<uid>; false disables it), socket_dir (where the private
 -- directory of the wake-up socket is made; default the temp dir), timeout (default deadline, ms), mode
--- ("ffi", the default, or "resty_ffi"; also GRPC_WASM_MODE).
+-- ("ffi", the default, or "resty_ffi"; also GRPC_WASM_MODE), idle_timeout
+-- (ms: a cosocket connection without calls or traffic that long is closed,
+-- and dialled again by the next call; default never).
 -- A deadline in ms: a positive number, or nil for the default.
 local function check_timeout(timeout)
     if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
@@ -661,6 +702,10 @@ function _M.init(opts)
     ok, err = check_timeout(opts and opts.timeout)
     if not ok then
         return false, err
+    end
+    ok, err = check_timeout(opts and opts.idle_timeout)
+    if not ok then
+        return false, "idle_" .. err
     end
     for k, v in pairs(opts or {}) do
         settings[k] = v
