@@ -111,3 +111,63 @@ def test_every_next_ends_by_its_timeout(h, servers):
     assert task(h, rt, op="close", id=int(call)) == (0, None)
     assert h.shutdown(rt)
     assert h.violations() == 0, h.last_violation()
+
+
+def grpc_wasm_threads():
+    """The shim's threads in this process (grpc-wasm-ffi, -expiry, and the
+    tokio runtime's grpc-wasm)."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return sorted(n for n in names if n.startswith("grpc-wasm"))
+
+
+def test_a_null_poll_ends_the_runtime(h, servers):
+    """What lua-resty-ffi's runtime:__unload() does: the end marker goes
+    behind the queued tasks, which are answered in order, a waiting `next`
+    is answered too, and then the runtime is gone: its threads end, its
+    connections and descriptors close, and the queue is never polled again."""
+    import time
+    h.reset_counters()
+
+    def gone(threads):
+        deadline = time.time() + 5
+        while grpc_wasm_threads() != threads and time.time() < deadline:
+            time.sleep(0.05)
+        return grpc_wasm_threads()
+    # tokio's first runtime in a process opens a socket pair for signals
+    # that stays for the process: the count starts after one.
+    threads = grpc_wasm_threads()
+    assert h.shutdown(h.load(SHIM, json.dumps({"module": WASM})))
+    assert gone(threads) == threads
+    fds = len(os.listdir("/proc/self/fd"))
+    rt = h.load(SHIM, json.dumps({"module": WASM}))
+    # Names as the kernel keeps them (15 bytes); threads name themselves
+    # once they run.
+    deadline = time.time() + 5
+    while not {"grpc-wasm-ffi", "grpc-wasm-expir"} <= set(grpc_wasm_threads()) and time.time() < deadline:
+        time.sleep(0.05)
+    assert {"grpc-wasm-ffi", "grpc-wasm-expir"} <= set(grpc_wasm_threads()), grpc_wasm_threads()
+    assert task(h, rt, op="loadfile", path=os.path.join(PROTOS, "route_guide.proto")) == (0, None)
+    rc, conn = task(h, rt, op="connect", addr=servers["routeguide"].addr)
+    # A unary call brings the connection up; a stream stays open on it.
+    rc, call = task(h, rt, op="start", conn=int(conn), path="/routeguide.RouteGuide/GetFeature",
+                    body='{"latitude":409146138,"longitude":-746188906}')
+    rc, answer = task(h, rt, op="next", id=int(call))
+    assert (rc, end_of(answer)[1][b"grpc-status"]) == (0, b"0"), answer
+    rc, call = task(h, rt, op="start", conn=int(conn), path="/routeguide.RouteGuide/RouteChat")
+    assert rc == 0
+    assert task(h, rt, op="send", id=int(call), body='{"message":"open"}') == (0, None)
+    queued = [h.submit(rt, json.dumps({"op": "loadfile", "path": os.path.join(PROTOS, "helloworld.proto")})),
+              h.submit(rt, json.dumps({"op": "next", "id": int(call), "timeout": 60000}))]
+    assert h.shutdown(rt)
+    assert h.wait(queued[0], timeout=5) == (0, None)
+    assert h.wait(queued[1], timeout=5) == (1, b"the grpc-wasm runtime was unloaded")
+    assert gone(threads) == threads
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert h.violations() == 0, h.last_violation()
+    assert h.poll_after_null() == 0
