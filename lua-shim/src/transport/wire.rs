@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
-use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder};
+use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
 use grpc_wasm::timeout::encode_timeout;
 use h2::client::SendRequest;
 use rustc_hash::FxHashMap as HashMap;
@@ -634,6 +634,12 @@ async fn run_call(
     let mut received = Vec::new();
     // We ask for no compression (no grpc-accept-encoding).
     let mut decoder = FrameDecoder::default();
+    if unary {
+        // A unary answer is one message; without a cap on the sum, a server
+        // sending frame after frame would have them all held here until the
+        // trailers, and the worker would run out of memory first.
+        decoder.limit_total(DEFAULT_MAX_MESSAGE_SIZE);
+    }
     let mut initial = if unary {
         Some(initial)
     } else {
@@ -657,7 +663,8 @@ async fn run_call(
             match decoder.next_message() {
                 Ok(Some(message)) => complete.push(message),
                 Ok(None) => break,
-                Err(e) => return vec![close(INTERNAL, &e.to_string())],
+                // Too much (RESOURCE_EXHAUSTED) or a broken stream (INTERNAL).
+                Err(e) => return vec![close(e.code().as_i32() as u32, &e.to_string())],
             }
         }
         if unary {
@@ -793,6 +800,110 @@ mod tests {
             matches!(&produced[0].1[..], [GrpcEvent::Close(14, m)] if m == b"connect failed: refused")
         );
         assert!(!wire.is_running(7));
+    }
+
+    /// A plaintext HTTP/2 server on loopback whose one answer is `frames`
+    /// (a gRPC body, sent chunk by chunk) and grpc-status 0; the wire
+    /// runs a unary call to it over a blocking socket from this thread
+    /// until the call ends, and returns the call's events.
+    fn unary_answered_with(frames: Vec<Bytes>) -> Vec<GrpcEvent> {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let (socket, _) = listener.accept().unwrap();
+                socket.set_nonblocking(true).unwrap();
+                let socket = tokio::net::TcpStream::from_std(socket).unwrap();
+                let mut conn = h2::server::handshake(socket).await.unwrap();
+                let Some(Ok((_, mut respond))) = conn.accept().await else {
+                    return;
+                };
+                // The connection's I/O runs while the answer is sent.
+                let driver = tokio::spawn(async move { while conn.accept().await.is_some() {} });
+                let response = http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .body(())
+                    .unwrap();
+                let mut send = respond.send_response(response, false).unwrap();
+                for frame in frames {
+                    if send.send_data(frame, false).is_err() {
+                        break;
+                    }
+                }
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", "0".parse().unwrap());
+                let _ = send.send_trailers(trailers);
+                let _ = driver.await;
+            });
+        });
+        let mut socket = std::net::TcpStream::connect(addr).unwrap();
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut wire = Wire::new(&addr.to_string(), None).unwrap();
+        let mut events: Vec<GrpcEvent> = Vec::new();
+        let mut absorb = |produced: Produced, events: &mut Vec<GrpcEvent>| {
+            for (token, mut list) in produced {
+                assert_eq!(token, 5);
+                events.append(&mut list);
+            }
+        };
+        absorb(wire.unary(5, greeter(), b"", 10_000), &mut events);
+        let mut buf = vec![0; 1 << 16];
+        while !events
+            .iter()
+            .any(|e| matches!(e, GrpcEvent::Close(..) | GrpcEvent::Message(_)))
+        {
+            let out = wire.take_output();
+            if !out.is_empty() {
+                socket.write_all(&out).unwrap();
+            }
+            let n = socket.read(&mut buf).expect("the call did not end");
+            assert!(n > 0, "the server closed the connection first");
+            absorb(wire.input(&buf[..n]), &mut events);
+        }
+        events
+    }
+
+    fn grpc_frame(len: usize) -> Bytes {
+        encode_frame(&vec![0x2a; len], Compression::Identity)
+            .unwrap()
+            .into()
+    }
+
+    #[test]
+    fn a_unary_answer_may_hold_one_whole_message() {
+        let events = unary_answered_with(vec![grpc_frame(3 << 20)]);
+        match &events[..] {
+            [GrpcEvent::InitialMetadata(_), GrpcEvent::TrailingMetadata(_), GrpcEvent::Message(m)] => {
+                assert_eq!(m.len(), 3 << 20)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_unary_answer_of_many_messages_stops_at_the_total_cap() {
+        // Ten 1 MiB messages: each within the message limit, together past
+        // the 4 MiB a unary answer may hold.
+        let events = unary_answered_with((0..10).map(|_| grpc_frame(1 << 20)).collect());
+        match &events[..] {
+            [GrpcEvent::Close(code, message)] => {
+                assert_eq!(
+                    (*code, String::from_utf8_lossy(message).as_ref()),
+                    (
+                        8,
+                        "grpc: received messages larger than max in total (limit 4194304 bytes)"
+                    )
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// A TLS server in this thread (rustls, a fresh self-signed
