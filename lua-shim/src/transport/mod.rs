@@ -88,7 +88,12 @@ pub fn connect(addr: &str, tls: &TlsOptions) -> Result<Channel, TransportError> 
         }
         config = match tls.ca_pem()? {
             Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
-            None => config.with_enabled_roots(),
+            // The same roots as the wire transport's (tls::system_roots).
+            None => match tls::native_certs() {
+                certs if certs.is_empty() => config.with_webpki_roots(),
+                certs => config
+                    .ca_certificates(certs.iter().map(|c| Certificate::from_pem(tls::to_pem(c)))),
+            },
         };
         if let Some((cert, key)) = tls.identity()? {
             config = config.identity(Identity::from_pem(cert, key));
@@ -305,7 +310,9 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
                 tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(socket).await else { return };
+                    let Ok(mut conn) = h2::server::handshake(socket).await else {
+                        return;
+                    };
                     let mut held = Vec::new();
                     while let Some(Ok(request)) = conn.accept().await {
                         held.push(request);

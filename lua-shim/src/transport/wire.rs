@@ -880,7 +880,8 @@ mod tests {
     fn a_unary_answer_may_hold_one_whole_message() {
         let events = unary_answered_with(vec![grpc_frame(3 << 20)]);
         match &events[..] {
-            [GrpcEvent::InitialMetadata(_), GrpcEvent::TrailingMetadata(_), GrpcEvent::Message(m)] => {
+            [GrpcEvent::InitialMetadata(_), GrpcEvent::TrailingMetadata(_), GrpcEvent::Message(m)] =>
+            {
                 assert_eq!(m.len(), 3 << 20)
             }
             other => panic!("{other:?}"),
@@ -999,7 +1000,10 @@ mod tests {
             let produced = wire.input(&bytes);
             (produced, wire.is_over())
         });
-        assert_eq!(only_close(&produced, 3), (14, AFTER_CLOSE_NOTIFY.to_string()));
+        assert_eq!(
+            only_close(&produced, 3),
+            (14, AFTER_CLOSE_NOTIFY.to_string())
+        );
         assert!(over);
     }
 
