@@ -35,3 +35,8 @@ def test_deeply_nested_answers_fail_their_call_only(nginx):
         "detail: type.googleapis.com/google.protobuf.Any true",
         "after: true type.googleapis.com/google.protobuf.Any type.googleapis.com/grpcwasm.testing.Empty",
     ], body
+
+
+def test_a_stream_keeps_its_connection_when_the_conn_is_collected(nginx):
+    status, body = nginx.get("/t/orphan_stream")
+    assert (status, body) == (200, "0,1,2\n"), body + nginx.log()[-3000:]

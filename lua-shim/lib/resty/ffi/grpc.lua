@@ -1100,7 +1100,9 @@ function Conn:new_stream(path, opts)
     end
     local collect = backend.collect_call
     local handle = ffi_gc(ffi_new("uint32_t[1]", id), function(h) collect(h[0]) end)
-    return true, setmetatable({ id = id, timeout = timeout, handle = handle }, Stream)
+    -- The stream holds its conn, so that a conn nobody else references is
+    -- not collected (and closed) while the stream still uses it.
+    return true, setmetatable({ id = id, timeout = timeout, handle = handle, conn = self }, Stream)
 end
 
 function Stream:send(message)
