@@ -649,6 +649,11 @@ local function ready()
     if initialised == ngx.worker.pid() then
         return true
     end
+    if ngx.get_phase() == "init" then
+        return nil, "grpc-wasm is not set up in init_by_lua: that is the master process, whose"
+            .. " threads and sockets every worker would share; use init_worker_by_lua, or let"
+            .. " the first call set the worker up"
+    end
     -- LuaJIT's FFI whenever nobody asks otherwise, lua-resty-ffi or not:
     -- over cosockets a call never leaves nginx's thread, while each
     -- lua-resty-ffi task is a hop to the shim's thread and back (about
@@ -668,14 +673,23 @@ local function ready()
     return true
 end
 
---- Sets where things are before first use: shim (path of liblua_shim.so),
--- module (path of grpc_wasm.wasm), cache_dir (compiled module cache;
--- default $XDG_CACHE_HOME/grpc-wasm, ~/.cache/grpc-wasm or
--- <tmp>/grpc-wasm-<uid>; false disables it), socket_dir (where the private
--- directory of the wake-up socket is made; default the temp dir), timeout (default deadline, ms), mode
--- ("ffi", the default, or "resty_ffi"; also GRPC_WASM_MODE), idle_timeout
--- (ms: a cosocket connection without calls or traffic that long is closed,
--- and dialled again by the next call; default never).
+-- The phases where a call can wait: cosockets and semaphores need a
+-- phase that can yield. Elsewhere (init_worker, set, header_filter,
+-- body_filter, log, balancer) a call could only block the worker.
+local YIELDING = {
+    rewrite = true, server_rewrite = true, access = true, content = true, timer = true,
+    ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true,
+}
+
+local function check_phase(what)
+    local phase = ngx.get_phase()
+    if YIELDING[phase] then
+        return true
+    end
+    return nil, what .. " cannot run in the " .. phase .. " phase, which cannot yield;"
+        .. " call from rewrite, access, content or a timer (ngx.timer.at)"
+end
+
 -- A deadline in ms: a positive number, or nil for the default.
 local function check_timeout(timeout)
     if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
@@ -694,6 +708,16 @@ local function check_opts(opts, what)
     return true
 end
 
+--- Sets where things are before first use: shim (path of liblua_shim.so),
+-- module (path of grpc_wasm.wasm), cache_dir (compiled module cache;
+-- default $XDG_CACHE_HOME/grpc-wasm, ~/.cache/grpc-wasm or
+-- <tmp>/grpc-wasm-<uid>; false disables it), socket_dir (where the private
+-- directory of the wake-up socket is made; default the temp dir), timeout (default deadline, ms), mode
+-- ("ffi", the default, or "resty_ffi"; also GRPC_WASM_MODE), idle_timeout
+-- (ms: a cosocket connection without calls or traffic that long is closed,
+-- and dialled again by the next call; default never).
+-- In init_by_lua (the master) it only records them: each worker sets
+-- itself up at its first use.
 function _M.init(opts)
     local ok, err = check_opts(opts, "init")
     if not ok then
@@ -712,6 +736,9 @@ function _M.init(opts)
     end
     if settings.timeout then
         DEFAULT_TIMEOUT = settings.timeout
+    end
+    if ngx.get_phase() == "init" then
+        return true
     end
     local rok, rerr = ready()
     if not rok then
@@ -833,6 +860,10 @@ end
 -- calls and comes back by itself after the server does). opts: host (TLS
 -- server name), ca, cert, priv_key (PEM contents).
 function _M.connect(addr, opts)
+    local pok, perr = check_phase("grpc.connect")
+    if not pok then
+        return false, perr
+    end
     local ok, err = ready()
     if not ok then
         return false, err
@@ -1049,6 +1080,10 @@ end
 -- name, message, details, http_status, headers and trailers.
 -- opts: timeout (ms), metadata (table), raw (true: the response as JSON text).
 function Conn:unary(path, message, opts)
+    local pok, perr = check_phase("conn:unary")
+    if not pok then
+        return false, perr
+    end
     local body, err = encode(message)
     if not body then
         return false, err
@@ -1094,6 +1129,10 @@ end
 
 --- A stream for any streaming kind: send / close_send / recv / close.
 function Conn:new_stream(path, opts)
+    local pok, perr = check_phase("conn:new_stream")
+    if not pok then
+        return false, perr
+    end
     local id, timeout = start(self, path, nil, opts)
     if not id then
         return false, timeout
@@ -1106,6 +1145,10 @@ function Conn:new_stream(path, opts)
 end
 
 function Stream:send(message)
+    local pok, perr = check_phase("stream:send")
+    if not pok then
+        return false, perr
+    end
     if self.closed or self.finished then
         return false, "the stream is closed"
     end
@@ -1121,6 +1164,10 @@ function Stream:send(message)
 end
 
 function Stream:close_send()
+    local pok, perr = check_phase("stream:close_send")
+    if not pok then
+        return false, perr
+    end
     if self.closed or self.finished then
         return false, "the stream is closed"
     end
@@ -1142,6 +1189,10 @@ end
 --- ok, message | ok, nil at the end | false, err, info (again on every
 -- later recv once the stream has failed).
 function Stream:recv()
+    local pok, perr = check_phase("stream:recv")
+    if not pok then
+        return false, perr
+    end
     if self.closed then
         return false, "the stream is closed"
     end
