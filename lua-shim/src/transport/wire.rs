@@ -39,8 +39,15 @@ const INTERNAL: u32 = 13;
 const CANCELLED: u32 = 1;
 /// Why a TLS connection fails when its server goes on after closing it.
 const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
-/// Bytes of small-DATA-frame overhead h2 accepts before draining.
-const DATA_FRAME_BUDGET: usize = 64 << 20;
+/// Bytes of small-DATA-frame overhead h2 accepts before the call tasks
+/// drain them. h2 charges a frame under 256 bytes (256 - its length) and
+/// refunds it when the frame is read, so 4 MiB lets 16,384 small frames
+/// wait at once (a thousand calls in flight with a frame or few each,
+/// sixteen times over), while a server flooding tiny frames pins at most
+/// 4 MiB before h2 ends the connection with ENHANCE_YOUR_CALM. h2's own
+/// default (half the window, at least 25,600 bytes: a hundred frames) is
+/// too small for one read of a busy connection.
+const DATA_FRAME_BUDGET: usize = 4 << 20;
 
 /// The bytes between h2 and the socket, with TLS in between when enabled.
 #[derive(Default)]
