@@ -854,7 +854,7 @@ mod tests {
             .unwrap();
         let mut wire = Wire::new(&addr.to_string(), None).unwrap();
         let mut events: Vec<GrpcEvent> = Vec::new();
-        let mut absorb = |produced: Produced, events: &mut Vec<GrpcEvent>| {
+        let absorb = |produced: Produced, events: &mut Vec<GrpcEvent>| {
             for (token, mut list) in produced {
                 assert_eq!(token, 5);
                 events.append(&mut list);
