@@ -786,9 +786,8 @@ fn queue(produced: Produced, pending: &mut VecDeque<(u32, GrpcEvent)>) {
 /// digits, `-_.`; values (`-bin` ones are base64 by now) without control
 /// characters, so that no value can end a header line or an entry.
 fn check_metadata(metadata: &[(String, String)]) -> Result<(), ClientError> {
-    let key_byte = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
     for (key, value) in metadata {
-        if key.is_empty() || !key.bytes().all(key_byte) {
+        if key.is_empty() || !key.bytes().all(grpc_wasm::metadata::is_key_byte) {
             return Err(ClientError::Metadata(format!(
                 "invalid metadata key '{}': only letters, digits, '-', '_' and '.'",
                 key.escape_debug()

@@ -140,10 +140,15 @@ pub fn encode_binary(value: &[u8]) -> String {
     BASE64.encode(value)
 }
 
+/// Whether a byte may stand in a metadata key: lower-case letters, digits,
+/// `-`, `_` and `.` (gRPC's rule for custom metadata).
+pub fn is_key_byte(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b)
+}
+
 fn validate_user_key(key: &str) -> Result<String, MetadataError> {
     let lower = key.to_ascii_lowercase();
-    let valid_char = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
-    if lower.is_empty() || !lower.bytes().all(valid_char) {
+    if lower.is_empty() || !lower.bytes().all(is_key_byte) {
         return Err(MetadataError::InvalidKey(key.to_string()));
     }
     if lower.starts_with("grpc-") || RESERVED.contains(&lower.as_str()) {
