@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let client = Client::new(&wasm, Some(std::path::Path::new("/tmp")), wake)?;
     client.load_file(std::path::Path::new(&args[3]), &[])?;
-    let conn = client.connect(&args[2], &Default::default())?;
+    let conn = client.connect(&args[2], &Default::default(), &Default::default())?;
     let started = Instant::now();
     for _ in 0..n {
         let id = client.start(

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -27,11 +27,16 @@ use tonic::transport::Channel;
 use crate::host::{GrpcCommand, GrpcEvent, HeaderBlock, HostError, LocalReply, Outputs, ProxyHost};
 use crate::transport::tls::ClientTls;
 use crate::transport::wire::{Produced, Wire};
-use crate::transport::{self, Sink, TlsOptions, TransportError};
+use crate::transport::{self, Gate, Keepalive, Sink, TlsOptions, TransportError};
 
 /// The request header that names the connection (the module's
 /// `callout.upstream_header`).
 const UPSTREAM_HEADER: &str = "x-grpc-wasm-upstream";
+
+/// The response bytes (JSON) a call may hold that its caller has not taken
+/// (`max_queued_bytes`): past it, its stream is not read until the caller
+/// takes some, and HTTP/2 flow control holds the server.
+pub const DEFAULT_MAX_QUEUED_BYTES: usize = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -108,6 +113,7 @@ struct Inner {
     protos: Mutex<Protos>,
     ticking: AtomicBool,
     wake: Wake,
+    max_queued: AtomicUsize,
 }
 
 /// A call's events not yet taken, and whether its end is among them (then
@@ -116,6 +122,37 @@ struct Inner {
 struct Queue {
     events: VecDeque<Event>,
     ended: bool,
+    /// The bytes of the messages in `events`.
+    bytes: usize,
+    /// Its stream's backpressure, closed while `bytes` is at the cap.
+    gate: Option<Arc<Gate>>,
+    /// The wire connection its stream runs on, driven when the gate opens.
+    wire: Option<u32>,
+}
+
+impl Queue {
+    fn push(&mut self, event: Event, cap: usize) {
+        self.ended |= matches!(event, Event::End(_));
+        if let Event::Message(json) = &event {
+            self.bytes += json.len();
+        }
+        if self.bytes >= cap {
+            if let Some(gate) = &self.gate {
+                gate.close();
+            }
+        }
+        self.events.push_back(event);
+    }
+
+    /// The next event, and whether taking it opened the stream's gate.
+    fn pop(&mut self, cap: usize) -> (Option<Event>, bool) {
+        let event = self.events.pop_front();
+        if let Some(Event::Message(json)) = &event {
+            self.bytes -= json.len();
+        }
+        let opened = self.bytes < cap && self.gate.as_ref().is_some_and(|g| g.open());
+        (event, opened)
+    }
 }
 
 #[derive(Clone)]
@@ -149,6 +186,7 @@ impl Client {
                 protos: Mutex::new(Protos::default()),
                 ticking: AtomicBool::new(false),
                 wake,
+                max_queued: AtomicUsize::new(DEFAULT_MAX_QUEUED_BYTES),
             }),
         };
         client.reconfigure()?;
@@ -284,9 +322,23 @@ impl Client {
         }
     }
 
-    pub fn connect(&self, addr: &str, tls: &TlsOptions) -> Result<u32, ClientError> {
+    /// The cap on what each call holds for its caller (at least 1 byte).
+    pub fn set_max_queued_bytes(&self, bytes: usize) {
+        self.inner.max_queued.store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    fn max_queued(&self) -> usize {
+        self.inner.max_queued.load(Ordering::Relaxed)
+    }
+
+    pub fn connect(
+        &self,
+        addr: &str,
+        tls: &TlsOptions,
+        keepalive: &Keepalive,
+    ) -> Result<u32, ClientError> {
         let _guard = self.inner.runtime.enter();
-        let channel = transport::connect(addr, tls)?;
+        let channel = transport::connect(addr, tls, keepalive)?;
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.conns).insert(id, Conn::Tonic(channel));
         Ok(id)
@@ -294,8 +346,13 @@ impl Client {
 
     /// A connection whose socket the caller owns and drives with
     /// [`Client::wire_input`] and [`Client::wire_output`]: calls on it run
-    /// on the caller's thread.
-    pub fn connect_wire(&self, addr: &str, tls: &TlsOptions) -> Result<u32, ClientError> {
+    /// on the caller's thread, and [`Client::wire_tick`] keeps it honest.
+    pub fn connect_wire(
+        &self,
+        addr: &str,
+        tls: &TlsOptions,
+        keepalive: &Keepalive,
+    ) -> Result<u32, ClientError> {
         let host = match addr.rsplit_once(':') {
             Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => host,
             _ => {
@@ -309,7 +366,7 @@ impl Client {
         } else {
             None
         };
-        let wire = Wire::new(addr, tls).map_err(|e| TransportError::Tls(e))?;
+        let wire = Wire::with_keepalive(addr, tls, *keepalive).map_err(TransportError::Tls)?;
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.conns).insert(id, Conn::Wire(Arc::new(Mutex::new(wire))));
         Ok(id)
@@ -356,6 +413,17 @@ impl Client {
         let wire = self.wire(conn)?;
         let wire = lock(&wire);
         Ok((wire.has_output(), wire.is_over()))
+    }
+
+    /// The keepalive's clock (see [`Wire::tick`]): returns the calls woken
+    /// and how many ms until the next tick is due (`None`: not before a
+    /// call starts).
+    pub fn wire_tick(&self, conn: u32) -> Result<(Vec<u32>, Option<u64>), ClientError> {
+        let wire = self.wire(conn)?;
+        let (produced, next) = lock(&wire).tick(std::time::Instant::now());
+        // Rounded up, so that the next tick does not come before it is due.
+        let next = next.map(|d| d.as_nanos().div_ceil(1_000_000) as u64);
+        Ok((self.produced(produced), next))
     }
 
     /// The wire connection's socket is gone (`reason`): its calls fail with
@@ -514,7 +582,36 @@ impl Client {
 
     /// The call's next event, if one has arrived.
     pub fn next_event(&self, id: u32) -> Option<Event> {
-        lock(&self.inner.events).get_mut(&id)?.events.pop_front()
+        self.take_event(id).0
+    }
+
+    /// [`Client::next_event`], and the wire connection that taking it set
+    /// going again (its socket may have bytes to send: window updates).
+    pub fn take_event(&self, id: u32) -> (Option<Event>, Option<u32>) {
+        let cap = self.max_queued();
+        let (event, wire) = {
+            let mut events = lock(&self.inner.events);
+            let Some(queue) = events.get_mut(&id) else {
+                return (None, None);
+            };
+            match queue.pop(cap) {
+                (event, true) => (event, queue.wire),
+                (event, false) => (event, None),
+            }
+        };
+        if let Some(conn) = wire {
+            self.resume_wire(conn);
+        }
+        (event, wire)
+    }
+
+    /// Runs a wire connection's tasks after a gate opened (the tonic
+    /// transport's tasks are woken on the runtime by the gate itself).
+    fn resume_wire(&self, conn: u32) {
+        let Ok(wire) = self.wire(conn) else { return };
+        let produced = lock(&wire).poll();
+        let woken = self.produced(produced);
+        self.wake(woken);
     }
 
     /// Ends a call early or forgets a finished one; the module cancels
@@ -640,9 +737,9 @@ impl Client {
     }
 
     fn push(&self, id: u32, event: Event, woken: &mut Vec<u32>) {
+        let cap = self.max_queued();
         if let Some(queue) = lock(&self.inner.events).get_mut(&id) {
-            queue.ended |= matches!(event, Event::End(_));
-            queue.events.push_back(event);
+            queue.push(event, cap);
             if !woken.contains(&id) {
                 woken.push(id);
             }
@@ -678,15 +775,22 @@ impl Client {
                 }
                 None => pending.push_back((token, closed_conn())),
             },
-            GrpcCommand::Stream { token, target } => match self.conn(&target.upstream) {
+            GrpcCommand::Stream {
+                token,
+                target,
+                context,
+            } => match self.conn(&target.upstream) {
                 Some(Conn::Wire(wire)) => {
                     let conn = target.upstream.parse().unwrap_or(0);
                     lock(&self.inner.calls).insert(token, Transport::Wire(conn, false));
-                    let produced = lock(&wire).stream(token, target);
+                    let gate = self.gate(context, Some(conn));
+                    let produced = lock(&wire).stream(token, target, gate);
                     queue(produced, pending);
                 }
                 Some(Conn::Tonic(channel)) => {
-                    let (tx, handle) = transport::stream(rt, channel, token, target, self.sink());
+                    let gate = self.gate(context, None);
+                    let sink = self.sink();
+                    let (tx, handle) = transport::stream(rt, channel, token, target, sink, gate);
                     lock(&self.inner.calls).insert(token, Transport::Stream(Some(tx), handle));
                 }
                 None => pending.push_back((token, closed_conn())),
@@ -730,6 +834,17 @@ impl Client {
                 None => {}
             },
         }
+    }
+
+    /// The gate of the stream that call `context` opened (a fresh one that
+    /// nothing closes if the call is gone).
+    fn gate(&self, context: u32, wire: Option<u32>) -> Arc<Gate> {
+        let gate = Arc::new(Gate::default());
+        if let Some(queue) = lock(&self.inner.events).get_mut(&context) {
+            queue.gate = Some(gate.clone());
+            queue.wire = wire;
+        }
+        gate
     }
 
     fn conn(&self, upstream: &str) -> Option<Conn> {
@@ -867,7 +982,7 @@ mod tests {
     fn call_ids_stay_positive_and_never_reuse_a_held_id_across_the_wrap() {
         let Some(client) = client() else { return };
         let conn = client
-            .connect_wire("127.0.0.1:1", &TlsOptions::default())
+            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
             .unwrap();
         let max = i32::MAX as u32;
         lock(&client.inner.host).set_last_id(max - 2);
@@ -903,7 +1018,7 @@ mod tests {
     fn a_trap_rebuilds_the_instance_and_fails_its_calls_with_internal() {
         let Some(client) = client() else { return };
         let conn = client
-            .connect_wire("127.0.0.1:1", &TlsOptions::default())
+            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
             .unwrap();
         let waiting = in_flight(&client, conn);
         {
@@ -931,6 +1046,25 @@ mod tests {
         client.close(later);
         client.close(id);
         client.close(waiting);
+    }
+
+    #[test]
+    fn a_queue_at_its_cap_closes_its_gate_and_taking_below_it_opens_it() {
+        let gate = Arc::new(Gate::default());
+        let mut queue = Queue {
+            gate: Some(gate.clone()),
+            ..Queue::default()
+        };
+        queue.push(Event::Message(vec![b'x'; 6]), 10);
+        assert!(!gate.is_closed());
+        queue.push(Event::Message(vec![b'y'; 6]), 10);
+        assert!(gate.is_closed());
+        assert_eq!(queue.bytes, 12);
+        assert_eq!(queue.pop(10), (Some(Event::Message(vec![b'x'; 6])), true));
+        assert!(!gate.is_closed());
+        // Already open: nothing to resume.
+        assert_eq!(queue.pop(10), (Some(Event::Message(vec![b'y'; 6])), false));
+        assert_eq!((queue.bytes, queue.pop(10)), (0, (None, false)));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, Once};
 
 use crate::client::{lock, CallOptions, Client, Event};
 use crate::notify::Notifier;
-use crate::transport::TlsOptions;
+use crate::transport::{Keepalive, TlsOptions};
 
 struct Process {
     pid: u32,
@@ -248,6 +248,28 @@ pub unsafe extern "C" fn grpc_wasm_set_print_options(json: *const u8, len: usize
     })
 }
 
+/// The cap on the response bytes each call holds for its caller
+/// (`max_queued_bytes`); 0 or less restores the default.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_set_max_queued_bytes(bytes: i64) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let bytes = usize::try_from(bytes)
+            .ok()
+            .filter(|b| *b > 0)
+            .unwrap_or(crate::client::DEFAULT_MAX_QUEUED_BYTES);
+        p.client.set_max_queued_bytes(bytes);
+        Ok(0)
+    })
+}
+
+/// Keepalive interval and timeout and handshake timeout in ms, as the
+/// connect functions take them: 0 or less is the default.
+fn keepalive(interval_ms: i64, timeout_ms: i64, handshake_ms: i64) -> Keepalive {
+    let ms = |v: i64| u64::try_from(v).unwrap_or(0);
+    Keepalive::from_ms(ms(interval_ms), ms(timeout_ms), ms(handshake_ms))
+}
+
 /// The address and TLS options of both connect functions.
 ///
 /// # Safety
@@ -270,21 +292,31 @@ unsafe fn connect_args(
 }
 
 /// Opens a connection (lazily: the first call connects). Returns its id.
+/// The last three: keepalive interval, keepalive timeout and handshake
+/// timeout, in ms (0: the default).
 ///
 /// # Safety
 /// NUL-terminated strings; all but `addr` may be NULL.
 #[no_mangle]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn grpc_wasm_connect(
     addr: *const c_char,
     host: *const c_char,
     ca: *const c_char,
     cert: *const c_char,
     key: *const c_char,
+    keepalive_ms: i64,
+    keepalive_timeout_ms: i64,
+    handshake_timeout_ms: i64,
 ) -> i32 {
     guard(|| {
         let p = process()?;
         let (addr, tls) = connect_args(addr, host, ca, cert, key)?;
-        let id = p.client.connect(&addr, &tls).map_err(|e| e.to_string())?;
+        let keepalive = keepalive(keepalive_ms, keepalive_timeout_ms, handshake_timeout_ms);
+        let id = p
+            .client
+            .connect(&addr, &tls, &keepalive)
+            .map_err(|e| e.to_string())?;
         Ok(id as i32)
     })
 }
@@ -296,19 +328,24 @@ pub unsafe extern "C" fn grpc_wasm_connect(
 /// # Safety
 /// As [`grpc_wasm_connect`].
 #[no_mangle]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn grpc_wasm_wire_connect(
     addr: *const c_char,
     host: *const c_char,
     ca: *const c_char,
     cert: *const c_char,
     key: *const c_char,
+    keepalive_ms: i64,
+    keepalive_timeout_ms: i64,
+    handshake_timeout_ms: i64,
 ) -> i32 {
     guard(|| {
         let p = process()?;
         let (addr, tls) = connect_args(addr, host, ca, cert, key)?;
+        let keepalive = keepalive(keepalive_ms, keepalive_timeout_ms, handshake_timeout_ms);
         let id = p
             .client
-            .connect_wire(&addr, &tls)
+            .connect_wire(&addr, &tls, &keepalive)
             .map_err(|e| e.to_string())?;
         Ok(id as i32)
     })
@@ -430,6 +467,34 @@ pub unsafe extern "C" fn grpc_wasm_wire_reset(
     })
 }
 
+/// The keepalive clock of a wire connection, for its socket's owner to
+/// call when its socket is up and then whenever `next_ms` has passed (or
+/// anything happened): it sends PINGs and ends a connection whose server
+/// does not answer (then [`grpc_wasm_wire_pending`] says 2). `next_ms` gets
+/// the ms until the next tick is due, or -1 when none is before a call
+/// starts. Woken calls as for [`grpc_wasm_wire_input`].
+///
+/// # Safety
+/// `out` has room for `max` ids; `next_ms` points to a writable i64.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_wire_tick(
+    conn: u32,
+    out: *mut u32,
+    max: i32,
+    next_ms: *mut i64,
+) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let (woken, next) = p.client.wire_tick(conn).map_err(|e| e.to_string())?;
+        if !next_ms.is_null() {
+            let next = next.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
+            // SAFETY: the caller gave a writable i64 (checked non-NULL).
+            unsafe { next_ms.write(next) };
+        }
+        Ok(hand_out(&p, woken, out, max))
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
     let _ = guard(|| {
@@ -524,6 +589,9 @@ pub struct EventView {
     /// The reply's gRPC status code (its `grpc-status`), so that a caller
     /// that wants nothing more parses no headers; -1 when it has none.
     pub code: i32,
+    /// 1 when taking this event let the call's stream be read again: its
+    /// connection's socket may have bytes to send (flow-control credit).
+    pub resumed: i32,
 }
 
 /// The call's next event: 1 and `out` filled, or 0 when none has arrived.
@@ -537,9 +605,11 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
         if out.is_null() {
             return Err("no event buffer".into());
         }
-        let Some(event) = p.client.next_event(id) else {
+        let (event, resumed) = p.client.take_event(id);
+        let Some(event) = event else {
             return Ok(0);
         };
+        let resumed = i32::from(resumed.is_some());
         let mut current = lock(&p.current);
         current.insert(id, event);
         let view = match current.get(&id) {
@@ -551,6 +621,7 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
                 headers: std::ptr::null(),
                 headers_len: 0,
                 code: -1,
+                resumed,
             },
             Some(Event::End(reply)) => {
                 let flat = reply.headers.flat();
@@ -566,6 +637,7 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
                         .get("grpc-status")
                         .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
                         .unwrap_or(-1),
+                    resumed,
                 }
             }
             None => return Ok(0),

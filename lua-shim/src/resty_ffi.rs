@@ -151,6 +151,9 @@ unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
         })
     };
     let client = Client::new(&wasm, cache.as_deref(), wake).map_err(|e| e.to_string())?;
+    if let Some(cap) = cfg["max_queued_bytes"].as_u64().filter(|c| *c > 0) {
+        client.set_max_queued_bytes(usize::try_from(cap).unwrap_or(usize::MAX));
+    }
     let rt = Arc::new(Runtime {
         abi,
         client,
@@ -320,7 +323,13 @@ impl Runtime {
                     cert: optional(r, "cert"),
                     key: optional(r, "priv_key"),
                 };
-                c.connect(field(r, "addr")?, &tls)
+                let ms = |key: &str| r[key].as_u64().unwrap_or(0);
+                let keepalive = crate::transport::Keepalive::from_ms(
+                    ms("keepalive_interval"),
+                    ms("keepalive_timeout"),
+                    ms("handshake_timeout"),
+                );
+                c.connect(field(r, "addr")?, &tls, &keepalive)
                     .map(|id| id.to_string().into_bytes())
                     .map_err(|e| e.to_string())
             }

@@ -461,8 +461,13 @@ fn grpc_stream(
     token_ptr: u32,
 ) -> u32 {
     let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
+    let context = c.data().effective;
     open_call(&mut c, parts, token_ptr, |token, target| {
-        GrpcCommand::Stream { token, target }
+        GrpcCommand::Stream {
+            token,
+            target,
+            context,
+        }
     })
 }
 

@@ -38,6 +38,8 @@ pub enum GrpcCommand {
     Stream {
         token: u32,
         target: GrpcTarget,
+        /// The HTTP context (the shim's call) that opened it.
+        context: u32,
     },
     Send {
         token: u32,

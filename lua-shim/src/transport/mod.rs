@@ -4,12 +4,14 @@
 //! the status code and the raw `grpc-message`.
 
 mod codec;
+pub mod gate;
 pub mod tls;
 pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use grpc_wasm::framing::{FrameError, DEFAULT_MAX_MESSAGE_SIZE};
 use http::uri::PathAndQuery;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -18,8 +20,59 @@ use tonic::metadata::MetadataMap;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 pub use codec::RawCodec;
+pub use gate::Gate;
 
 use crate::host::{GrpcEvent, GrpcTarget, HeaderBlock, Pairs};
+
+/// HTTP/2 connection-level flow-control window, the largest HTTP/2 allows.
+/// A call whose caller does not read leaves its stream's data unreleased
+/// (see [`Gate`]), and that data counts against the connection's window
+/// too: at h2's 64 KiB default one such call would stall every other call
+/// on the connection. Memory stays bounded by the streams' own windows.
+pub(crate) const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+
+/// How a connection finds out that its server is gone: a server that does
+/// not answer our HTTP/2 handshake within `handshake`, or a PING within
+/// `timeout`, ends the connection (its calls fail UNAVAILABLE) and the next
+/// call dials again. A PING goes out once a connection with calls in flight
+/// has heard nothing for `interval`; none goes out on a connection without
+/// calls, as gRPC clients do by default (servers may refuse pings without
+/// calls).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub handshake: Duration,
+}
+
+impl Default for Keepalive {
+    fn default() -> Self {
+        Keepalive {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(10),
+            handshake: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Keepalive {
+    /// The defaults with each given value (ms) in place; 0 keeps the default.
+    pub fn from_ms(interval: u64, timeout: u64, handshake: u64) -> Keepalive {
+        let default = Keepalive::default();
+        let or = |ms: u64, d: Duration| {
+            if ms == 0 {
+                d
+            } else {
+                Duration::from_millis(ms)
+            }
+        };
+        Keepalive {
+            interval: or(interval, default.interval),
+            timeout: or(timeout, default.timeout),
+            handshake: or(handshake, default.handshake),
+        }
+    }
+}
 
 /// Where transport events go: the call's token and the events, in order;
 /// events that arrive together go together (one trip into the module).
@@ -73,13 +126,24 @@ impl TlsOptions {
 }
 
 /// A lazily connected, multiplexed HTTP/2 channel; it reconnects by itself
-/// after the server comes back. Must run inside the runtime.
-pub fn connect(addr: &str, tls: &TlsOptions) -> Result<Channel, TransportError> {
+/// after the server comes back. Must run inside the runtime. hyper's
+/// keepalive pings only while calls run, and its handshake has no answer to
+/// wait for, so `handshake` bounds the dial (TCP and TLS) and a server that
+/// then stays silent is caught by the keepalive PING.
+pub fn connect(
+    addr: &str,
+    tls: &TlsOptions,
+    keepalive: &Keepalive,
+) -> Result<Channel, TransportError> {
     let scheme = if tls.enabled() { "https" } else { "http" };
     let bad = |e: &dyn std::fmt::Display| TransportError::Address(addr.to_string(), e.to_string());
     let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
         .map_err(|e| bad(&e))?
-        .connect_timeout(Duration::from_secs(5))
+        .connect_timeout(keepalive.handshake)
+        .http2_keep_alive_interval(keepalive.interval)
+        .keep_alive_timeout(keepalive.timeout)
+        .keep_alive_while_idle(false)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .tcp_nodelay(true);
     if tls.enabled() {
         let mut config = ClientTlsConfig::new();
@@ -203,7 +267,17 @@ pub fn unary(
             let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
             let (headers, mut body, _) = response.into_parts();
             let mut messages = Vec::with_capacity(1);
+            let mut total = 0usize;
             while let Some(message) = body.message().await? {
+                // As on the wire transport: a server sending message after
+                // message must not have them all held until its trailers.
+                total += message.len();
+                if total > DEFAULT_MAX_MESSAGE_SIZE {
+                    let too_much = FrameError::TotalTooLarge {
+                        limit: DEFAULT_MAX_MESSAGE_SIZE,
+                    };
+                    return Err(tonic::Status::resource_exhausted(too_much.to_string()));
+                }
                 messages.push(message);
             }
             let trailers = body
@@ -256,13 +330,15 @@ fn deadline_exceeded(sink: &Sink, token: u32) {
 }
 
 /// A stream: messages go out as the module sends them; dropping the sender
-/// half-closes.
+/// half-closes. The next response message is read only while `gate` is
+/// open (hyper gives flow-control credit back as the body is read).
 pub fn stream(
     rt: &tokio::runtime::Handle,
     channel: Channel,
     token: u32,
     target: GrpcTarget,
     sink: Sink,
+    gate: Arc<Gate>,
 ) -> (mpsc::UnboundedSender<Vec<u8>>, AbortHandle) {
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let handle = rt.spawn(async move {
@@ -275,7 +351,11 @@ pub fn stream(
             let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
             let (metadata, mut messages, _) = response.into_parts();
             sink(token, vec![GrpcEvent::InitialMetadata(pairs(&metadata))]);
-            while let Some(message) = messages.message().await? {
+            loop {
+                gate.opened().await;
+                let Some(message) = messages.message().await? else {
+                    break;
+                };
                 sink(token, vec![GrpcEvent::Message(message)]);
             }
             let trailers = messages
@@ -333,7 +413,12 @@ mod tests {
         let addr = rt.block_on(silent_server());
         let _guard = rt.enter();
         for _ in 0..5 {
-            let channel = connect(&addr.to_string(), &TlsOptions::default()).unwrap();
+            let channel = connect(
+                &addr.to_string(),
+                &TlsOptions::default(),
+                &Keepalive::default(),
+            )
+            .unwrap();
             let (tx, rx) = std::sync::mpsc::channel();
             let sink: Sink = Arc::new(move |token, events| {
                 let _ = tx.send((token, events));

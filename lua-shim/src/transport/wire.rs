@@ -15,15 +15,19 @@ use std::io::{Read, Write};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
 use grpc_wasm::timeout::encode_timeout;
 use h2::client::SendRequest;
+use h2::{Ping, PingPong};
 use rustc_hash::FxHashMap as HashMap;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::gate::Gate;
 use super::tls::ClientTls;
+use super::{Keepalive, CONNECTION_WINDOW};
 use crate::client::lock;
 use crate::host::{GrpcEvent, GrpcTarget, HeaderBlock};
 
@@ -193,6 +197,18 @@ struct Outbox {
 /// Events a task produced, taken out after each drive.
 type Events = Arc<Mutex<Produced>>;
 
+/// What the connection knows of its server being there (see [`Keepalive`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Liveness {
+    /// Our first PING, sent with the handshake, is not answered yet; the
+    /// clock runs from the first tick (the socket is up).
+    Handshake(Option<Instant>),
+    /// Answered; the server was last heard from then.
+    Heard(Instant),
+    /// A keepalive PING is out since then.
+    Pinging(Instant),
+}
+
 pub struct Wire {
     /// The scheme and authority of every request, parsed once.
     origin: Result<(http::uri::Scheme, http::uri::Authority), String>,
@@ -206,6 +222,9 @@ pub struct Wire {
     events: Events,
     /// Why the HTTP/2 connection ended, once it has.
     ended: Arc<Mutex<Option<String>>>,
+    keepalive: Keepalive,
+    ping: Option<PingPong>,
+    liveness: Liveness,
 }
 
 impl Wire {
@@ -213,6 +232,16 @@ impl Wire {
     /// header), with TLS when `tls` is given. Its first bytes (the HTTP/2
     /// preface, or the TLS hello) are ready in [`Wire::take_output`].
     pub fn new(authority: &str, tls: Option<ClientTls>) -> Result<Wire, String> {
+        Wire::with_keepalive(authority, tls, Keepalive::default())
+    }
+
+    /// [`Wire::new`] with its own keepalive and handshake bounds, enforced by
+    /// [`Wire::tick`].
+    pub fn with_keepalive(
+        authority: &str,
+        tls: Option<ClientTls>,
+        keepalive: Keepalive,
+    ) -> Result<Wire, String> {
         let mut wire = Wire {
             origin: origin(authority, tls.is_some()),
             tls,
@@ -224,8 +253,13 @@ impl Wire {
             outboxes: HashMap::default(),
             events: Arc::default(),
             ended: Arc::default(),
+            keepalive,
+            ping: None,
+            liveness: Liveness::Handshake(None),
         };
         wire.restart()?;
+        // The handshake's PING leaves with the preface (nothing to report).
+        let _ = wire.drive();
         Ok(wire)
     }
 
@@ -252,6 +286,7 @@ impl Wire {
         let mut handshake = Box::pin(
             h2::client::Builder::new()
                 .data_frame_budget(DATA_FRAME_BUDGET)
+                .initial_connection_window_size(CONNECTION_WINDOW)
                 .handshake::<_, Bytes>(io),
         );
         // The client half of the handshake only writes, so it never waits.
@@ -259,12 +294,21 @@ impl Wire {
             id: CONNECTION,
             ready: self.ready.clone(),
         }));
-        let (send, connection) = match handshake.as_mut().poll(&mut Context::from_waker(&waker)) {
+        let (send, mut connection) = match handshake.as_mut().poll(&mut Context::from_waker(&waker))
+        {
             Poll::Ready(Ok(pair)) => pair,
             Poll::Ready(Err(e)) => return Err(format!("HTTP/2 handshake: {e}")),
             Poll::Pending => return Err("HTTP/2 handshake did not complete".into()),
         };
         self.send = Some(send);
+        // The server's answer to a PING sent now proves the handshake
+        // done: HTTP/2 makes its SETTINGS the first frame it sends.
+        self.ping = connection.ping_pong();
+        if let Some(ping) = &mut self.ping {
+            ping.send_ping(Ping::opaque())
+                .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+        }
+        self.liveness = Liveness::Handshake(None);
         let ended = self.ended.clone();
         self.tasks.insert(
             CONNECTION,
@@ -282,6 +326,9 @@ impl Wire {
 
     /// Bytes from the socket.
     pub fn input(&mut self, bytes: &[u8]) -> Produced {
+        if let Liveness::Heard(_) = self.liveness {
+            self.liveness = Liveness::Heard(Instant::now());
+        }
         let fed = lock(&self.pipe).feed(bytes);
         if let Err(reason) = fed {
             lock(&self.pipe).eof = true;
@@ -324,13 +371,14 @@ impl Wire {
         message: &[u8],
         timeout_ms: u32,
     ) -> Produced {
-        self.start(token, target, Some(message), Some(timeout_ms))
+        self.start(token, target, Some(message), Some(timeout_ms), None)
     }
 
     /// A stream: messages follow with [`Wire::send`], the end with
     /// [`Wire::close_send`] (its deadline is in the module's metadata).
-    pub fn stream(&mut self, token: u32, target: GrpcTarget) -> Produced {
-        self.start(token, target, None, None)
+    /// The stream's response is read only while `gate` is open.
+    pub fn stream(&mut self, token: u32, target: GrpcTarget, gate: Arc<Gate>) -> Produced {
+        self.start(token, target, None, None, Some(gate))
     }
 
     fn start(
@@ -339,6 +387,7 @@ impl Wire {
         target: GrpcTarget,
         message: Option<&[u8]>,
         timeout_ms: Option<u32>,
+        gate: Option<Arc<Gate>>,
     ) -> Produced {
         let Some(send) = self.send.clone() else {
             return vec![(token, vec![close(UNAVAILABLE, "the connection is closed")])];
@@ -362,7 +411,8 @@ impl Wire {
         self.tasks.insert(
             token,
             Box::pin(async move {
-                let produced = run_call(send, request, outbox, unary, &events, token).await;
+                let call = Call { token, unary, gate };
+                let produced = run_call(send, request, outbox, &call, &events).await;
                 lock(&events).push((token, produced));
             }),
         );
@@ -397,6 +447,83 @@ impl Wire {
 
     pub fn is_running(&self, token: u32) -> bool {
         self.tasks.contains_key(&token)
+    }
+
+    /// Runs the tasks that are ready: after a call's gate opened.
+    pub fn poll(&mut self) -> Produced {
+        self.drive()
+    }
+
+    /// The keepalive's clock: sends a PING when due, and ends the
+    /// connection (its calls fail UNAVAILABLE) when the server has not
+    /// answered the handshake or a PING in time. Returns what that
+    /// produced, and how soon to tick again (`None`: no need until a call
+    /// starts or bytes come).
+    pub fn tick(&mut self, now: Instant) -> (Produced, Option<Duration>) {
+        if self.is_over() {
+            return (Vec::new(), None);
+        }
+        let Keepalive {
+            interval,
+            timeout,
+            handshake,
+        } = self.keepalive;
+        match self.liveness {
+            Liveness::Handshake(None) => {
+                self.liveness = Liveness::Handshake(Some(now));
+                (Vec::new(), Some(handshake))
+            }
+            Liveness::Handshake(Some(since)) => match handshake.checked_sub(now - since) {
+                Some(left) if !left.is_zero() => (Vec::new(), Some(left)),
+                _ => (
+                    self.dead(&unanswered("the HTTP/2 handshake", handshake)),
+                    None,
+                ),
+            },
+            Liveness::Pinging(sent) => match timeout.checked_sub(now - sent) {
+                Some(left) if !left.is_zero() => (Vec::new(), Some(left)),
+                _ => (self.dead(&unanswered("a keepalive PING", timeout)), None),
+            },
+            // No calls, no pings: the next call ticks at once.
+            Liveness::Heard(_) if self.outboxes.is_empty() => (Vec::new(), None),
+            Liveness::Heard(heard) => match interval.checked_sub(now - heard) {
+                Some(left) if !left.is_zero() => (Vec::new(), Some(left)),
+                _ => (self.send_ping(now), Some(timeout)),
+            },
+        }
+    }
+
+    fn send_ping(&mut self, now: Instant) -> Produced {
+        // The only other PING of ours is the handshake's, answered by now.
+        if let Some(ping) = &mut self.ping {
+            if ping.send_ping(Ping::opaque()).is_ok() {
+                self.liveness = Liveness::Pinging(now);
+            }
+        }
+        self.wake(CONNECTION);
+        self.drive()
+    }
+
+    /// The server is gone: the connection ends, as if it had closed.
+    fn dead(&mut self, reason: &str) -> Produced {
+        lock(&self.pipe).eof = true;
+        self.fail_all(reason)
+    }
+
+    /// Notes the answer to our PING, if it came.
+    fn poll_pong(&mut self) {
+        if let Liveness::Heard(_) = self.liveness {
+            return;
+        }
+        let Some(ping) = &mut self.ping else { return };
+        // The connection's own waker: a pong arrives while it is polled.
+        let waker = Waker::from(Arc::new(TaskWaker {
+            id: CONNECTION,
+            ready: self.ready.clone(),
+        }));
+        if let Poll::Ready(Ok(_)) = ping.poll_pong(&mut Context::from_waker(&waker)) {
+            self.liveness = Liveness::Heard(Instant::now());
+        }
     }
 
     fn outbox(&mut self, token: u32, f: impl FnOnce(&mut Outbox)) -> Produced {
@@ -457,6 +584,7 @@ impl Wire {
         self.wakers.clear();
         self.outboxes.clear();
         self.send = None;
+        self.ping = None;
         lock(&self.ready).clear();
         tokens
             .into_iter()
@@ -504,6 +632,7 @@ impl Wire {
                 }
             }
         }
+        self.poll_pong();
         std::mem::take(&mut *lock(&self.events))
     }
 }
@@ -523,6 +652,13 @@ fn origin(authority: &str, tls: bool) -> Result<(http::uri::Scheme, http::uri::A
     let authority = http::uri::Authority::try_from(authority)
         .map_err(|e| format!("invalid address '{authority}': {e}"))?;
     Ok((scheme, authority))
+}
+
+fn unanswered(what: &str, within: Duration) -> String {
+    format!(
+        "the server did not answer {what} within {} ms",
+        within.as_millis()
+    )
 }
 
 fn close(code: u32, message: &str) -> GrpcEvent {
@@ -580,6 +716,14 @@ impl Outgoing {
     }
 }
 
+/// What a call task needs besides its request.
+struct Call {
+    token: u32,
+    unary: bool,
+    /// A stream's backpressure: its data is taken only while this is open.
+    gate: Option<Arc<Gate>>,
+}
+
 /// A call, in Envoy's order: initial metadata, then messages and trailing
 /// metadata, then a close (a successful unary call: metadata, trailing
 /// metadata, then its one message, and no close).
@@ -587,10 +731,10 @@ async fn run_call(
     mut send: SendRequest<Bytes>,
     request: http::Request<()>,
     outbox: Arc<Mutex<Outbox>>,
-    unary: bool,
+    call: &Call,
     events: &Events,
-    token: u32,
 ) -> Vec<GrpcEvent> {
+    let Call { token, unary, .. } = *call;
     let failed = |e: h2::Error| {
         let code = if e.is_reset() && e.reason() == Some(h2::Reason::CANCEL) {
             CANCELLED
@@ -655,6 +799,11 @@ async fn run_call(
     };
     while let Some(chunk) = std::future::poll_fn(|cx| {
         out.service(cx);
+        // While the gate is closed the data stays in h2 unreleased, so the
+        // server runs out of window and waits.
+        if let Some(gate) = &call.gate {
+            std::task::ready!(gate.poll_open(cx));
+        }
         recv.poll_data(cx)
     })
     .await
@@ -663,6 +812,7 @@ async fn run_call(
             Ok(chunk) => chunk,
             Err(e) => return failed(e),
         };
+        // Taken, so given back: the gate bounds what the caller holds.
         let _ = recv.flow_control().release_capacity(chunk.len());
         decoder.push(&chunk);
         let mut complete = Vec::new();
@@ -807,6 +957,149 @@ mod tests {
             matches!(&produced[0].1[..], [GrpcEvent::Close(14, m)] if m == b"connect failed: refused")
         );
         assert!(!wire.is_running(7));
+    }
+
+    /// A tick's next due time, when it produced nothing.
+    fn quiet((produced, next): (Produced, Option<Duration>)) -> Option<Duration> {
+        assert!(produced.is_empty(), "{produced:?}");
+        next
+    }
+
+    fn keepalive(interval: u64, timeout: u64, handshake: u64) -> Keepalive {
+        Keepalive::from_ms(interval, timeout, handshake)
+    }
+
+    /// The frames of HTTP/2 bytes (the client preface skipped): type,
+    /// flags, payload.
+    fn frames(mut bytes: &[u8]) -> Vec<(u8, u8, Vec<u8>)> {
+        if let Some(rest) = bytes.strip_prefix(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".as_slice()) {
+            bytes = rest;
+        }
+        let mut out = Vec::new();
+        while bytes.len() >= 9 {
+            let len =
+                usize::from(bytes[0]) << 16 | usize::from(bytes[1]) << 8 | usize::from(bytes[2]);
+            out.push((bytes[3], bytes[4], bytes[9..9 + len].to_vec()));
+            bytes = &bytes[9 + len..];
+        }
+        out
+    }
+
+    const PING: u8 = 6;
+
+    /// A server's answer to what the wire sent: its SETTINGS first, then an
+    /// ack of each PING.
+    fn server_answer(sent: &[u8], settings: bool) -> Vec<u8> {
+        let mut answer = Vec::new();
+        if settings {
+            answer.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        }
+        for (kind, flags, payload) in frames(sent) {
+            if kind == PING && flags & 1 == 0 {
+                answer.extend_from_slice(&[0, 0, 8, PING, 1, 0, 0, 0, 0]);
+                answer.extend_from_slice(&payload);
+            }
+        }
+        answer
+    }
+
+    fn pings(sent: &[u8]) -> usize {
+        frames(sent)
+            .iter()
+            .filter(|(kind, flags, _)| *kind == PING && flags & 1 == 0)
+            .count()
+    }
+
+    #[test]
+    fn a_server_that_never_answers_the_handshake_ends_the_connection_in_time() {
+        let mut wire = Wire::with_keepalive("127.0.0.1:1", None, keepalive(0, 0, 300)).unwrap();
+        // The handshake's PING leaves with the preface.
+        assert_eq!(pings(&wire.take_output()), 1);
+        assert!(wire.unary(3, greeter(), b"", 5000).is_empty());
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(quiet(wire.tick(t0)), Some(ms(300)));
+        assert_eq!(quiet(wire.tick(t0 + ms(299))), Some(ms(1)));
+        let (produced, next) = wire.tick(t0 + ms(300));
+        assert_eq!(
+            only_close(&produced, 3),
+            (
+                14,
+                "the server did not answer the HTTP/2 handshake within 300 ms".to_string()
+            )
+        );
+        assert_eq!(next, None);
+        assert!(wire.is_over());
+    }
+
+    /// A wire whose server answered the handshake, with a unary call
+    /// (token 3) in flight.
+    fn answered(keepalive: Keepalive) -> Wire {
+        let mut wire = Wire::with_keepalive("127.0.0.1:1", None, keepalive).unwrap();
+        let _ = wire.tick(Instant::now());
+        let sent = wire.take_output();
+        assert!(wire.input(&server_answer(&sent, true)).is_empty());
+        assert!(wire.unary(3, greeter(), b"", 60_000).is_empty());
+        let _ = wire.take_output();
+        wire
+    }
+
+    #[test]
+    fn a_quiet_connection_with_calls_is_pinged_and_ends_when_the_ping_is_not_answered() {
+        let mut wire = answered(keepalive(200, 300, 1000));
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // Heard just now: the PING is due an interval later.
+        let (produced, next) = wire.tick(t0);
+        assert!(produced.is_empty());
+        assert!(
+            next.is_some_and(|d| d <= ms(200) && d > ms(100)),
+            "{next:?}"
+        );
+        assert_eq!(pings(&wire.take_output()), 0);
+        assert_eq!(quiet(wire.tick(t0 + ms(200))), Some(ms(300)));
+        assert_eq!(pings(&wire.take_output()), 1);
+        assert_eq!(quiet(wire.tick(t0 + ms(450))), Some(ms(50)));
+        let (produced, next) = wire.tick(t0 + ms(500));
+        assert_eq!(
+            only_close(&produced, 3),
+            (
+                14,
+                "the server did not answer a keepalive PING within 300 ms".to_string()
+            )
+        );
+        assert_eq!(next, None);
+        assert!(wire.is_over());
+    }
+
+    #[test]
+    fn an_answered_ping_keeps_the_connection() {
+        let mut wire = answered(keepalive(200, 300, 1000));
+        let ms = Duration::from_millis;
+        let t0 = Instant::now() + ms(200);
+        assert_eq!(quiet(wire.tick(t0)), Some(ms(300)));
+        let sent = wire.take_output();
+        assert_eq!(pings(&sent), 1);
+        assert!(wire.input(&server_answer(&sent, false)).is_empty());
+        // Heard from again: the next PING is an interval away, not a death.
+        let (produced, next) = wire.tick(Instant::now());
+        assert!(produced.is_empty());
+        assert!(
+            next.is_some_and(|d| d > ms(100) && d <= ms(200)),
+            "{next:?}"
+        );
+        assert!(!wire.is_over());
+    }
+
+    #[test]
+    fn a_connection_without_calls_is_not_pinged() {
+        let mut wire = answered(keepalive(200, 300, 1000));
+        let _ = wire.cancel(3);
+        let _ = wire.take_output();
+        let later = Instant::now() + Duration::from_secs(60);
+        assert_eq!(quiet(wire.tick(later)), None);
+        assert_eq!(pings(&wire.take_output()), 0);
+        assert!(!wire.is_over());
     }
 
     /// A plaintext HTTP/2 server on loopback whose one answer is `frames`

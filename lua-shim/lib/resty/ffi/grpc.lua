@@ -32,6 +32,7 @@ typedef struct {
     const char *headers;
     size_t headers_len;
     int code;
+    int resumed;
 } grpc_wasm_event;
 
 const char *grpc_wasm_last_error(void);
@@ -41,7 +42,9 @@ int grpc_wasm_ready(uint32_t *out, int max);
 int grpc_wasm_loadfile(const char *path, const char *include);
 int grpc_wasm_load_descriptor_set(const char *data, size_t len);
 int grpc_wasm_set_print_options(const char *json, size_t len);
-int grpc_wasm_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key);
+int grpc_wasm_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key,
+                      int64_t keepalive_ms, int64_t keepalive_timeout_ms, int64_t handshake_timeout_ms);
+int grpc_wasm_set_max_queued_bytes(int64_t bytes);
 void grpc_wasm_conn_close(uint32_t conn);
 int grpc_wasm_start(uint32_t conn, const char *path, size_t path_len, const char *body, size_t body_len,
                     int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options);
@@ -49,7 +52,9 @@ int grpc_wasm_send(uint32_t id, const char *json, size_t len);
 int grpc_wasm_close_send(uint32_t id);
 int grpc_wasm_next_event(uint32_t id, grpc_wasm_event *out);
 void grpc_wasm_close(uint32_t id);
-int grpc_wasm_wire_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key);
+int grpc_wasm_wire_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key,
+                           int64_t keepalive_ms, int64_t keepalive_timeout_ms, int64_t handshake_timeout_ms);
+int grpc_wasm_wire_tick(uint32_t conn, uint32_t *out, int max, int64_t *next_ms);
 int grpc_wasm_wire_input(uint32_t conn, const char *data, size_t len, uint32_t *out, int max);
 const char *grpc_wasm_wire_output(uint32_t conn, size_t *len);
 int grpc_wasm_wire_reset(uint32_t conn, const char *reason, uint32_t *out, int max);
@@ -57,6 +62,8 @@ int grpc_wasm_wire_pending(uint32_t conn);
 ]]
 
 local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
+-- The shim's defaults (ms), for the cosocket's own connect timeout.
+local DEFAULT_HANDSHAKE_TIMEOUT = 10000
 local settings = {}
 local waiters = {} -- call id -> semaphore
 -- Semaphores of finished calls, for the next ones: a call then allocates none.
@@ -198,6 +205,9 @@ function ffi_backend.init()
     if C.grpc_wasm_init(module, cache_dir(), settings.socket_dir) ~= 0 then
         return nil, last_error()
     end
+    if C.grpc_wasm_set_max_queued_bytes(settings.max_queued_bytes or 0) ~= 0 then
+        return nil, last_error()
+    end
     local path = C.grpc_wasm_socket_path()
     if path == nil then
         return nil, last_error()
@@ -275,6 +285,21 @@ local function pump_reader(pump, sock)
 end
 
 local IDLE = {} -- pump_writer's answer for a connection idle too long
+local next_ms = ffi_new("int64_t[1]")
+
+-- The shim's keepalive clock: PINGs, and the end of a connection whose
+-- server does not answer. Returns how long to wait at most (s).
+local function pump_tick(pump)
+    local n = C.grpc_wasm_wire_tick(pump.id, pump.ids, 256, next_ms)
+    if n > 0 then
+        post_ready(pump.ids, n)
+    end
+    local ms = tonumber(next_ms[0])
+    if n < 0 or ms < 0 or ms >= 1000 then
+        return 1
+    end
+    return ms / 1000
+end
 
 local function idle_for(pump)
     if pump.calls > 0 or not pump.idle_timeout then
@@ -300,10 +325,14 @@ local function pump_writer(pump, sock)
         elseif idle_for(pump) then
             return IDLE
         else
-            -- Woken by calls and the reader. The shim's own deadline
-            -- cancels also wake the call's waiter, whose close wakes this;
-            -- the timeout only bounds what could slip past.
-            pump.wake:wait(1)
+            local wait = pump_tick(pump)
+            -- A PING to send, or the connection ended: look again at once.
+            if C.grpc_wasm_wire_pending(pump.id) == 0 then
+                -- Woken by calls and the reader. The shim's own deadline
+                -- cancels also wake the call's waiter, whose close wakes
+                -- this; the timeout is the keepalive's next tick at most.
+                pump.wake:wait(wait)
+            end
         end
     end
     return pump.broken or "the connection is closed"
@@ -319,7 +348,7 @@ local function run_pump(premature, pump)
         -- normal (no call, or a quiet stream), and nginx logs every timed
         -- out cosocket read at error level. Idle connections are closed by
         -- idle_timeout instead, without a word.
-        sock:settimeouts(5000, 10000, MAX_TIMEOUT)
+        sock:settimeouts(pump.handshake_timeout, 10000, MAX_TIMEOUT)
         local ok, err = sock:connect(pump.host, pump.port)
         if not ok then
             if not pump_reset(pump, "connect to " .. pump.addr .. " failed: " .. tostring(err)) then
@@ -347,6 +376,13 @@ local function run_pump(premature, pump)
                 end
             elseif not pump_reset(pump, "the connection failed: " .. tostring(why)) then
                 return
+            else
+                -- A server that failed us (a handshake or a PING without an
+                -- answer, a closed connection) is dialled again for the
+                -- next call, not in a loop meanwhile.
+                while pump.calls == 0 and not pump.closed and not ngx.worker.exiting() do
+                    pump.wake:wait(1)
+                end
             end
         end
     end
@@ -367,10 +403,21 @@ local function transport_of(opts)
     return transport
 end
 
+-- A connection's keepalive interval and timeout and handshake timeout
+-- (ms): from connect's opts, else grpc.init's, else 0 (the shim's default).
+local function keepalive_of(opts)
+    local function ms(key)
+        return opts[key] or settings[key] or 0
+    end
+    return ms("keepalive_interval"), ms("keepalive_timeout"), ms("handshake_timeout")
+end
+
 function ffi_backend.connect(addr, opts)
     local transport = transport_of(opts)
+    local interval, ka_timeout, handshake = keepalive_of(opts)
     if transport == "runtime" then
-        local id = C.grpc_wasm_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key)
+        local id = C.grpc_wasm_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key,
+                                       interval, ka_timeout, handshake)
         if id < 0 then
             return nil, last_error()
         end
@@ -383,13 +430,15 @@ function ffi_backend.connect(addr, opts)
     if not host then
         return nil, "invalid address '" .. addr .. "': expected host:port"
     end
-    local id = C.grpc_wasm_wire_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key)
+    local id = C.grpc_wasm_wire_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key,
+                                        interval, ka_timeout, handshake)
     if id < 0 then
         return nil, last_error()
     end
     local pump = { id = id, addr = addr, host = host, port = tonumber(port),
                    wake = semaphore.new(), ids = ffi_new("uint32_t[256]"),
-                   calls = 0, active = ngx.now(), idle_timeout = settings.idle_timeout }
+                   calls = 0, active = ngx.now(), idle_timeout = settings.idle_timeout,
+                   handshake_timeout = handshake > 0 and handshake or DEFAULT_HANDSHAKE_TIMEOUT }
     local ok, err = ngx.timer.at(0, run_pump, pump)
     if not ok then
         C.grpc_wasm_conn_close(id)
@@ -460,6 +509,10 @@ function ffi_backend.next_event(id, timeout_ms)
         end
         if n == 1 then
             local ev = event[0]
+            if ev.resumed ~= 0 then
+                -- Its stream is read again: the server gets window.
+                wake_pump(call_pumps[id])
+            end
             local body = ffi_string(ev.body, ev.body_len)
             if ev.kind == 1 then
                 return "message", body
@@ -560,7 +613,8 @@ function resty_backend.init()
     if not module then
         return nil, merr
     end
-    local cfg = cjson.encode({ module = module, cache_dir = cache_dir() })
+    local cfg = cjson.encode({ module = module, cache_dir = cache_dir(),
+                               max_queued_bytes = settings.max_queued_bytes })
     -- ngx.load_ffi raises when the library cannot be loaded (ffi.load).
     local ok, rt, rc = pcall(ngx.load_ffi, shim, cfg)
     if not ok then
@@ -587,8 +641,10 @@ function resty_backend.set_json_options(json)
 end
 
 function resty_backend.connect(addr, opts)
+    local interval, ka_timeout, handshake = keepalive_of(opts)
     local id, err = task({ op = "connect", addr = addr, host = opts.host, ca = opts.ca,
-                           cert = opts.cert, priv_key = opts.priv_key })
+                           cert = opts.cert, priv_key = opts.priv_key, keepalive_interval = interval,
+                           keepalive_timeout = ka_timeout, handshake_timeout = handshake })
     return tonumber(id), err
 end
 
@@ -691,10 +747,23 @@ local function check_phase(what)
 end
 
 -- A deadline in ms: a positive number, or nil for the default.
-local function check_timeout(timeout)
+local function check_timeout(timeout, name)
     if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
-        return nil, "timeout must be a positive number of milliseconds, got " .. type(timeout)
+        return nil, (name or "timeout") .. " must be a positive number of milliseconds, got " .. type(timeout)
             .. (type(timeout) == "number" and " " .. tostring(timeout) or "")
+    end
+    return true
+end
+
+-- The keepalive options, in connect's opts or grpc.init's settings.
+local KEEPALIVE_KEYS = { "keepalive_interval", "keepalive_timeout", "handshake_timeout" }
+
+local function check_keepalive(opts)
+    for _, key in ipairs(KEEPALIVE_KEYS) do
+        local ok, err = check_timeout(opts[key], key)
+        if not ok then
+            return nil, err
+        end
     end
     return true
 end
@@ -715,7 +784,11 @@ end
 -- directory of the wake-up socket is made; default the temp dir), timeout (default deadline, ms), mode
 -- ("ffi", the default, or "resty_ffi"; also GRPC_WASM_MODE), idle_timeout
 -- (ms: a cosocket connection without calls or traffic that long is closed,
--- and dialled again by the next call; default never).
+-- and dialled again by the next call; default never), keepalive_interval,
+-- keepalive_timeout, handshake_timeout (defaults for connect, below),
+-- max_queued_bytes (the response bytes, as JSON, a call holds for its
+-- caller before its stream is no longer read: the server is then held by
+-- HTTP/2 flow control; default 4 MiB).
 -- In init_by_lua (the master) it only records them: each worker sets
 -- itself up at its first use.
 function _M.init(opts)
@@ -727,9 +800,18 @@ function _M.init(opts)
     if not ok then
         return false, err
     end
-    ok, err = check_timeout(opts and opts.idle_timeout)
+    ok, err = check_timeout(opts and opts.idle_timeout, "idle_timeout")
     if not ok then
-        return false, "idle_" .. err
+        return false, err
+    end
+    ok, err = check_keepalive(opts or {})
+    if not ok then
+        return false, err
+    end
+    local cap = opts and opts.max_queued_bytes
+    if cap ~= nil and (type(cap) ~= "number" or cap ~= cap or cap < 1) then
+        return false, "max_queued_bytes must be a number of bytes (1 or more), got " .. type(cap)
+            .. (type(cap) == "number" and " " .. tostring(cap) or "")
     end
     for k, v in pairs(opts or {}) do
         settings[k] = v
@@ -853,12 +935,18 @@ local function check_connect_opts(opts)
     if opts.transport ~= nil and type(opts.transport) ~= "string" then
         return nil, "transport must be a string, got " .. type(opts.transport)
     end
-    return true
+    return check_keepalive(opts)
 end
 
 --- Connects (lazily: the first call dials; the connection is shared by all
 -- calls and comes back by itself after the server does). opts: host (TLS
--- server name), ca, cert, priv_key (PEM contents).
+-- server name), ca, cert, priv_key (PEM contents), transport, and in ms:
+-- keepalive_interval (a PING after that long without a word from the
+-- server while calls run; default 30000), keepalive_timeout (the PING's
+-- answer must come within it; default 10000), handshake_timeout (the
+-- server must answer the HTTP/2 handshake within it, TLS included;
+-- default 10000). A connection that misses either answer ends, its calls
+-- fail UNAVAILABLE, and the next call dials again.
 function _M.connect(addr, opts)
     local pok, perr = check_phase("grpc.connect")
     if not pok then

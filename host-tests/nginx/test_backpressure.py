@@ -1,0 +1,153 @@
+"""Backpressure (issue 14): a server streaming 1 GiB to a Lua caller that
+does not read for a while. The call holds at most its queue cap
+(max_queued_bytes) and HTTP/2 flow control holds the server, so the
+worker's memory stays flat; once the caller reads, the messages come in
+order and whole. On both transports of the FFI path."""
+
+import concurrent.futures
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from nginx_harness import Nginx  # noqa: E402
+from test_nginx import check_log  # noqa: E402
+
+FLOOD_PROTO = """syntax = "proto3";
+package flood;
+service Flood {
+  rpc Pour(PourRequest) returns (stream Chunk) {}
+}
+message PourRequest { int32 count = 1; int32 size = 2; }
+message Chunk { int32 index = 1; bytes payload = 2; }
+"""
+
+SIZE = 256 << 10
+COUNT = 4096  # 1 GiB
+HOLD = 5  # s unread
+READ = 200  # messages read after
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def decode_request(data):
+    """PourRequest's two varint fields."""
+    fields, at = {}, 0
+    while at < len(data):
+        key = data[at]
+        at += 1
+        value, shift = 0, 0
+        while True:
+            byte = data[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        fields[key >> 3] = value
+    return fields.get(1, 0), fields.get(2, 0)
+
+
+class Flood:
+    """A grpcio server whose Pour streams `count` Chunks of `size` bytes,
+    chunk i filled with the byte i % 251; `sent` counts the bytes it has
+    handed to gRPC so far."""
+
+    def __init__(self):
+        import grpc
+
+        self.sent = 0
+        self.lock = threading.Lock()
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+        handler = grpc.method_handlers_generic_handler(
+            "flood.Flood", {"Pour": grpc.unary_stream_rpc_method_handler(self.pour)})
+        self.server.add_generic_rpc_handlers((handler,))
+        self.addr = "127.0.0.1:%d" % self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def pour(self, request, context):
+        count, size = decode_request(request)
+        for i in range(count):
+            if not context.is_active():
+                return
+            payload = bytes([i % 251]) * size
+            chunk = b"\x08" + varint(i) + b"\x12" + varint(size) + payload if i else \
+                b"\x12" + varint(size) + payload
+            with self.lock:
+                self.sent += len(chunk)
+            yield chunk
+
+    def stop(self):
+        self.server.stop(0)
+
+
+@pytest.fixture(scope="module")
+def flood(tmp_path_factory):
+    server = Flood()
+    proto = tmp_path_factory.mktemp("flood") / "flood.proto"
+    proto.write_text(FLOOD_PROTO)
+    yield server, str(proto)
+    server.stop()
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def worker_pid(proxy):
+    with open(f"/proc/{proxy.proc.pid}/task/{proxy.proc.pid}/children") as f:
+        (pid,) = f.read().split()
+    return int(pid)
+
+
+@pytest.mark.parametrize("transport", ["cosocket", "runtime"])
+def test_an_unread_stream_holds_the_server_not_the_workers_memory(flood, transport):
+    server, proto = flood
+    proxy = Nginx({"flood": server.addr, "flood_proto": proto}, workers=1)
+    try:
+        # The module, the proto and a connection in place first.
+        warm = proxy.get(f"/t/flood?transport={transport}&count=3&size=10&hold=0&read=3")
+        assert warm == (200, "read 3 in order\n"), warm[1] + proxy.log()[-3000:]
+        pid = worker_pid(proxy)
+        before = rss_kib(pid)
+        sent_before = server.sent
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.time()
+            reply = pool.submit(proxy.get, f"/t/flood?transport={transport}&count={COUNT}&size={SIZE}"
+                                           f"&hold={HOLD}&read={READ}")
+            peak = before
+            held_sent = None
+            while not reply.done():
+                peak = max(peak, rss_kib(pid))
+                if held_sent is None and time.time() - started > HOLD - 0.5:
+                    held_sent = server.sent - sent_before
+                time.sleep(0.05)
+            status, body = reply.result()
+        elapsed = time.time() - started
+    finally:
+        proxy.stop()
+    assert (status, body) == (200, f"read {READ} in order\n"), body + proxy.log()[-3000:]
+    growth_mib = (peak - before) / 1024
+    print(f"{transport}: RSS {before // 1024} MiB -> peak {peak // 1024} MiB (+{growth_mib:.1f} MiB); "
+          f"the server sent {held_sent / 2**20:.1f} MiB of 1024 while unread; {elapsed:.1f} s")
+    assert growth_mib < 64, growth_mib
+    # Flow control held the server: a few MiB (queue cap and windows), not the gigabyte.
+    assert held_sent < 32 << 20, held_sent
+    check_log(proxy)
