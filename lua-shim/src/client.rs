@@ -22,7 +22,6 @@ use grpc_wasm::timeout::encode_timeout;
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
-use tonic::transport::Channel;
 
 use crate::host::{GrpcCommand, GrpcEvent, HeaderBlock, HostError, LocalReply, Outputs, ProxyHost};
 use crate::transport::tls::ClientTls;
@@ -92,7 +91,7 @@ enum Transport {
 /// socket the caller drives (a cosocket).
 #[derive(Clone)]
 enum Conn {
-    Tonic(Channel),
+    Tonic(transport::Upstream),
     Wire(Arc<Mutex<Wire>>),
 }
 
@@ -338,9 +337,9 @@ impl Client {
         keepalive: &Keepalive,
     ) -> Result<u32, ClientError> {
         let _guard = self.inner.runtime.enter();
-        let channel = transport::connect(addr, tls, keepalive)?;
+        let upstream = transport::connect(addr, tls, keepalive)?;
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
-        lock(&self.inner.conns).insert(id, Conn::Tonic(channel));
+        lock(&self.inner.conns).insert(id, Conn::Tonic(upstream));
         Ok(id)
     }
 
@@ -761,10 +760,10 @@ impl Client {
                     let produced = lock(&wire).unary(token, target, &message, timeout_ms);
                     queue(produced, pending);
                 }
-                Some(Conn::Tonic(channel)) => {
+                Some(Conn::Tonic(upstream)) => {
                     let handle = transport::unary(
                         rt,
-                        channel,
+                        upstream,
                         token,
                         target,
                         message,
@@ -787,10 +786,10 @@ impl Client {
                     let produced = lock(&wire).stream(token, target, gate);
                     queue(produced, pending);
                 }
-                Some(Conn::Tonic(channel)) => {
+                Some(Conn::Tonic(upstream)) => {
                     let gate = self.gate(context, None);
                     let sink = self.sink();
-                    let (tx, handle) = transport::stream(rt, channel, token, target, sink, gate);
+                    let (tx, handle) = transport::stream(rt, upstream, token, target, sink, gate);
                     lock(&self.inner.calls).insert(token, Transport::Stream(Some(tx), handle));
                 }
                 None => pending.push_back((token, closed_conn())),

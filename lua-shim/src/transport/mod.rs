@@ -134,7 +134,7 @@ pub fn connect(
     addr: &str,
     tls: &TlsOptions,
     keepalive: &Keepalive,
-) -> Result<Channel, TransportError> {
+) -> Result<Upstream, TransportError> {
     let scheme = if tls.enabled() { "https" } else { "http" };
     let bad = |e: &dyn std::fmt::Display| TransportError::Address(addr.to_string(), e.to_string());
     let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
@@ -166,7 +166,31 @@ pub fn connect(
             .tls_config(config)
             .map_err(|e| TransportError::Tls(e.to_string()))?;
     }
-    Ok(endpoint.connect_lazy())
+    Ok(Upstream {
+        channel: endpoint.connect_lazy(),
+        keepalive: *keepalive,
+    })
+}
+
+/// A tonic connection, and the bounds it was made with (its failures name
+/// them, as the wire transport's do).
+#[derive(Clone)]
+pub struct Upstream {
+    pub channel: Channel,
+    pub keepalive: Keepalive,
+}
+
+/// hyper reports a PING without an answer as "http2 error"; the cause,
+/// deeper in the error's chain, says what happened.
+fn keepalive_timed_out(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.to_string() == "keep-alive timed out" {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 fn check_pem(text: &str, what: &str) -> Result<(), TransportError> {
@@ -216,7 +240,15 @@ pub(crate) fn header_block(headers: &http::HeaderMap, extra: Option<(&str, &[u8]
 
 /// A failed call as Envoy reports it: trailing metadata (with the details
 /// as `grpc-status-details-bin`), then the close.
-fn report_failure(sink: &Sink, token: u32, status: &tonic::Status) {
+fn report_failure(sink: &Sink, token: u32, status: &tonic::Status, keepalive: &Keepalive) {
+    if status.code() == tonic::Code::Unavailable && keepalive_timed_out(status) {
+        let message = format!(
+            "the server did not answer a keepalive PING within {} ms",
+            keepalive.timeout.as_millis()
+        );
+        let close = GrpcEvent::Close(tonic::Code::Unavailable as u32, raw_message(&message));
+        return sink(token, vec![close]);
+    }
     use base64::Engine;
     let encoded = (!status.details().is_empty())
         .then(|| base64::engine::general_purpose::STANDARD_NO_PAD.encode(status.details()));
@@ -247,7 +279,7 @@ fn raw_message(message: &str) -> Vec<u8> {
 /// the message.
 pub fn unary(
     rt: &tokio::runtime::Handle,
-    channel: Channel,
+    upstream: Upstream,
     token: u32,
     target: GrpcTarget,
     message: Vec<u8>,
@@ -258,7 +290,7 @@ pub fn unary(
         let timeout = Duration::from_millis(u64::from(timeout_ms.max(1)));
         let started = tokio::time::Instant::now();
         let call = async {
-            let mut grpc = tonic::client::Grpc::new(channel);
+            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone());
             grpc.ready()
                 .await
                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
@@ -314,7 +346,7 @@ pub fn unary(
             {
                 deadline_exceeded(&sink, token)
             }
-            Ok(Err(status)) => report_failure(&sink, token, &status),
+            Ok(Err(status)) => report_failure(&sink, token, &status, &upstream.keepalive),
             Err(_) => deadline_exceeded(&sink, token),
         }
     })
@@ -334,7 +366,7 @@ fn deadline_exceeded(sink: &Sink, token: u32) {
 /// open (hyper gives flow-control credit back as the body is read).
 pub fn stream(
     rt: &tokio::runtime::Handle,
-    channel: Channel,
+    upstream: Upstream,
     token: u32,
     target: GrpcTarget,
     sink: Sink,
@@ -343,7 +375,7 @@ pub fn stream(
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let handle = rt.spawn(async move {
         let run = async {
-            let mut grpc = tonic::client::Grpc::new(channel);
+            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone());
             grpc.ready()
                 .await
                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
@@ -373,7 +405,7 @@ pub fn stream(
                     GrpcEvent::Close(0, Vec::new()),
                 ],
             ),
-            Err(status) => report_failure(&sink, token, &status),
+            Err(status) => report_failure(&sink, token, &status, &upstream.keepalive),
         }
     });
     (tx, handle.abort_handle())
@@ -413,7 +445,7 @@ mod tests {
         let addr = rt.block_on(silent_server());
         let _guard = rt.enter();
         for _ in 0..5 {
-            let channel = connect(
+            let upstream = connect(
                 &addr.to_string(),
                 &TlsOptions::default(),
                 &Keepalive::default(),
@@ -429,7 +461,7 @@ mod tests {
                 method: "Sleep".into(),
                 metadata: vec![],
             };
-            unary(rt.handle(), channel, 7, target, Vec::new(), 100, sink);
+            unary(rt.handle(), upstream, 7, target, Vec::new(), 100, sink);
             let (token, events) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
             assert_eq!(token, 7);
             match &events[..] {
