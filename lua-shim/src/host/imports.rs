@@ -14,6 +14,7 @@ pub const OK: u32 = 0;
 pub const NOT_FOUND: u32 = 1;
 pub const BAD_ARGUMENT: u32 = 2;
 pub const INVALID_MEMORY_ACCESS: u32 = 6;
+pub const UNIMPLEMENTED: u32 = 12;
 
 const BUFFER_REQUEST_BODY: u32 = 0;
 const BUFFER_GRPC_RECEIVE: u32 = 5;
@@ -23,7 +24,8 @@ const MAP_GRPC_INITIAL: u32 = 4;
 const MAP_GRPC_TRAILING: u32 = 5;
 
 /// The host function the shim offers through `proxy_call_foreign_function`.
-pub const DELIVER_FUNCTION: &str = "grpc_wasm.deliver";
+pub use grpc_wasm::proxy::contract::DELIVER_FUNCTION;
+use grpc_wasm::proxy::contract::{HOST_PROPERTY, SHIM_HOST};
 
 type Ctx<'a> = Caller<'a, HostState>;
 
@@ -53,11 +55,15 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             OK
         },
     )?;
-    // No properties: the module asks only to recognise other hosts.
+    linker.func_wrap("env", "proxy_get_property", get_property)?;
+    // The module fetches a configuration with HTTP calls only where the
+    // shim is not (it refuses "fetch" here); the answer still is a status.
     linker.func_wrap(
         "env",
-        "proxy_get_property",
-        |_: Ctx, _: u32, _: u32, _: u32, _: u32| NOT_FOUND,
+        "proxy_http_call",
+        |_: Ctx, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32| {
+            UNIMPLEMENTED
+        },
     )?;
     linker.func_wrap(
         "env",
@@ -130,6 +136,19 @@ fn write_u32(c: &mut Ctx, addr: u32, value: u32) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// One property: the one by which the module recognises this host (it
+/// trusts the shim's callers with `callout.upstream_header`).
+fn get_property(mut c: Ctx, ptr: u32, len: u32, ret_ptr: u32, ret_len: u32) -> u32 {
+    let Some(path) = read(&mut c, ptr, len) else {
+        return INVALID_MEMORY_ACCESS;
+    };
+    if path == HOST_PROPERTY.as_bytes() {
+        give(&mut c, SHIM_HOST, ret_ptr, ret_len)
+    } else {
+        NOT_FOUND
     }
 }
 
@@ -379,11 +398,6 @@ fn call_foreign_function(
     };
     if name != DELIVER_FUNCTION {
         return NOT_FOUND;
-    }
-    // Delivering nothing is how the module asks whether it runs here (it
-    // trusts this host's callers with `callout.upstream_header`).
-    if args.is_empty() {
-        return OK;
     }
     if args.len() < 4 {
         return BAD_ARGUMENT;

@@ -17,14 +17,11 @@ use crate::timeout::encode_timeout;
 
 use super::callout::{call_metadata, closed_status, deadline_ms, split_messages, ValueScanner};
 use super::config::FilterConfig;
+use super::contract::DELIVER_FUNCTION;
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::pairs;
 use super::transcoder::{self, Reply, Route};
-
-/// The host function that receives each streamed message: the HTTP
-/// context id (u32, little-endian) followed by the message as JSON.
-pub const DELIVER_FUNCTION: &str = "grpc_wasm.deliver";
 
 /// The request header with this request's JSON options (see
 /// `transcoder::json_options_from`), honoured with `callout.upstream_header`.

@@ -18,6 +18,12 @@
 //! }
 //! ```
 //!
+//! `"fetch": {"upstream", "path", "authority", "timeout_ms"}` takes the rest
+//! of the configuration from an HTTP server (the host's HTTP call): for
+//! hosts whose configuration string is short (nginx caps a directive's
+//! parameter at 4 KB). The fetched document is a JSON object of the same
+//! keys; a key may be given inline or fetched, not both.
+//!
 //! With `callout`, the filter answers transcoded requests itself by calling
 //! the method through the host (`proxy_grpc_call` / `proxy_grpc_stream`);
 //! the request never goes to the route's upstream.
@@ -61,6 +67,36 @@ struct RawConfig {
     callout: Option<RawCallout>,
     #[serde(default)]
     stream_format: StreamFormat,
+}
+
+/// Where the rest of the configuration is fetched from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fetch {
+    /// The host's name for the server: an Envoy cluster, or `host:port`
+    /// for ngx_wasm_module.
+    pub upstream: String,
+    pub path: String,
+    #[serde(default = "default_authority")]
+    pub authority: String,
+    #[serde(default = "default_fetch_timeout_ms")]
+    pub timeout_ms: u32,
+}
+
+fn default_authority() -> String {
+    "localhost".into()
+}
+
+fn default_fetch_timeout_ms() -> u32 {
+    5_000
+}
+
+/// A configuration as the host gave it: complete, or to be completed by a
+/// fetch.
+#[derive(Debug)]
+pub enum Loaded {
+    Ready(Box<FilterConfig>),
+    Fetch(Fetch),
 }
 
 /// How server-streamed messages reach an HTTP client.
@@ -171,11 +207,48 @@ pub struct FilterConfig {
 }
 
 impl FilterConfig {
-    /// Parses and checks the configuration. The error is one line that names
-    /// the problem: the JSON position, the `.proto` file and line, or the
-    /// unknown service.
+    /// Parses and checks a complete configuration. The error is one line
+    /// that names the problem: the JSON position, the `.proto` file and
+    /// line, or the unknown service.
     pub fn from_json(bytes: &[u8]) -> Result<FilterConfig, String> {
-        let raw: RawConfig = serde_json::from_slice(bytes)
+        match FilterConfig::load(bytes)? {
+            Loaded::Ready(config) => Ok(*config),
+            Loaded::Fetch(_) => Err("fetch: only a proxy-wasm host with HTTP calls can fetch a configuration".into()),
+        }
+    }
+
+    /// The host's configuration: complete, or naming what to fetch.
+    pub fn load(bytes: &[u8]) -> Result<Loaded, String> {
+        let mut doc = object(bytes).map_err(|e| format!("invalid plugin configuration: {e}"))?;
+        match doc.remove("fetch") {
+            None => FilterConfig::from_object(doc).map(|c| Loaded::Ready(Box::new(c))),
+            Some(fetch) => {
+                let fetch: Fetch = serde_json::from_value(fetch)
+                    .map_err(|e| format!("fetch: {e}"))?;
+                if !fetch.path.starts_with('/') || fetch.upstream.is_empty() || fetch.timeout_ms == 0 {
+                    return Err("fetch: give \"upstream\", a \"path\" starting with '/', and a timeout_ms of at least 1".into());
+                }
+                Ok(Loaded::Fetch(fetch))
+            }
+        }
+    }
+
+    /// The inline configuration completed by the fetched document.
+    pub fn with_fetched(inline: &[u8], fetched: &[u8]) -> Result<FilterConfig, String> {
+        let mut doc = object(inline).map_err(|e| format!("invalid plugin configuration: {e}"))?;
+        doc.remove("fetch");
+        let more = object(fetched).map_err(|e| format!("fetched configuration: {e}"))?;
+        for (key, value) in more {
+            if doc.contains_key(&key) {
+                return Err(format!("fetched configuration: \"{key}\" is given inline too"));
+            }
+            doc.insert(key, value);
+        }
+        FilterConfig::from_object(doc)
+    }
+
+    fn from_object(doc: serde_json::Map<String, serde_json::Value>) -> Result<FilterConfig, String> {
+        let raw: RawConfig = serde_json::from_value(serde_json::Value::Object(doc))
             .map_err(|e| format!("invalid plugin configuration: {e}"))?;
         let mut registry = Registry::new().map_err(|e| e.to_string())?;
         if let Some(set) = &raw.descriptor_set {
@@ -228,6 +301,14 @@ impl FilterConfig {
         self.services
             .as_ref()
             .is_none_or(|list| list.iter().any(|s| s == service))
+    }
+}
+
+fn object(bytes: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_slice(bytes) {
+        Ok(serde_json::Value::Object(doc)) => Ok(doc),
+        Ok(_) => Err("expected a JSON object".into()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -332,6 +413,45 @@ mod tests {
         assert!(FilterConfig::from_json(b"not json")
             .unwrap_err()
             .starts_with("invalid plugin configuration: expected"));
+    }
+
+    #[test]
+    fn a_fetched_document_completes_the_inline_one() {
+        let inline = br#"{"fetch": {"upstream": "127.0.0.1:8099", "path": "/grpc-wasm.json"}, "max_request_bytes": 10}"#;
+        let Loaded::Fetch(fetch) = FilterConfig::load(inline).unwrap() else {
+            panic!("expected a fetch");
+        };
+        assert_eq!(
+            fetch,
+            Fetch {
+                upstream: "127.0.0.1:8099".into(),
+                path: "/grpc-wasm.json".into(),
+                authority: "localhost".into(),
+                timeout_ms: 5000
+            }
+        );
+        let c = FilterConfig::with_fetched(inline, hello().as_bytes()).unwrap();
+        assert_eq!(c.max_request_bytes, 10);
+        assert!(c.exposes("helloworld.Greeter"));
+        assert_eq!(
+            FilterConfig::with_fetched(inline, br#"{"max_request_bytes": 5}"#).unwrap_err(),
+            "fetched configuration: \"max_request_bytes\" is given inline too"
+        );
+        assert_eq!(
+            FilterConfig::with_fetched(inline, b"[]").unwrap_err(),
+            "fetched configuration: expected a JSON object"
+        );
+        assert_eq!(
+            FilterConfig::from_json(inline).unwrap_err(),
+            "fetch: only a proxy-wasm host with HTTP calls can fetch a configuration"
+        );
+        assert_eq!(
+            FilterConfig::load(br#"{"fetch": {"upstream": "a", "path": "x"}}"#).unwrap_err(),
+            "fetch: give \"upstream\", a \"path\" starting with '/', and a timeout_ms of at least 1"
+        );
+        assert!(FilterConfig::load(br#"{"fetch": {"upstream": "a"}}"#)
+            .unwrap_err()
+            .starts_with("fetch: missing field `path`"));
     }
 
     fn with_callout(callout: serde_json::Value) -> Result<FilterConfig, String> {

@@ -11,7 +11,7 @@
 //! body can be held, so a status that only arrives in trailers after data
 //! changes the body (a `google.rpc.Status` object) but not the HTTP status.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use crate::code::Code;
@@ -19,7 +19,9 @@ use crate::framing::{Compression, FrameDecoder};
 use crate::status::Status;
 
 use super::callout_host::{self, Call};
-use super::config::FilterConfig;
+use super::fetch;
+use super::config::{FilterConfig, Loaded};
+use super::contract::{HOST_PROPERTY, SHIM_HOST};
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::transcoder::{self, Plan, Reply, Route};
@@ -35,6 +37,11 @@ struct Stream {
     answered: bool,
     /// The response outgrew max_response_bytes after its headers had left.
     overflowed: bool,
+    /// The filter has asked the host to hold the response body.
+    holding_response: bool,
+    /// ngx_wasm_module: the reply decided at the response headers, whose
+    /// body replaces the first body chunk.
+    pending_body: Option<String>,
     /// Callout mode: the call that answers this request.
     call: Option<Call>,
     /// A response streamed message by message: the frames still incomplete.
@@ -68,22 +75,26 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
     if parent_id == 0 {
         return;
     }
-    if let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) {
-        STREAMS.with(|s| {
-            s.borrow_mut().insert(
-                context_id,
-                Rc::new(RefCell::new(Stream {
-                    config,
-                    route: None,
-                    answered: false,
-                    overflowed: false,
-                    call: None,
-                    decoder: None,
-                    encoding: Compression::Identity,
-                })),
-            )
-        });
-    }
+    let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) else {
+        fetch::adopt(context_id, parent_id);
+        return;
+    };
+    STREAMS.with(|s| {
+        s.borrow_mut().insert(
+            context_id,
+            Rc::new(RefCell::new(Stream {
+                config,
+                route: None,
+                answered: false,
+                overflowed: false,
+                holding_response: false,
+                pending_body: None,
+                call: None,
+                decoder: None,
+                encoding: Compression::Identity,
+            })),
+        )
+    });
 }
 
 #[no_mangle]
@@ -108,12 +119,30 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
             return 0;
         }
     };
-    match FilterConfig::from_json(&bytes).and_then(check_host) {
+    match FilterConfig::load(&bytes) {
+        Ok(Loaded::Ready(config)) => install(root_id, *config),
+        Ok(Loaded::Fetch(_)) if host_is_shim() => {
+            log(LOG_ERROR, "grpc-wasm: bad configuration: fetch: the OpenResty shim has no HTTP calls; give \"protos\" or \"descriptor_set\"");
+            0
+        }
+        Ok(Loaded::Fetch(f)) => {
+            fetch::start(root_id, bytes, f);
+            1
+        }
+        Err(e) => {
+            log(LOG_ERROR, &format!("grpc-wasm: bad configuration: {e}"));
+            0
+        }
+    }
+}
+
+/// Makes `config` the configuration of `root_id`, once the host checks pass.
+fn install(root_id: u32, config: FilterConfig) -> u32 {
+    match check_host(config) {
         Ok(config) => {
-            if config.callout.is_some() {
-                // Streams have no host deadline: ticks enforce them.
-                let _ = set_tick_period(TICK_MS);
-            }
+            // Streams have no host deadline: ticks enforce them. Without
+            // callouts nothing needs ticks (a fetch may have started them).
+            let _ = host::ticks(root_id, config.callout.is_some());
             ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
             log(LOG_INFO, "grpc-wasm: configured");
             1
@@ -125,12 +154,29 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
     }
 }
 
+/// The fetched configuration document (see [`fetch`]).
+#[no_mangle]
+pub extern "C" fn proxy_on_http_call_response(
+    root_id: u32,
+    token: u32,
+    _headers: u32,
+    body_size: u32,
+    _trailers: u32,
+) {
+    if let Some(config) = fetch::on_response(root_id, token, body_size as usize) {
+        install(root_id, config);
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn proxy_on_request_headers(
     context_id: u32,
     _headers: u32,
     end_of_stream: u32,
 ) -> u32 {
+    if let Some(reply) = fetch::not_ready(context_id) {
+        return send_error(&reply);
+    }
     with_stream(context_id, CONTINUE, |stream| {
         let headers = HeaderMap::read(MAP_REQUEST_HEADERS);
         let http_method = headers.get(":method").unwrap_or_default();
@@ -143,11 +189,14 @@ pub extern "C" fn proxy_on_request_headers(
         ) {
             Plan::PassThrough => CONTINUE,
             Plan::Reply(reply) => answer(stream, &reply),
+            Plan::Transcode(_) if stream.config.callout.is_some() && !host_kind().has_grpc_calls() => {
+                answer(stream, &Reply::error(&stream.config, &Status::new(Code::Unimplemented, NO_GRPC_CALLS)))
+            }
             Plan::Transcode(route) if stream.config.callout.is_some() => {
                 start_callout(stream, context_id, route, &headers, end_of_stream != 0)
             }
             Plan::Transcode(route) => {
-                if end_of_stream != 0 {
+                if end_of_stream != 0 || has_no_body(&headers) {
                     // Proxy-wasm gives a filter no way to add a body to a
                     // request that has none; such requests need a callout.
                     let status = if route.binding.is_some() {
@@ -203,6 +252,15 @@ pub extern "C" fn proxy_on_request_body(
             return PAUSE;
         }
         let body = match host::buffer(BUFFER_REQUEST_BODY, 0, size) {
+            Ok(body) if body.is_empty() && size > 0 => {
+                // The host announced a body it cannot show: nginx wrote it
+                // to a file.
+                let reply = transcoder::host_buffer_full(
+                    &stream.config,
+                    transcoder::NGINX_REQUEST_BUFFER,
+                );
+                return answer(stream, &reply);
+            }
             Ok(body) => body,
             Err(s) => {
                 let reply = internal(
@@ -215,6 +273,13 @@ pub extern "C" fn proxy_on_request_body(
         match transcoder::encode_request(&stream.config, &route, &body) {
             // Some hosts cut the new body to `size`: pass the larger length.
             Ok(frame) => match set_buffer(BUFFER_REQUEST_BODY, size.max(frame.len()), &frame) {
+                Ok(()) if host_kind() == HostKind::NgxWasmModule => {
+                    let length = frame.len().to_string();
+                    if set_header(MAP_REQUEST_HEADERS, "content-length", &length).is_err() {
+                        log(LOG_WARN, "grpc-wasm: the host refused the new content-length");
+                    }
+                    CONTINUE
+                }
                 Ok(()) => CONTINUE,
                 Err(s) => {
                     let reply = internal(
@@ -255,7 +320,8 @@ pub extern "C" fn proxy_on_response_headers(
             .and_then(Compression::from_header)
             .unwrap_or(Compression::Identity);
         if !is_grpc && http_status == 413 && headers.get("grpc-status").is_none() {
-            return answer(stream, &transcoder::host_buffer_full(&stream.config));
+            let reply = transcoder::host_buffer_full(&stream.config, transcoder::ENVOY_REQUEST_BUFFER);
+            return answer_response(stream, &reply, &headers);
         }
         if headers.get("grpc-status").is_some() || !is_grpc || end_of_stream != 0 {
             // Trailers-only (the status is in these headers), or not gRPC at all.
@@ -268,7 +334,7 @@ pub extern "C" fn proxy_on_response_headers(
                 Compression::Identity,
                 &status,
             );
-            return answer(stream, &reply);
+            return answer_response(stream, &reply, &headers);
         }
         // The headers leave now (a paused header block would also hold the
         // body back from this filter): a status that arrives in trailers
@@ -291,6 +357,27 @@ pub extern "C" fn proxy_on_response_headers(
     })
 }
 
+/// ngx_wasm_module always says that a body follows the request headers,
+/// and then never calls the body callback when there is none: the headers
+/// must tell. In HTTP/1.x a request without Content-Length or
+/// Transfer-Encoding has no body; in HTTP/2 one without Content-Length may
+/// still have one, unless its method is one that carries none by custom.
+fn has_no_body(headers: &HeaderMap) -> bool {
+    if host_kind() != HostKind::NgxWasmModule {
+        return false;
+    }
+    match headers.get("content-length") {
+        Some(length) => length.trim() == "0",
+        None if headers.get("transfer-encoding").is_some() => false,
+        None => {
+            let method = headers.get(":method").unwrap_or_default();
+            matches!(method, "GET" | "HEAD" | "DELETE" | "OPTIONS")
+                || host::property(&["request", "protocol"])
+                    .is_some_and(|p| p.starts_with(b"HTTP/1"))
+        }
+    }
+}
+
 /// Turns the JSON request's headers into a gRPC request's. A header that
 /// already has its value is left alone: each change is a host call, and
 /// on Envoy also a cleared route cache.
@@ -299,6 +386,16 @@ fn rewrite_request_headers(
     original_path: &str,
     grpc_path: &str,
 ) -> Result<(), HostStatus> {
+    let ngx = host_kind() == HostKind::NgxWasmModule;
+    // ngx_wasm_module keeps the query string of a `:path` set without one
+    // (and nginx's grpc_pass would send it on); an empty query clears it.
+    let cleared;
+    let grpc_path = if ngx && original_path.contains('?') {
+        cleared = format!("{grpc_path}?");
+        cleared.as_str()
+    } else {
+        grpc_path
+    };
     let set = [
         ("content-type", "application/grpc"),
         ("te", "trailers"),
@@ -309,12 +406,23 @@ fn rewrite_request_headers(
     ];
     // Only the filter says what the original path was: a client's own
     // header would pass for the filter's word.
-    let (set, remove): (&[_], &[_]) = if original_path == grpc_path {
-        (&set[..4], &["content-length", ORIGINAL_PATH_HEADER])
+    let mut remove = Vec::with_capacity(2);
+    // ngx_wasm_module takes a removed Content-Length out of the header list
+    // but nginx still sends its value: there the body callback sets the new
+    // length instead.
+    if !ngx {
+        remove.push("content-length");
+    }
+    // nginx forwards a request header that ngx_wasm_module removed, so
+    // there a client's own header is overwritten with the truth instead.
+    let forged = ngx && headers.get(ORIGINAL_PATH_HEADER).is_some();
+    let set = if original_path == grpc_path && !forged {
+        remove.push(ORIGINAL_PATH_HEADER);
+        &set[..4]
     } else {
-        (&set[..], &["content-length"])
+        &set[..]
     };
-    headers.edit(MAP_REQUEST_HEADERS, set, remove)
+    headers.edit(MAP_REQUEST_HEADERS, set, &remove)
 }
 
 const ORIGINAL_PATH_HEADER: &str = "x-grpc-wasm-original-path";
@@ -338,19 +446,30 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
             Code::Internal,
             "the upstream ended the response without grpc-status",
         );
-        let status = if NO_TRAILERS.with(|t| t.get()) {
-            Status::ok()
-        } else {
+        let status = if host_kind().calls_trailers() {
             missing
+        } else {
+            Status::ok()
         };
         piece.push_str(&transcoder::stream_end(&stream.config, &status));
     }
-    let _ = set_buffer(
-        BUFFER_RESPONSE_BODY,
-        size.max(piece.len()),
-        piece.as_bytes(),
-    );
+    let _ = replace_response_chunk(size, piece.as_bytes(), end_of_stream);
     CONTINUE
+}
+
+/// Replaces a response chunk with what the filter made of it.
+/// ngx_wasm_module drops a chunk replaced by nothing, together with its
+/// end-of-body mark, and the response never ends: an empty chunk is left
+/// alone, and a last one that must lose its bytes keeps a blank line,
+/// which every body format the filter writes allows.
+fn replace_response_chunk(size: usize, text: &[u8], end_of_stream: bool) -> Result<(), HostStatus> {
+    let text = match text {
+        [] if size == 0 => return Ok(()),
+        [] if end_of_stream && host_kind() == HostKind::NgxWasmModule => b"\n",
+        text => text,
+    };
+    // Some hosts cut the new body to the size argument: pass the larger.
+    set_buffer(BUFFER_RESPONSE_BODY, size.max(text.len()), text)
 }
 
 #[no_mangle]
@@ -364,9 +483,15 @@ pub extern "C" fn proxy_on_response_body(
             return CONTINUE;
         }
         let size = body_size as usize;
+        if let Some(body) = stream.pending_body.take() {
+            // What follows is dropped.
+            stream.overflowed = true;
+            let _ = replace_response_chunk(size, body.as_bytes(), end_of_stream != 0);
+            return CONTINUE;
+        }
         if stream.overflowed {
             // The error is already written; what follows is dropped.
-            let _ = set_buffer(BUFFER_RESPONSE_BODY, size, b"");
+            let _ = replace_response_chunk(size, b"", end_of_stream != 0);
             return CONTINUE;
         }
         if stream.answered {
@@ -375,38 +500,45 @@ pub extern "C" fn proxy_on_response_body(
         if stream.decoder.is_some() {
             return stream_chunk(stream, size, end_of_stream != 0);
         }
-        if size > stream.config.max_response_bytes {
+        // ngx_wasm_module holds a body once, in buffers of fixed size: a
+        // second chunk before the end means they are full (and a second
+        // pause would be ignored, letting gRPC bytes through).
+        let host_gave_up = end_of_stream == 0
+            && stream.holding_response
+            && host_kind() == HostKind::NgxWasmModule;
+        if size > stream.config.max_response_bytes || host_gave_up {
             // The headers have left, so a local reply is no longer possible:
             // the held body becomes the error.
-            let reply = transcoder::too_large(
-                &stream.config,
-                "response",
-                size,
-                stream.config.max_response_bytes,
-            );
+            let reply = if host_gave_up {
+                transcoder::host_response_buffer_full(&stream.config)
+            } else {
+                transcoder::too_large(
+                    &stream.config,
+                    "response",
+                    size,
+                    stream.config.max_response_bytes,
+                )
+            };
             stream.answered = true;
             stream.overflowed = true;
-            let _ = set_buffer(
-                BUFFER_RESPONSE_BODY,
-                size.max(reply.body.len()),
-                reply.body.as_bytes(),
-            );
+            let _ = replace_response_chunk(size, reply.body.as_bytes(), end_of_stream != 0);
             return CONTINUE;
         }
         if end_of_stream == 0 {
+            stream.holding_response = true;
             return PAUSE;
         }
         // A gRPC body that ends without trailers: the status is missing, or,
         // on a host that never shows trailers, unknowable: the messages
         // stand (an error sent in trailers after data is lost there).
         let body = host::buffer(BUFFER_RESPONSE_BODY, 0, size);
-        let missing = if NO_TRAILERS.with(|t| t.get()) {
-            Status::ok()
-        } else {
+        let missing = if host_kind().calls_trailers() {
             Status::new(
                 Code::Internal,
                 "the upstream ended the response without grpc-status",
             )
+        } else {
+            Status::ok()
         };
         finish(stream, body, missing)
     })
@@ -458,9 +590,18 @@ fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32
     CONTINUE
 }
 
-/// The host lets calls outlive the HTTP stream: ours end with it. (No
-/// `proxy_on_done`: every callback the module exports costs a call into the
-/// VM per request, and this one suffices.)
+/// ngx_wasm_module calls `proxy_on_done` and `proxy_on_log` at the end of
+/// every request without checking that the module exports them (nginx
+/// crashes on a missing one), so both exist; the filter needs neither.
+#[no_mangle]
+pub extern "C" fn proxy_on_done(_context_id: u32) -> u32 {
+    1
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_log(_context_id: u32) {}
+
+/// The host lets calls outlive the HTTP stream: ours end with it.
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
     let removed = STREAMS.with(|s| s.borrow_mut().remove(&context_id));
@@ -468,6 +609,7 @@ pub extern "C" fn proxy_on_delete(context_id: u32) {
         callout_host::cancel(&call);
     }
     ROOTS.with(|r| r.borrow_mut().remove(&context_id));
+    fetch::forget(context_id);
 }
 
 #[no_mangle]
@@ -512,7 +654,8 @@ pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u3
 }
 
 #[no_mangle]
-pub extern "C" fn proxy_on_tick(_root_id: u32) {
+pub extern "C" fn proxy_on_tick(root_id: u32) {
+    fetch::on_tick(root_id);
     let contexts: Vec<u32> = STREAMS.with(|s| {
         s.borrow()
             .iter()
@@ -534,42 +677,75 @@ pub extern "C" fn proxy_on_tick(_root_id: u32) {
     }
 }
 
-const TICK_MS: u32 = 50;
 
-/// Callout mode needs the host's gRPC calls; a host known to lack them
-/// (ngx_wasm_module traps on every `proxy_grpc_*`) refuses the
-/// configuration now rather than trapping at request time.
-fn check_host(config: FilterConfig) -> Result<FilterConfig, String> {
-    let ngx = on_ngx_wasm_module();
-    NO_TRAILERS.with(|t| t.set(ngx));
-    if config.callout.is_some() && ngx {
-        return Err("callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" and put the filter in front of grpc_pass to transcode".into());
+/// What the filter must know about its host, learnt once per VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HostKind {
+    /// The OpenResty shim: its callers are trusted, and it has a delivery
+    /// function for streamed messages.
+    Shim,
+    /// Kong's ngx_wasm_module: no gRPC calls (they do nothing), no trailers
+    /// callback, and a local reply from the response-headers callback keeps
+    /// the upstream's headers.
+    NgxWasmModule,
+    /// Envoy and other proxy-wasm hosts.
+    Other,
+}
+
+impl HostKind {
+    fn has_grpc_calls(self) -> bool {
+        self != HostKind::NgxWasmModule
     }
+
+    fn calls_trailers(self) -> bool {
+        self != HostKind::NgxWasmModule
+    }
+}
+
+thread_local! {
+    static HOST_KIND: Cell<Option<HostKind>> = const { Cell::new(None) };
+}
+
+/// The shim names itself through a property that other hosts do not have.
+/// (Not a probing foreign-function call: ngx_wasm_module traps on names it
+/// does not know.)
+fn host_is_shim() -> bool {
+    let shim = host::property(&[HOST_PROPERTY]).as_deref() == Some(SHIM_HOST);
+    if shim {
+        HOST_KIND.with(|k| k.set(Some(HostKind::Shim)));
+    }
+    shim
+}
+
+/// The host, from inside a request: ngx_wasm_module answers its `ngx.*`
+/// properties (nginx variables) only there, so it cannot be recognised
+/// while configuring.
+fn host_kind() -> HostKind {
+    if let Some(kind) = HOST_KIND.with(Cell::get) {
+        return kind;
+    }
+    let kind = if host::property(&["ngx", "hostname"]).is_some() {
+        HostKind::NgxWasmModule
+    } else {
+        HostKind::Other
+    };
+    HOST_KIND.with(|k| k.set(Some(kind)));
+    kind
+}
+
+const NO_GRPC_CALLS: &str = "callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" from the filter's configuration and put the filter in front of grpc_pass to transcode";
+
+/// `upstream_header` lets the caller pick the upstream: only the shim's
+/// callers (Lua code) are trusted with that.
+fn check_host(config: FilterConfig) -> Result<FilterConfig, String> {
     let picks_upstream = config
         .callout
         .as_ref()
         .is_some_and(|c| c.upstream_header.is_some());
-    if picks_upstream && !embedded_in_the_shim() {
+    if picks_upstream && !host_is_shim() {
         return Err("callout.upstream_header: only for the OpenResty shim, whose callers are trusted; in this host any HTTP client could pick the upstream cluster".into());
     }
     Ok(config)
-}
-
-/// The OpenResty shim answers a delivery of nothing; other hosts know no
-/// such foreign function.
-fn embedded_in_the_shim() -> bool {
-    host::call_foreign(callout_host::DELIVER_FUNCTION, b"").is_ok()
-}
-
-/// ngx_wasm_module answers properties under `ngx.*` (nginx variables); Envoy
-/// and the OpenResty shim have none there.
-fn on_ngx_wasm_module() -> bool {
-    host::property(&["ngx", "hostname"]).is_some()
-}
-
-thread_local! {
-    /// The host never calls `proxy_on_response_trailers` (ngx_wasm_module).
-    static NO_TRAILERS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f` on the call of the stream that owns `token`; a reply it returns
@@ -607,7 +783,7 @@ fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Repl
         return;
     }
     let headers = callout_host::reply_headers(call, reply);
-    if let Err(s) = send_reply_map(reply.http_status, &reply.body, &headers) {
+    if let Err(s) = send_reply_map(reply.http_status, reply_details(), &reply.body, &headers) {
         log(
             LOG_ERROR,
             &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
@@ -767,13 +943,18 @@ fn internal(config: &FilterConfig, message: &str) -> Reply {
 /// leaves its own reply alone when it passes the response callbacks.
 fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
     stream.answered = true;
+    send_error(reply)
+}
+
+/// Sends `reply` (an error) as the response; PAUSE when the host took it.
+fn send_error(reply: &Reply) -> u32 {
     let code = reply.code.as_i32().to_string();
     let headers: [(&str, &[u8]); 3] = [
         ("content-type", b"application/json"),
         ("grpc-status", code.as_bytes()),
         ("grpc-status-name", reply.code.name().as_bytes()),
     ];
-    if let Err(s) = send_reply(reply.http_status, &reply.body, &headers) {
+    if let Err(s) = send_reply(reply.http_status, reply_details(), &reply.body, &headers) {
         log(
             LOG_ERROR,
             &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
@@ -781,6 +962,44 @@ fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
         return CONTINUE;
     }
     PAUSE
+}
+
+/// The local reply's details: Envoy logs them as the response code details;
+/// ngx_wasm_module makes them the status line's reason phrase (and, from the
+/// response-headers callback, the whole status line), so it gets none and
+/// nginx writes the standard phrase.
+fn reply_details() -> &'static str {
+    if host_kind() == HostKind::NgxWasmModule {
+        ""
+    } else {
+        "grpc_wasm"
+    }
+}
+
+/// A reply from the response-headers callback.
+fn answer_response(stream: &mut Stream, reply: &Reply, headers: &HeaderMap) -> u32 {
+    if host_kind() != HostKind::NgxWasmModule {
+        return answer(stream, reply);
+    }
+    // ngx_wasm_module's local reply from this callback keeps the upstream's
+    // headers, and from nginx's own error pages (502, 504) it sends
+    // nothing: the headers become the reply's here, and the body callback
+    // writes its body over the first chunk.
+    let http_status = reply.http_status.to_string();
+    let code = reply.code.as_i32().to_string();
+    let set = [
+        (":status", http_status.as_str()),
+        ("content-type", "application/json"),
+        ("grpc-status", code.as_str()),
+        ("grpc-status-name", reply.code.name()),
+    ];
+    let remove = ["content-length", "grpc-message", "grpc-status-details-bin", "grpc-encoding"];
+    if headers.edit(MAP_RESPONSE_HEADERS, &set, &remove).is_err() {
+        log(LOG_WARN, "grpc-wasm: the host refused a response header change");
+    }
+    stream.answered = true;
+    stream.pending_body = Some(reply.body.clone());
+    CONTINUE
 }
 
 fn with_stream(context_id: u32, default: u32, f: impl FnOnce(&mut Stream) -> u32) -> u32 {

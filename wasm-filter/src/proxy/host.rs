@@ -2,6 +2,7 @@
 //! that turn every host answer into a `Result`: no status the host may
 //! return can make the module trap.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::pairs::{self, Change};
@@ -12,6 +13,7 @@ pub const LOG_ERROR: u32 = 4;
 
 pub const BUFFER_REQUEST_BODY: u32 = 0;
 pub const BUFFER_RESPONSE_BODY: u32 = 1;
+pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
 pub const BUFFER_GRPC_RECEIVE: u32 = 5;
 pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 
@@ -20,6 +22,7 @@ pub const MAP_RESPONSE_HEADERS: u32 = 2;
 pub const MAP_RESPONSE_TRAILERS: u32 = 3;
 pub const MAP_GRPC_INITIAL_METADATA: u32 = 4;
 pub const MAP_GRPC_TRAILING_METADATA: u32 = 5;
+pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
 
 const STATUS_OK: u32 = 0;
 const STATUS_NOT_FOUND: u32 = 1;
@@ -80,6 +83,18 @@ extern "C" {
         args_len: usize,
         ret_ptr: *mut *mut u8,
         ret_len: *mut usize,
+    ) -> u32;
+    fn proxy_http_call(
+        upstream: *const u8,
+        upstream_len: usize,
+        headers: *const u8,
+        headers_len: usize,
+        body: *const u8,
+        body_len: usize,
+        trailers: *const u8,
+        trailers_len: usize,
+        timeout_ms: u32,
+        token: *mut u32,
     ) -> u32;
     fn proxy_grpc_call(
         upstream: *const u8,
@@ -188,7 +203,8 @@ impl HeaderMap {
         HeaderMap { bytes, entries }
     }
 
-    /// The first value of `name` (lower-case, as hosts give HTTP/2 names).
+    /// The first value of `name`, whatever its case: Envoy lower-cases
+    /// names, but HTTP/1 hosts (ngx_wasm_module) keep `Content-Type`.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.bytes(name).and_then(|v| std::str::from_utf8(v).ok())
     }
@@ -196,7 +212,7 @@ impl HeaderMap {
     pub fn bytes(&self, name: &str) -> Option<&[u8]> {
         self.entries
             .iter()
-            .find(|(k, _)| &self.bytes[k.clone()] == name.as_bytes())
+            .find(|(k, _)| self.bytes[k.clone()].eq_ignore_ascii_case(name.as_bytes()))
             .map(|(_, v)| &self.bytes[v.clone()])
     }
 
@@ -219,8 +235,33 @@ impl HeaderMap {
     }
 }
 
-pub fn set_tick_period(ms: u32) -> Result<(), HostStatus> {
-    check(unsafe { proxy_set_tick_period_milliseconds(ms) })
+/// The one period of every root's ticks: they enforce callout deadlines
+/// and pace configuration fetches.
+pub const TICK_MS: u32 = 50;
+
+thread_local! {
+    /// Roots whose ticks run. ngx_wasm_module traps when a period is set
+    /// while one runs, so a running period is never set again.
+    static TICKING: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Starts or stops `root_id`'s ticks; `root_id` must be the current
+/// context.
+pub fn ticks(root_id: u32, on: bool) -> Result<(), HostStatus> {
+    if TICKING.with(|t| t.borrow().contains(&root_id)) == on {
+        return Ok(());
+    }
+    let period = if on { TICK_MS } else { 0 };
+    check(unsafe { proxy_set_tick_period_milliseconds(period) })?;
+    TICKING.with(|t| {
+        let mut t = t.borrow_mut();
+        if on {
+            t.push(root_id);
+        } else {
+            t.retain(|r| *r != root_id);
+        }
+    });
+    Ok(())
 }
 
 pub fn now_nanos() -> u64 {
@@ -258,6 +299,36 @@ pub fn call_foreign(name: &str, args: &[u8]) -> Result<Vec<u8>, HostStatus> {
         )
     });
     check(status).map(|()| bytes)
+}
+
+/// An HTTP GET through the host; returns its token. The answer arrives in
+/// `proxy_on_http_call_response`.
+pub fn http_get(upstream: &str, authority: &str, path: &str, timeout_ms: u32) -> Result<u32, HostStatus> {
+    let headers = pairs::serialize(&[
+        (":method", "GET"),
+        (":path", path),
+        (":authority", authority),
+        (":scheme", "http"),
+    ]);
+    let trailers = pairs::serialize::<&str, &str>(&[]);
+    let mut token = 0u32;
+    // SAFETY: every pointer and length comes from a live slice, and `token`
+    // is a local the host writes once.
+    check(unsafe {
+        proxy_http_call(
+            upstream.as_ptr(),
+            upstream.len(),
+            headers.as_ptr(),
+            headers.len(),
+            std::ptr::null(),
+            0,
+            trailers.as_ptr(),
+            trailers.len(),
+            timeout_ms,
+            &mut token,
+        )
+    })
+    .map(|()| token)
 }
 
 /// Where and what to call: the host frames the bare message itself.
@@ -352,15 +423,20 @@ pub fn grpc_status() -> (u32, String) {
 /// Answers the client directly; the host sends it when the callback returns.
 pub fn send_reply(
     http_status: u16,
+    details: &str,
     body: &str,
     headers: &[(&str, &[u8])],
 ) -> Result<(), HostStatus> {
-    send_reply_map(http_status, body, &pairs::serialize(headers))
+    send_reply_map(http_status, details, body, &pairs::serialize(headers))
 }
 
 /// [`send_reply`] with the headers already serialized.
-pub fn send_reply_map(http_status: u16, body: &str, map: &[u8]) -> Result<(), HostStatus> {
-    let details = "grpc_wasm";
+pub fn send_reply_map(
+    http_status: u16,
+    details: &str,
+    body: &str,
+    map: &[u8],
+) -> Result<(), HostStatus> {
     check(unsafe {
         proxy_send_local_response(
             u32::from(http_status),

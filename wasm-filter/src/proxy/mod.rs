@@ -9,6 +9,7 @@
 
 pub mod callout;
 pub mod config;
+pub mod contract;
 pub mod http_rule;
 pub mod id_map;
 pub mod pairs;
@@ -16,6 +17,8 @@ pub mod transcoder;
 
 #[cfg(target_arch = "wasm32")]
 mod callout_host;
+#[cfg(target_arch = "wasm32")]
+mod fetch;
 #[cfg(target_arch = "wasm32")]
 mod filter;
 #[cfg(target_arch = "wasm32")]

@@ -143,7 +143,9 @@ pub enum Change<'a> {
 }
 
 /// The changes that make `entries` hold `set` (replace, or add when
-/// absent) and lack `remove`, comparing each entry once: a name that already
+/// absent) and lack `remove`, comparing each entry once, names without
+/// regard to case (HTTP/1 hosts such as ngx_wasm_module keep the client's
+/// spelling, `Content-Length`): a name that already
 /// holds its value needs no call. (One call per change, not one
 /// `proxy_set_header_map_pairs` for all: Envoy rebuilds the whole map for
 /// that, which measured dearer than several single changes.)
@@ -155,11 +157,14 @@ pub fn changes<'a>(
     let mut seen = vec![false; set.len()];
     let mut out = Vec::new();
     for (name, value) in entries {
-        if let Some(r) = remove.iter().find(|r| r.as_bytes() == name) {
+        if let Some(r) = remove.iter().find(|r| r.as_bytes().eq_ignore_ascii_case(name)) {
             if !out.contains(&Change::Remove(r)) {
                 out.push(Change::Remove(r));
             }
-        } else if let Some(i) = set.iter().position(|(k, _)| k.as_bytes() == name) {
+        } else if let Some(i) = set
+            .iter()
+            .position(|(k, _)| k.as_bytes().eq_ignore_ascii_case(name))
+        {
             let (k, v) = set[i];
             // A repeated name: a replace leaves one entry with the value.
             if seen[i] || value != v.as_bytes() {
@@ -248,6 +253,17 @@ mod tests {
                 Change::Remove("content-length"),
                 Change::Set("x-new", "1"),
             ]
+        );
+        // Names match whatever their case, as HTTP/1 hosts keep the client's.
+        let spelled: Vec<(&[u8], &[u8])> =
+            vec![(b"Content-Length", b"3"), (b"Content-Type", b"application/grpc")];
+        assert_eq!(
+            super::changes(
+                spelled.iter().copied(),
+                &[("content-type", "application/grpc")],
+                &["content-length"]
+            ),
+            vec![Change::Remove("content-length")]
         );
         // A repeated name is made single by a replace.
         assert_eq!(

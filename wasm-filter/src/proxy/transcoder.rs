@@ -37,6 +37,21 @@ impl Reply {
         }
     }
 
+    /// An error that needs no descriptors to print (no details): for
+    /// answers given before a configuration exists.
+    pub fn bare_error(status: &Status) -> Reply {
+        let body = serde_json::json!({
+            "code": status.code.as_i32(),
+            "message": status.message,
+            "details": [],
+        });
+        Reply {
+            http_status: status.code.to_http_status(),
+            body: body.to_string(),
+            code: status.code,
+        }
+    }
+
     pub fn ok(body: String) -> Reply {
         Reply {
             http_status: 200,
@@ -273,12 +288,30 @@ pub fn reply_from_messages(
 /// The proxy answered 413 itself: the request body outgrew the host's
 /// buffer before the filter saw it whole. Which setting to raise is what
 /// the client's operator needs to know.
-pub fn host_buffer_full(config: &FilterConfig) -> Reply {
+pub fn host_buffer_full(config: &FilterConfig, setting: &str) -> Reply {
     let status = Status::new(
         Code::ResourceExhausted,
         format!(
-            "the request body exceeds the proxy's buffer limit (in Envoy, per_connection_buffer_limit_bytes, 1 MiB by default); raise it to at least max_request_bytes ({})",
+            "the request body exceeds the proxy's buffer limit ({setting}); raise it to at least max_request_bytes ({})",
             config.max_request_bytes
+        ),
+    );
+    Reply::error_with_http(config, &status, 413)
+}
+
+/// The proxy settings that bound the request body a filter can be given.
+pub const ENVOY_REQUEST_BUFFER: &str =
+    "in Envoy, per_connection_buffer_limit_bytes, 1 MiB by default";
+pub const NGINX_REQUEST_BUFFER: &str = "in nginx, client_body_buffer_size: ngx_wasm_module cannot hand a filter a body that nginx wrote to a file";
+
+/// The host stopped holding the response body before its end (in
+/// ngx_wasm_module, its buffers were full), after the headers had left.
+pub fn host_response_buffer_full(config: &FilterConfig) -> Reply {
+    let status = Status::new(
+        Code::ResourceExhausted,
+        format!(
+            "the response body exceeds the proxy's buffer limit (in ngx_wasm_module, wasm_response_body_buffers, 4 x 4096 bytes by default); raise it to at least max_response_bytes ({})",
+            config.max_response_bytes
         ),
     );
     Reply::error_with_http(config, &status, 413)

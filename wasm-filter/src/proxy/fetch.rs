@@ -1,0 +1,184 @@
+//! A configuration completed by an HTTP fetch (`"fetch"` in the inline
+//! configuration): the root context asks the host for the document from a
+//! tick (ngx_wasm_module lets a root context call out only there), and
+//! until it has a working configuration every request under that root gets
+//! a 503 `UNAVAILABLE` naming why, never an untranscoded pass-through. A
+//! failed fetch is retried, backing off from 1 s to 30 s.
+
+use std::cell::RefCell;
+
+use crate::code::Code;
+use crate::status::Status;
+
+use super::config::{Fetch, FilterConfig};
+use super::host::{self, *};
+use super::id_map::IdMap;
+use super::transcoder::Reply;
+
+const FIRST_BACKOFF_MS: u64 = 1_000;
+const MAX_BACKOFF_MS: u64 = 30_000;
+/// A configuration document larger than this is refused: it is read into
+/// the module whole.
+const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+struct Loading {
+    inline: Vec<u8>,
+    fetch: Fetch,
+    /// The call in flight.
+    token: Option<u32>,
+    /// Why there is no configuration yet, for the 503s.
+    reason: String,
+    retry_at_ns: u64,
+    backoff_ms: u64,
+}
+
+thread_local! {
+    static LOADING: RefCell<IdMap<Loading>> = RefCell::new(IdMap::default());
+    /// HTTP contexts created under a loading root, with that root's id.
+    static WAITING: RefCell<IdMap<u32>> = RefCell::new(IdMap::default());
+}
+
+/// Starts loading `root_id`'s configuration; the first try is at the next
+/// tick.
+pub fn start(root_id: u32, inline: Vec<u8>, fetch: Fetch) {
+    let reason = format!("fetching {}", source(&fetch));
+    LOADING.with(|l| {
+        l.borrow_mut().insert(
+            root_id,
+            Loading {
+                inline,
+                fetch,
+                token: None,
+                reason,
+                retry_at_ns: 0,
+                backoff_ms: FIRST_BACKOFF_MS,
+            },
+        )
+    });
+    if let Err(s) = host::ticks(root_id, true) {
+        log(
+            LOG_ERROR,
+            &format!("grpc-wasm: the host refused a tick period (status {}); the configuration cannot be fetched", s.0),
+        );
+    }
+}
+
+fn source(fetch: &Fetch) -> String {
+    format!("http://{}{} (upstream {})", fetch.authority, fetch.path, fetch.upstream)
+}
+
+/// Is `root_id` loading? Then the HTTP context `context_id` waits on it.
+pub fn adopt(context_id: u32, root_id: u32) -> bool {
+    let loading = LOADING.with(|l| l.borrow().get(&root_id).is_some());
+    if loading {
+        WAITING.with(|w| w.borrow_mut().insert(context_id, root_id));
+    }
+    loading
+}
+
+/// The answer for a request under a root that has no configuration yet.
+pub fn not_ready(context_id: u32) -> Option<Reply> {
+    let root_id = WAITING.with(|w| w.borrow().get(&context_id).copied())?;
+    let reason = LOADING.with(|l| l.borrow().get(&root_id).map(|l| l.reason.clone()))
+        .unwrap_or_else(|| "the configuration was loaded after this request began; retry".into());
+    let status = Status::new(
+        Code::Unavailable,
+        format!("grpc-wasm: the filter's configuration is not loaded yet: {reason}"),
+    );
+    Some(Reply::bare_error(&status))
+}
+
+pub fn forget(context_id: u32) {
+    WAITING.with(|w| w.borrow_mut().remove(&context_id));
+    LOADING.with(|l| l.borrow_mut().remove(&context_id));
+}
+
+/// A tick of `root_id`: starts the next try when one is due.
+pub fn on_tick(root_id: u32) {
+    LOADING.with(|l| {
+        let mut loading = l.borrow_mut();
+        let Some(state) = loading.get_mut(&root_id) else {
+            return;
+        };
+        if state.token.is_some() || now_nanos() < state.retry_at_ns {
+            return;
+        }
+        let f = &state.fetch;
+        match host::http_get(&f.upstream, &f.authority, &f.path, f.timeout_ms) {
+            Ok(token) => state.token = Some(token),
+            Err(s) => {
+                let reason = format!("the host refused the HTTP call to {} (status {})", source(f), s.0);
+                failed(state, reason);
+            }
+        }
+    });
+}
+
+/// The answer to a fetch: the finished configuration, or `None` (logged,
+/// and retried later) when the answer does not make one.
+pub fn on_response(root_id: u32, token: u32, body_size: usize) -> Option<FilterConfig> {
+    LOADING.with(|l| {
+        let mut loading = l.borrow_mut();
+        let state = loading.get_mut(&root_id)?;
+        if state.token != Some(token) {
+            return None;
+        }
+        state.token = None;
+        match configuration(state, body_size) {
+            Ok(config) => {
+                log(
+                    LOG_INFO,
+                    &format!("grpc-wasm: configured from {}", source(&state.fetch)),
+                );
+                loading.remove(&root_id);
+                Some(config)
+            }
+            Err(reason) => {
+                failed(state, reason);
+                None
+            }
+        }
+    })
+}
+
+fn configuration(state: &Loading, body_size: usize) -> Result<FilterConfig, String> {
+    let from = source(&state.fetch);
+    let headers = HeaderMap::read(MAP_HTTP_CALL_RESPONSE_HEADERS);
+    let status = headers.get(":status").unwrap_or_default();
+    if status != "200" {
+        // Hosts answer a failed call with no headers (Envoy) or with a
+        // `:dispatch_status` of their own (ngx_wasm_module).
+        let why = headers
+            .get(":dispatch_status")
+            .map(|d| format!("the call failed ({d})"))
+            .unwrap_or_else(|| {
+                if status.is_empty() {
+                    "the call failed (no response)".into()
+                } else {
+                    format!("HTTP status {status}")
+                }
+            });
+        return Err(format!("{from}: {why}"));
+    }
+    if body_size > MAX_DOCUMENT_BYTES {
+        return Err(format!(
+            "{from}: the document has {body_size} bytes, more than {MAX_DOCUMENT_BYTES}"
+        ));
+    }
+    let body = host::buffer(BUFFER_HTTP_CALL_RESPONSE_BODY, 0, body_size)
+        .map_err(|s| format!("{from}: cannot read the body (host status {})", s.0))?;
+    FilterConfig::with_fetched(&state.inline, &body).map_err(|e| format!("{from}: {e}"))
+}
+
+fn failed(state: &mut Loading, reason: String) {
+    log(
+        LOG_ERROR,
+        &format!(
+            "grpc-wasm: no configuration yet: {reason}; trying again in {} ms",
+            state.backoff_ms
+        ),
+    );
+    state.reason = reason;
+    state.retry_at_ns = now_nanos().saturating_add(state.backoff_ms * 1_000_000);
+    state.backoff_ms = (state.backoff_ms * 2).min(MAX_BACKOFF_MS);
+}
