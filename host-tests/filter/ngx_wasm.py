@@ -1,0 +1,149 @@
+"""The grpc-wasm filter in Kong's ngx_wasm_module: nginx 1.27.4 built with the
+module on wasmtime (scripts/build-ngx-wasm.sh, cached), configured as the
+README's ngx_wasm_module section says, in front of grpc_pass."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "envoy"))
+from harness import ROOT, WASM, free_port, stop_process  # noqa: E402
+
+BUILD_SCRIPT = os.path.join(ROOT, "scripts", "build-ngx-wasm.sh")
+
+# The README's configuration. The filter's configuration is fetched from a
+# server of this nginx (a directive's parameter holds at most 4 KB); the
+# location clears nginx's unparsed URI so that grpc_pass sends the path the
+# filter set, and sends `te: trailers` (nginx forwards only the client's TE,
+# and a header set by a filter does not count); the body buffers hold what max_request_bytes and
+# max_response_bytes allow.
+CONF = """
+daemon off;
+user root;
+master_process on;
+worker_processes {workers};
+error_log {prefix}/logs/error.log info;
+pid {prefix}/logs/nginx.pid;
+events {{ worker_connections 4096; }}
+wasm {{
+    module grpc_wasm {wasm};
+}}
+http {{
+    access_log off;
+    client_max_body_size 16m;
+    client_body_buffer_size {body_buffer};
+    wasm_response_body_buffers {response_buffers};
+    server {{
+        listen 127.0.0.1:{config_port};
+        location = /grpc-wasm.json {{ alias {prefix}/grpc-wasm.json; }}
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        http2 on;
+        proxy_wasm grpc_wasm '{inline}';
+{locations}
+    }}
+}}
+"""
+
+LOCATION = """        location ^~ {prefix} {{
+            rewrite ^(.*)$ $1 break;
+            grpc_set_header TE trailers;
+            grpc_pass grpc://127.0.0.1:{port};
+        }}
+"""
+
+
+def nginx_binary():
+    """The cached build (about 15 minutes the first time)."""
+    out = subprocess.run([BUILD_SCRIPT], check=True, capture_output=True, text=True, timeout=3600)
+    return out.stdout.strip().splitlines()[-1]
+
+
+class NgxWasm:
+    """nginx + ngx_wasm_module on free loopback ports, with the same face as
+    harness.Envoy (port, post, log, stop). `routes`: (path prefix, name,
+    upstream port); `inline`: a configuration given in the directive itself
+    instead of fetched."""
+
+    def __init__(self, plugin_config, routes, workers=1, inline=None,
+                 body_buffer="16m", response_buffers="8 1m", wait=True):
+        self.port, self.config_port = free_port(), free_port()
+        self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-ngx-")
+        os.makedirs(os.path.join(self.prefix, "logs"))
+        with open(os.path.join(self.prefix, "grpc-wasm.json"), "w") as f:
+            json.dump(plugin_config, f)
+        if inline is None:
+            inline = {"fetch": {"upstream": f"127.0.0.1:{self.config_port}", "path": "/grpc-wasm.json"}}
+        text = json.dumps(inline)
+        assert "'" not in text, "the inline configuration is quoted with '"
+        locations = "".join(LOCATION.format(prefix=p, port=port) for p, _, port in routes)
+        conf = CONF.format(workers=workers, prefix=self.prefix, wasm=WASM, body_buffer=body_buffer,
+                           response_buffers=response_buffers, config_port=self.config_port,
+                           port=self.port, inline=text, locations=locations)
+        self.conf_path = os.path.join(self.prefix, "nginx.conf")
+        with open(self.conf_path, "w") as f:
+            f.write(conf)
+        self.proc = subprocess.Popen([nginx_binary(), "-p", self.prefix, "-c", self.conf_path],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout=30):
+        """Until the filter answers with its configuration loaded: a JSON
+        call to a method no proto defines gets the filter's 404."""
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nginx exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                last = self.post("/grpc_wasm.Probe/Ready", {})
+                if last[0] == 404:
+                    return
+            except (urllib.error.URLError, ConnectionError, OSError) as e:
+                last = e
+            time.sleep(0.1)
+        raise RuntimeError(f"nginx with ngx_wasm_module not ready after {timeout}s ({last}):\n{self.log()}")
+
+    def log(self):
+        try:
+            return open(os.path.join(self.prefix, "logs", "error.log")).read()[-20000:]
+        except OSError:
+            return "(no log)"
+
+    def post(self, path, body, headers=None):
+        """POST JSON; returns (HTTP status, parsed JSON body, headers)."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method="POST",
+                                     headers={"content-type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=20) as r:
+                return r.status, json.loads(r.read() or b"null"), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw), dict(e.headers)
+            except ValueError:
+                return e.code, raw.decode(errors="replace"), dict(e.headers)
+
+    def worker_pids(self):
+        out = subprocess.run(["pgrep", "-f", f"nginx: worker process"], capture_output=True, text=True)
+        master = self.proc.pid
+        pids = []
+        for pid in out.stdout.split():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    if f"PPid:\t{master}\n" in f.read():
+                        pids.append(int(pid))
+            except OSError:
+                pass
+        return pids
+
+    def stop(self):
+        stop_process(self.proc)
