@@ -2,6 +2,7 @@
 Envoy: each answer is a clear status, and the next request on the same
 worker (and the same wasm VM) is served."""
 
+import base64
 import os
 import sys
 import time
@@ -156,6 +157,26 @@ def test_bodies_over_envoys_buffer_name_the_setting(servers):
         assert body["message"] == ("the request body exceeds the proxy's buffer limit (in Envoy, "
                                    "per_connection_buffer_limit_bytes, 1 MiB by default); raise it to at least "
                                    "max_request_bytes (4194304)")
+        assert_serves_small(proxy)
+    finally:
+        proxy.stop()
+
+
+def test_responses_larger_than_envoys_buffer_arrive_whole(servers):
+    """Envoy's default buffer (1 MiB) once cut a larger unary response after
+    its 200; the module holds the body instead, up to max_response_bytes."""
+    config = {"protos": read_protos("testing.proto")}
+    proxy = Envoy(config, [("/", "testing", servers["testing"].port)])
+    try:
+        for size in (1_100_000, 3_000_000):
+            status, body, headers = proxy.post("/grpcwasm.testing.Testing/Large", {"size": size})
+            assert status == 200, proxy.log()
+            assert headers["content-type"] == "application/json"
+            assert len(base64.b64decode(body["payload"])) == size, len(body["payload"])
+        # Past max_response_bytes the body says so (the 200 has left).
+        status, body, _ = proxy.post("/grpcwasm.testing.Testing/Large", {"size": 4_200_000})
+        assert (status, body["code"]) == (200, 8), (str(body)[:300], proxy.log())
+        assert body["message"].endswith("exceeds the limit of 4194304 bytes"), body
         assert_serves_small(proxy)
     finally:
         proxy.stop()

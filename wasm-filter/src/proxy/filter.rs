@@ -42,6 +42,8 @@ struct Stream {
     /// ngx_wasm_module: the reply decided at the response headers, whose
     /// body replaces the first body chunk.
     pending_body: Option<String>,
+    /// A unary response body taken out of the host's buffer so far.
+    held: Vec<u8>,
     /// Callout mode: the call that answers this request.
     call: Option<Call>,
     /// A response streamed message by message: the frames still incomplete.
@@ -89,6 +91,7 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
                 overflowed: false,
                 holding_response: false,
                 pending_body: None,
+                held: Vec::new(),
                 call: None,
                 decoder: None,
                 encoding: Compression::Identity,
@@ -503,10 +506,10 @@ pub extern "C" fn proxy_on_response_body(
         // ngx_wasm_module holds a body once, in buffers of fixed size: a
         // second chunk before the end means they are full (and a second
         // pause would be ignored, letting gRPC bytes through).
-        let host_gave_up = end_of_stream == 0
-            && stream.holding_response
-            && host_kind() == HostKind::NgxWasmModule;
-        if size > stream.config.max_response_bytes || host_gave_up {
+        let ngx = host_kind() == HostKind::NgxWasmModule;
+        let host_gave_up = ngx && end_of_stream == 0 && stream.holding_response;
+        let total = stream.held.len() + size;
+        if total > stream.config.max_response_bytes || host_gave_up {
             // The headers have left, so a local reply is no longer possible:
             // the held body becomes the error.
             let reply = if host_gave_up {
@@ -515,23 +518,27 @@ pub extern "C" fn proxy_on_response_body(
                 transcoder::too_large(
                     &stream.config,
                     "response",
-                    size,
+                    total,
                     stream.config.max_response_bytes,
                 )
             };
             stream.answered = true;
             stream.overflowed = true;
+            stream.held = Vec::new();
             let _ = replace_response_chunk(size, reply.body.as_bytes(), end_of_stream != 0);
             return CONTINUE;
         }
         if end_of_stream == 0 {
+            if !ngx && (!stream.held.is_empty() || first_message_is_large(size)) {
+                return carry_large_response(stream, size);
+            }
             stream.holding_response = true;
             return PAUSE;
         }
         // A gRPC body that ends without trailers: the status is missing, or,
         // on a host that never shows trailers, unknowable: the messages
         // stand (an error sent in trailers after data is lost there).
-        let body = host::buffer(BUFFER_RESPONSE_BODY, 0, size);
+        let body = held_response(stream, size);
         let missing = if host_kind().calls_trailers() {
             Status::new(
                 Code::Internal,
@@ -564,7 +571,7 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
         // stay as the upstream sent them, as with Envoy's own transcoder
         // (HTTP/1.1 clients never see them); changing them would cost a
         // host call per request.
-        let body = host::buffer(BUFFER_RESPONSE_BODY, 0, u32::MAX as usize);
+        let body = held_response(stream, u32::MAX as usize);
         finish(stream, body, status)
     })
 }
@@ -580,6 +587,65 @@ fn remove_status(trailers: &HeaderMap) {
 /// The status of a streamed response. Hosts that let a filter add body at
 /// the trailers get the error as the last line; elsewhere (Envoy) the
 /// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
+/// A unary message larger than this is carried by the module rather than
+/// held in the host's buffer (see `carry_large_response`).
+const LARGE_MESSAGE_BYTES: u64 = 64 * 1024;
+
+/// The length of the first gRPC frame in `body`, once its header is there.
+fn first_frame_len(body: &[u8]) -> Option<u64> {
+    match body.get(1..5) {
+        Some(&[a, b, c, d]) => Some(5 + u64::from(u32::from_be_bytes([a, b, c, d]))),
+        _ => None,
+    }
+}
+
+fn first_message_is_large(size: usize) -> bool {
+    let head = host::buffer(BUFFER_RESPONSE_BODY, 0, size.min(5)).unwrap_or_default();
+    first_frame_len(&head).is_some_and(|len| len > LARGE_MESSAGE_BYTES)
+}
+
+/// Envoy holds a paused body in its connection buffer (1 MiB by default),
+/// and a body written there at the end that outgrows it resets the stream
+/// after its 200: a large unary message is taken out of each chunk into
+/// the module instead (bounded by max_response_bytes), nothing is paused,
+/// and its JSON leaves in the chunk that completes it. A status sent after
+/// it reaches HTTP/2 clients as trailers only.
+fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
+    if let Err(reply) = hold_response_chunk(stream, size) {
+        return answer(stream, &reply);
+    }
+    let complete = first_frame_len(&stream.held).is_some_and(|len| stream.held.len() as u64 >= len);
+    if !complete {
+        return CONTINUE;
+    }
+    // What follows the message is dropped.
+    stream.overflowed = true;
+    let body = std::mem::take(&mut stream.held);
+    finish(stream, Ok(body), Status::ok())
+}
+
+/// Moves a response chunk from the host's buffer into the module.
+fn hold_response_chunk(stream: &mut Stream, size: usize) -> Result<(), Reply> {
+    let failed = |what: &str, s: HostStatus| {
+        internal(&stream.config, &format!("cannot {what} the response body (host status {})", s.0))
+    };
+    let chunk = host::buffer(BUFFER_RESPONSE_BODY, 0, size).map_err(|s| failed("read", s))?;
+    set_buffer(BUFFER_RESPONSE_BODY, size, b"").map_err(|s| failed("take", s))?;
+    stream.held.extend_from_slice(&chunk);
+    Ok(())
+}
+
+/// The whole response body: what the module holds, then what the host does.
+fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus> {
+    let rest = host::buffer(BUFFER_RESPONSE_BODY, 0, size)?;
+    let mut body = std::mem::take(&mut stream.held);
+    if body.is_empty() {
+        return Ok(rest);
+    }
+    body.extend_from_slice(&rest);
+    Ok(body)
+}
+
 fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
     stream.answered = true;
     let end = transcoder::stream_end(&stream.config, status);
