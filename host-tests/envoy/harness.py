@@ -165,19 +165,7 @@ class Envoy:
             return "(no log)"
 
     def post(self, path, body, headers=None):
-        """POST JSON; returns (HTTP status, parsed JSON body, headers)."""
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method="POST",
-                                     headers={"content-type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=20) as r:
-                return r.status, json.loads(r.read() or b"null"), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                return e.code, json.loads(raw), dict(e.headers)
-            except ValueError:
-                return e.code, raw.decode(errors="replace"), dict(e.headers)
+        return post_json(self.port, path, body, headers)
 
     def stop(self):
         stop_process(self.proc)
@@ -193,3 +181,20 @@ def validate(plugin_config):
     proc = subprocess.run([envoy_binary(), "--mode", "validate", "-c", path, "--disable-hot-restart", "-l", "info"],
                           capture_output=True, text=True, timeout=60)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def post_json(port, path, body, headers=None):
+    """POST JSON to a proxy on loopback; returns (HTTP status, parsed JSON
+    body or text, headers)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method="POST",
+                                 headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, json.loads(r.read() or b"null"), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw), dict(e.headers)
+        except ValueError:
+            return e.code, raw.decode(errors="replace"), dict(e.headers)

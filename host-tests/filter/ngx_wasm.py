@@ -9,10 +9,9 @@ import sys
 import tempfile
 import time
 import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "envoy"))
-from harness import ROOT, WASM, free_port, stop_process  # noqa: E402
+from harness import ROOT, WASM, free_port, post_json, stop_process  # noqa: E402
 
 BUILD_SCRIPT = os.path.join(ROOT, "scripts", "build-ngx-wasm.sh")
 
@@ -118,19 +117,7 @@ class NgxWasm:
             return "(no log)"
 
     def post(self, path, body, headers=None):
-        """POST JSON; returns (HTTP status, parsed JSON body, headers)."""
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method="POST",
-                                     headers={"content-type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=20) as r:
-                return r.status, json.loads(r.read() or b"null"), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                return e.code, json.loads(raw), dict(e.headers)
-            except ValueError:
-                return e.code, raw.decode(errors="replace"), dict(e.headers)
+        return post_json(self.port, path, body, headers)
 
     def worker_pids(self):
         out = subprocess.run(["pgrep", "-f", f"nginx: worker process"], capture_output=True, text=True)
