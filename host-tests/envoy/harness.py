@@ -62,7 +62,7 @@ def read_protos(*names):
     return {n: open(os.path.join(PROTOS, n)).read() for n in names}
 
 
-def wasm_filter(plugin_config):
+def wasm_filter(plugin_config, module=WASM):
     return {"name": "envoy.filters.http.wasm", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
         "config": {
@@ -76,7 +76,7 @@ def wasm_filter(plugin_config):
             "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                               "value": json.dumps(plugin_config)},
             "vm_config": {"vm_id": "grpc_wasm", "runtime": "envoy.wasm.runtime.v8",
-                          "code": {"local": {"filename": WASM}}},
+                          "code": {"local": {"filename": module}}},
         }}}
 
 
