@@ -4,6 +4,7 @@ worker (and the same wasm VM) is served."""
 
 import base64
 import os
+import subprocess
 import sys
 import time
 
@@ -102,6 +103,40 @@ def test_a_gzip_bomb_is_resource_exhausted_and_memory_stays_bounded(envoy):
     grown_mb = (rss_kb(envoy) - before) / 1024
     # 300 frames would inflate to 300 MiB; the budget is 4 MiB and its JSON.
     assert grown_mb < 64, f"Envoy grew by {grown_mb:.0f} MiB"
+    assert_still_serves(envoy)
+
+
+def test_a_large_first_message_of_a_stream_keeps_the_rest(servers):
+    # Only a unary answer is carried message-first; a stream's array waits
+    # for all of its messages.
+    config = {"protos": read_protos("testing.proto"), "stream_format": "array"}
+    proxy = Envoy(config, [("/", "rogue", servers["rogue"].port)])
+    try:
+        status, body, _ = proxy.post("/grpcwasm.testing.Testing/StreamThenFail", {},
+                                     {"x-rogue": "large-first-of-three"})
+        assert (status, body) == (200, [{"index": 1}, {"index": 2}, {"index": 3}]), proxy.log()
+    finally:
+        proxy.stop()
+
+
+def test_a_unary_frame_over_the_limit_is_refused_by_its_header(envoy):
+    status, body, _ = envoy.post("/grpcwasm.testing.Testing/Large", {"size": 1}, {"x-rogue": "frame-over-limit"})
+    assert (status, body) == (200, {"code": 8, "details": [],
+                                    "message": "response body of 104857605 bytes exceeds the limit of 4194304 bytes"})
+    assert_still_serves(envoy)
+
+
+def test_a_message_cut_short_by_the_trailers_fails_in_them(envoy):
+    # The message's first bytes have left (nothing is held back), so the
+    # error can only be in the trailers, which HTTP/2 clients get.
+    out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-D", "-", "-o", "/dev/null",
+                          "-H", "content-type: application/json", "-H", "x-rogue: cut-message",
+                          "-d", '{"size": 1}', f"http://127.0.0.1:{envoy.port}/grpcwasm.testing.Testing/Large"],
+                         capture_output=True, text=True, timeout=20)
+    head = out.stdout.lower()
+    assert head.startswith("http/2 200"), out
+    assert "grpc-status: 13" in head, out
+    assert "grpc-message: the upstream ended the response within a message (100005 of 1048581 bytes)" in head, out
     assert_still_serves(envoy)
 
 

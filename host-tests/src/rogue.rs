@@ -6,6 +6,13 @@
 //!   gzip frames, each a `LargeReply` of [`BOMB_MESSAGE`] zero bytes that
 //!   compresses to about a kilobyte, then `grpc-status: 0`: a unary answer
 //!   that inflates to a gigabyte.
+//! - `large-first-of-three`: three messages that read as `Item {index: 1}`,
+//!   `{index: 2}`, `{index: 3}`, the first carrying [`LARGE_UNKNOWN`] bytes
+//!   in a field `Item` does not define; then `grpc-status: 0`.
+//! - `frame-over-limit`: a frame whose header declares [`HUGE_FRAME`] bytes,
+//!   [`CUT_AFTER`] of them, then `grpc-status: 0`.
+//! - `cut-message`: a frame whose header declares a megabyte, [`CUT_AFTER`]
+//!   of it, then `grpc-status: 0`.
 
 use bytes::Bytes;
 use grpc_wasm::framing::{encode_frame, Compression};
@@ -17,6 +24,9 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::pb::grpcwasm::testing::LargeReply;
 use crate::BoxError;
 
+pub const LARGE_UNKNOWN: usize = 100_000;
+pub const HUGE_FRAME: u32 = 100 << 20;
+pub const CUT_AFTER: usize = 100_000;
 pub const BOMB_FRAMES: usize = 300;
 pub const BOMB_MESSAGE: usize = 1 << 20;
 
@@ -74,6 +84,9 @@ async fn answer(
             send.send_data(bomb, false)?;
             send.send_trailers(trailers(0, "")?)?;
         }
+        "large-first-of-three" => send_then_ok(respond, items_with_a_large_first()?)?,
+        "frame-over-limit" => send_then_ok(respond, declared_then_cut(HUGE_FRAME))?,
+        "cut-message" => send_then_ok(respond, declared_then_cut(1 << 20))?,
         other => {
             let head = Response::builder()
                 .status(200)
@@ -85,6 +98,39 @@ async fn answer(
         }
     }
     Ok(())
+}
+
+/// A gRPC 200, `body` as one DATA frame, then `grpc-status: 0`.
+fn send_then_ok(mut respond: SendResponse<Bytes>, body: Vec<u8>) -> Result<(), BoxError> {
+    let head = Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .body(())?;
+    let mut send = respond.send_response(head, false)?;
+    send.send_data(Bytes::from(body), false)?;
+    send.send_trailers(trailers(0, "")?)?;
+    Ok(())
+}
+
+fn items_with_a_large_first() -> Result<Vec<u8>, BoxError> {
+    // Field 1 (index) as a varint, and on the first an unknown field 15 of
+    // LARGE_UNKNOWN bytes.
+    let mut first = vec![0x08, 1, 0x7a];
+    prost::encoding::encode_varint(LARGE_UNKNOWN as u64, &mut first);
+    first.resize(first.len() + LARGE_UNKNOWN, b'x');
+    let mut body = encode_frame(&first, Compression::Identity)?;
+    for index in [2u8, 3] {
+        body.extend(encode_frame(&[0x08, index], Compression::Identity)?);
+    }
+    Ok(body)
+}
+
+/// A frame header declaring `declared` bytes, and only CUT_AFTER of them.
+fn declared_then_cut(declared: u32) -> Vec<u8> {
+    let mut body = vec![0];
+    body.extend(declared.to_be_bytes());
+    body.resize(5 + CUT_AFTER, 0);
+    body
 }
 
 fn trailers(code: u32, message: &str) -> Result<HeaderMap, BoxError> {

@@ -26,8 +26,6 @@ struct Loading {
     fetch: Fetch,
     /// The call in flight.
     token: Option<u32>,
-    /// Why there is no configuration yet, for the 503s.
-    reason: String,
     retry_at_ns: u64,
     backoff_ms: u64,
 }
@@ -41,7 +39,6 @@ thread_local! {
 /// Starts loading `root_id`'s configuration; the first try is at the next
 /// tick.
 pub fn start(root_id: u32, inline: Vec<u8>, fetch: Fetch) {
-    let reason = format!("fetching {}", source(&fetch));
     LOADING.with(|l| {
         l.borrow_mut().insert(
             root_id,
@@ -49,7 +46,6 @@ pub fn start(root_id: u32, inline: Vec<u8>, fetch: Fetch) {
                 inline,
                 fetch,
                 token: None,
-                reason,
                 retry_at_ns: 0,
                 backoff_ms: FIRST_BACKOFF_MS,
             },
@@ -79,13 +75,13 @@ pub fn adopt(context_id: u32, root_id: u32) -> bool {
 /// The answer for a request under a root that has no configuration yet.
 pub fn not_ready(context_id: u32) -> Option<Reply> {
     let root_id = WAITING.with(|w| w.borrow().get(&context_id).copied())?;
-    let reason = LOADING.with(|l| l.borrow().get(&root_id).map(|l| l.reason.clone()))
-        .unwrap_or_else(|| "the configuration was loaded after this request began; retry".into());
-    let status = Status::new(
-        Code::Unavailable,
-        format!("grpc-wasm: the filter's configuration is not loaded yet: {reason}"),
-    );
-    Some(Reply::bare_error(&status))
+    // Why goes to the log only: the source's address is no client's business.
+    let message = if LOADING.with(|l| l.borrow().contains_key(&root_id)) {
+        "grpc-wasm: the filter's configuration is not loaded yet (the proxy's error log says why)"
+    } else {
+        "grpc-wasm: the filter's configuration was loaded after this request began; retry"
+    };
+    Some(Reply::bare_error(&Status::new(Code::Unavailable, message)))
 }
 
 pub fn forget(context_id: u32) {
@@ -116,7 +112,12 @@ pub fn on_tick(root_id: u32) {
 
 /// The answer to a fetch: the finished configuration, or `None` (logged,
 /// and retried later) when the answer does not make one.
-pub fn on_response(root_id: u32, token: u32, body_size: usize) -> Option<FilterConfig> {
+pub fn on_response(
+    root_id: u32,
+    token: u32,
+    body_size: usize,
+    check: impl FnOnce(FilterConfig) -> Result<FilterConfig, String>,
+) -> Option<FilterConfig> {
     LOADING.with(|l| {
         let mut loading = l.borrow_mut();
         let state = loading.get_mut(&root_id)?;
@@ -124,7 +125,9 @@ pub fn on_response(root_id: u32, token: u32, body_size: usize) -> Option<FilterC
             return None;
         }
         state.token = None;
-        match configuration(state, body_size) {
+        let checked = configuration(state, body_size)
+            .and_then(|c| check(c).map_err(|e| format!("{}: {e}", source(&state.fetch))));
+        match checked {
             Ok(config) => {
                 log(
                     LOG_INFO,
@@ -178,7 +181,6 @@ fn failed(state: &mut Loading, reason: String) {
             state.backoff_ms
         ),
     );
-    state.reason = reason;
     state.retry_at_ns = now_nanos().saturating_add(state.backoff_ms * 1_000_000);
     state.backoff_ms = (state.backoff_ms * 2).min(MAX_BACKOFF_MS);
 }

@@ -166,7 +166,7 @@ pub extern "C" fn proxy_on_http_call_response(
     body_size: u32,
     _trailers: u32,
 ) {
-    if let Some(config) = fetch::on_response(root_id, token, body_size as usize) {
+    if let Some(config) = fetch::on_response(root_id, token, body_size as usize, check_host) {
         install(root_id, config);
     }
 }
@@ -210,6 +210,16 @@ pub extern "C" fn proxy_on_request_headers(
                             "a JSON request body is required (use {} for an empty message)",
                         )
                     };
+                    return answer(stream, &Reply::error(&stream.config, &status));
+                }
+                if host_kind() == HostKind::NgxWasmModule && headers.get(ORIGINAL_PATH_HEADER).is_some() {
+                    // nginx forwards every copy of a header, those that
+                    // ngx_wasm_module removed or replaced included: the
+                    // filter's own header cannot be made true there.
+                    let status = Status::new(
+                        Code::InvalidArgument,
+                        format!("{ORIGINAL_PATH_HEADER} is set by the filter, not by clients"),
+                    );
                     return answer(stream, &Reply::error(&stream.config, &status));
                 }
                 if rewrite_request_headers(&headers, &path, &route.method.path()).is_err() {
@@ -416,10 +426,7 @@ fn rewrite_request_headers(
     if !ngx {
         remove.push("content-length");
     }
-    // nginx forwards a request header that ngx_wasm_module removed, so
-    // there a client's own header is overwritten with the truth instead.
-    let forged = ngx && headers.get(ORIGINAL_PATH_HEADER).is_some();
-    let set = if original_path == grpc_path && !forged {
+    let set = if original_path == grpc_path {
         remove.push(ORIGINAL_PATH_HEADER);
         &set[..4]
     } else {
@@ -529,7 +536,11 @@ pub extern "C" fn proxy_on_response_body(
             return CONTINUE;
         }
         if end_of_stream == 0 {
-            if !ngx && (!stream.held.is_empty() || first_message_is_large(size)) {
+            let carried = !stream.held.is_empty()
+                || (!ngx
+                    && stream.route.as_deref().is_some_and(answers_one_message)
+                    && first_message_is_large(size));
+            if carried {
                 return carry_large_response(stream, size);
             }
             stream.holding_response = true;
@@ -571,6 +582,9 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
         // stay as the upstream sent them, as with Envoy's own transcoder
         // (HTTP/1.1 clients never see them); changing them would cost a
         // host call per request.
+        if !stream.held.is_empty() {
+            return cut_large_response(stream, &trailers);
+        }
         let body = held_response(stream, u32::MAX as usize);
         finish(stream, body, status)
     })
@@ -584,9 +598,6 @@ fn remove_status(trailers: &HeaderMap) {
         &["grpc-status", "grpc-message", "grpc-status-details-bin"],
     );
 }
-/// The status of a streamed response. Hosts that let a filter add body at
-/// the trailers get the error as the last line; elsewhere (Envoy) the
-/// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
 /// A unary message larger than this is carried by the module rather than
 /// held in the host's buffer (see `carry_large_response`).
 const LARGE_MESSAGE_BYTES: u64 = 64 * 1024;
@@ -604,6 +615,15 @@ fn first_message_is_large(size: usize) -> bool {
     first_frame_len(&head).is_some_and(|len| len > LARGE_MESSAGE_BYTES)
 }
 
+/// Whether the response is one message (whose JSON is the whole body);
+/// an array of streamed messages is held whole by the host.
+fn answers_one_message(route: &Route) -> bool {
+    matches!(
+        route.method.streaming(),
+        crate::StreamingKind::Unary | crate::StreamingKind::ClientStreaming
+    )
+}
+
 /// Envoy holds a paused body in its connection buffer (1 MiB by default),
 /// and a body written there at the end that outgrows it resets the stream
 /// after its 200: a large unary message is taken out of each chunk into
@@ -614,14 +634,48 @@ fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
     if let Err(reply) = hold_response_chunk(stream, size) {
         return answer(stream, &reply);
     }
-    let complete = first_frame_len(&stream.held).is_some_and(|len| stream.held.len() as u64 >= len);
-    if !complete {
+    let declared = first_frame_len(&stream.held).unwrap_or(0);
+    if declared > stream.config.max_response_bytes as u64 {
+        // Refused by its header, before its bytes are held.
+        let limit = stream.config.max_response_bytes;
+        let reply = transcoder::too_large(&stream.config, "response", declared as usize, limit);
+        stream.answered = true;
+        stream.overflowed = true;
+        stream.held = Vec::new();
+        let _ = replace_response_chunk(0, reply.body.as_bytes(), false);
+        return CONTINUE;
+    }
+    if (stream.held.len() as u64) < declared {
+        // One allocation for the whole message, not a doubling one.
+        stream.held.reserve_exact(declared as usize - stream.held.len());
         return CONTINUE;
     }
     // What follows the message is dropped.
     stream.overflowed = true;
     let body = std::mem::take(&mut stream.held);
     finish(stream, Ok(body), Status::ok())
+}
+
+/// Trailers came before the carried message was complete. Its chunks were
+/// passed on, so the host has no body left to write the error in: the
+/// trailers carry it (HTTP/2 clients see it; others see a short body).
+fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
+    let declared = first_frame_len(&stream.held).unwrap_or(0);
+    let message = format!(
+        "the upstream ended the response within a message ({} of {declared} bytes)",
+        stream.held.len()
+    );
+    stream.answered = true;
+    stream.held = Vec::new();
+    log(LOG_WARN, &format!("grpc-wasm: {message}"));
+    let status = Status::new(Code::Internal, message);
+    let code = status.code.as_i32().to_string();
+    let encoded = status.encoded_message();
+    let set = [("grpc-status", code.as_str()), ("grpc-message", encoded.as_str())];
+    if trailers.edit(MAP_RESPONSE_TRAILERS, &set, &["grpc-status-details-bin"]).is_err() {
+        log(LOG_WARN, "grpc-wasm: the host refused a trailer change");
+    }
+    CONTINUE
 }
 
 /// Moves a response chunk from the host's buffer into the module.
@@ -646,6 +700,9 @@ fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus
     Ok(body)
 }
 
+/// The status of a streamed response. Hosts that let a filter add body at
+/// the trailers get the error as the last line; elsewhere (Envoy) the
+/// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
 fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
     stream.answered = true;
     let end = transcoder::stream_end(&stream.config, status);
@@ -1059,7 +1116,15 @@ fn answer_response(stream: &mut Stream, reply: &Reply, headers: &HeaderMap) -> u
         ("grpc-status", code.as_str()),
         ("grpc-status-name", reply.code.name()),
     ];
-    let remove = ["content-length", "grpc-message", "grpc-status-details-bin", "grpc-encoding"];
+    let remove = [
+        "content-length",
+        "content-encoding",
+        "content-range",
+        "etag",
+        "grpc-message",
+        "grpc-status-details-bin",
+        "grpc-encoding",
+    ];
     if headers.edit(MAP_RESPONSE_HEADERS, &set, &remove).is_err() {
         log(LOG_WARN, "grpc-wasm: the host refused a response header change");
     }
