@@ -103,6 +103,8 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         OK
     })?;
     linker.func_wrap("env", "proxy_grpc_cancel", |mut c: Ctx, token: u32| {
+        // A cancelled call gets no more events, its close included.
+        c.data_mut().release(token);
         c.data_mut()
             .outputs
             .commands
@@ -501,6 +503,7 @@ fn open_call(
     };
     let token = c.data_mut().token();
     if !write_u32(c, token_ptr, token) {
+        c.data_mut().release(token);
         return INVALID_MEMORY_ACCESS;
     }
     c.data_mut().outputs.commands.push(command(token, target));

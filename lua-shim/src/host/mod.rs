@@ -345,6 +345,7 @@ impl ProxyHost {
                     .call(&mut self.store, (root, token, n)))
             }
             GrpcEvent::Close(code, message) => {
+                self.store.data_mut().release(token);
                 self.store.data_mut().grpc_status = (code, message);
                 checked!(self, self.exports
                     .grpc_close

@@ -2,7 +2,7 @@
 //! contexts' headers and bodies, the buffers of the gRPC callback in
 //! progress, and what the module asked for (replies, calls, messages).
 
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use wasmtime::{Memory, TypedFunc};
 
@@ -85,6 +85,9 @@ pub struct HostState {
     pub grpc_status: (u32, Vec<u8>),
     /// Foreign function arguments of the call in progress.
     pub next_token: u32,
+    /// Tokens of the calls and streams not yet closed or cancelled: after
+    /// 2^32 calls the counter wraps, and a stream may still hold an old one.
+    pub live_tokens: HashSet<u32>,
     pub tick_ms: u32,
     /// The module's last error-level log line (a refused configuration).
     pub last_error: String,
@@ -97,9 +100,44 @@ pub struct HostState {
 }
 
 impl HostState {
-    /// Tokens as Envoy numbers them: calls and streams never collide.
+    /// Tokens as Envoy numbers them: calls and streams never collide, and
+    /// a token still held is never handed out again.
     pub fn token(&mut self) -> u32 {
-        self.next_token = self.next_token.wrapping_add(1).max(1);
-        self.next_token
+        loop {
+            self.next_token = self.next_token.wrapping_add(1).max(1);
+            if self.live_tokens.insert(self.next_token) {
+                return self.next_token;
+            }
+        }
+    }
+
+    /// The call or stream `token` ended: its token may be used again.
+    pub fn release(&mut self, token: u32) {
+        self.live_tokens.remove(&token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_skip_zero_and_every_token_still_held_across_the_wrap() {
+        let mut state = HostState {
+            next_token: u32::MAX - 2,
+            ..HostState::default()
+        };
+        let held = state.token();
+        assert_eq!(held, u32::MAX - 1);
+        state.next_token = u32::MAX - 3;
+        // u32::MAX - 2 is free, u32::MAX - 1 is held, then u32::MAX, then 0
+        // is never a token.
+        assert_eq!(state.token(), u32::MAX - 2);
+        assert_eq!(state.token(), u32::MAX);
+        assert_eq!(state.token(), 1);
+        state.release(u32::MAX);
+        state.next_token = u32::MAX - 3;
+        assert_eq!(state.token(), u32::MAX);
+        assert_eq!(state.token(), 2);
     }
 }
