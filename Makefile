@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build test unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
+.PHONY: all deps wasm build build-tests test unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
 
 all: build
 
@@ -24,7 +24,14 @@ build: wasm
 	cargo build --release --workspace --lib --bins --examples
 	cp $(WASM) target/release/grpc_wasm.wasm
 
-test: build
+# Everything `make test` runs, built in one go: with the tests'
+# dev-dependencies cargo resolves features differently from a plain build, so
+# building libs and bins alone first would compile the workspace twice.
+build-tests: wasm
+	cargo build --release --workspace --all-targets
+	cp $(WASM) target/release/grpc_wasm.wasm
+
+test: build-tests
 	$(MAKE) unit differential filter envoy nginx resty-ffi conformance
 
 unit:
