@@ -2,6 +2,7 @@
 what a hostile file, peer or caller can do to a worker."""
 
 import os
+import re
 import shutil
 import sys
 
@@ -145,7 +146,8 @@ def test_results_never_lie(nginx_results):
     assert lines[5] == "failure again: false | FAILED_PRECONDITION (9): stop | 9 FAILED_PRECONDITION", body
     assert lines[6] == "bad proto: false | protos: hardening.proto:3:21: name 'Missing' is not defined | - -", body
     assert lines[7] == "fixed proto: true | nil | - -", body
-    assert lines[8] == 'later call: true {"sleptMillis":"1"}', body
+    # The server reports how long a 0 ms sleep took: a few ms on a busy machine.
+    assert re.fullmatch(r'later call: true \{"sleptMillis":"\d+"\}', lines[8]), body
 
 
 def test_misuse_returns_errors_and_tls_options_never_fall_back_to_plaintext(nginx):
