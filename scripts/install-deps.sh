@@ -18,6 +18,7 @@ for pkg in nginx libnginx-mod-http-lua lua-resty-core lua-cjson; do
   dpkg -s "$pkg" >/dev/null 2>&1 || apt_pkgs+=("$pkg")
 done
 command -v h2load >/dev/null || apt_pkgs+=(nghttp2-client)
+command -v curl >/dev/null || apt_pkgs+=(curl)
 command -v gcc >/dev/null || apt_pkgs+=(gcc)
 if ((${#apt_pkgs[@]})); then
   echo "installing ${apt_pkgs[*]} with apt-get" >&2
