@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build build-tests test unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
+.PHONY: all deps wasm build build-tests test fuzz fuzz-ci unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
 
 all: build
 
@@ -32,10 +32,20 @@ build-tests: wasm
 	cp $(WASM) target/release/grpc_wasm.wasm
 
 test: build-tests
-	$(MAKE) unit differential filter envoy nginx resty-ffi conformance
+	$(MAKE) unit fuzz-ci differential filter envoy nginx resty-ffi conformance
 
 unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
+
+# libFuzzer on the core (wasm-filter/fuzz): every target for FUZZ_SECONDS
+# (default 600) on the hosts' 512 KiB stack; `make test` runs 20 s each,
+# which replays the committed seeds first.
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
+fuzz-ci: deps
+	FUZZ_SECONDS=20 scripts/fuzz.sh
 
 differential:
 	TRANSCODE_BIN=$(CURDIR)/target/release/examples/transcode python3 -m pytest host-tests/differential -q

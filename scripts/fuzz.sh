@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target of wasm-filter/fuzz for FUZZ_SECONDS each
+# (default 600), one after the other, starting from the committed seeds and
+# the local working corpus (which it grows). A crash, a panic, a stack
+# overflow on the hosts' 512 KiB stack, an allocation over 64 MiB, an input
+# slower than 10 s or an RSS over 2 GiB fails the run and leaves the input
+# in wasm-filter/fuzz/artifacts/<target>/.
+#
+# FUZZ_TARGETS="json frames" limits the run to those targets.
+set -euo pipefail
+cd "$(dirname "$0")/../wasm-filter"
+
+seconds="${FUZZ_SECONDS:-600}"
+# -s none: the core is safe Rust, so a sanitizer would only slow it down;
+# -a: debug assertions and overflow checks, so that arithmetic overflow
+# is a crash too.
+flags=(-s none -a)
+cargo +nightly fuzz build "${flags[@]}"
+
+# The harness must catch what it is for: a panic, a stack overflow and a
+# runaway allocation each end its check target with a saved input.
+check="fuzz/target/x86_64-unknown-linux-gnu/release/harness_check"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+for input in panic stack alloc; do
+  printf '%s' "$input" >"$scratch/$input"
+  if "$check" -artifact_prefix="$scratch/crash-" "$scratch/$input" >"$scratch/log" 2>&1 \
+      || ! grep -q 'deadly signal' "$scratch/log"; then
+    cat "$scratch/log" >&2
+    echo "fuzz harness: a $input did not crash the check target" >&2
+    exit 1
+  fi
+done
+
+targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list | grep -vx harness_check)}"
+for target in $targets; do
+  mkdir -p "fuzz/corpus/$target"
+  log="fuzz/corpus/$target.log"
+  echo "fuzz $target: ${seconds} s" >&2
+  if ! cargo +nightly fuzz run "${flags[@]}" "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "fuzz $target FAILED: the input is in wasm-filter/fuzz/artifacts/$target/" >&2
+    exit 1
+  fi
+  # The last status line: executions, coverage, corpus size.
+  grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 | sed "s/^/fuzz $target: /" >&2
+done
