@@ -7,6 +7,11 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
   rustup target add wasm32-wasip1
 fi
 
+# clippy and rustfmt for `make lint` (rustup's default profile has them).
+for component in clippy rustfmt; do
+  rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
+done
+
 apt_pkgs=()
 command -v wasm-opt >/dev/null || apt_pkgs+=(binaryen)
 command -v cmake >/dev/null || apt_pkgs+=(cmake)
@@ -19,6 +24,7 @@ for pkg in nginx libnginx-mod-http-lua lua-resty-core lua-cjson; do
 done
 command -v h2load >/dev/null || apt_pkgs+=(nghttp2-client)
 command -v curl >/dev/null || apt_pkgs+=(curl)
+command -v luacheck >/dev/null || apt_pkgs+=(lua-check)
 command -v gcc >/dev/null || apt_pkgs+=(gcc)
 if ((${#apt_pkgs[@]})); then
   echo "installing ${apt_pkgs[*]} with apt-get" >&2

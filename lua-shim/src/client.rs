@@ -684,7 +684,11 @@ impl Client {
     }
 
     /// `result`, after rebuilding the instance if it was a trap.
-    fn checked<T>(&self, host: &mut ProxyHost, result: Result<T, HostError>) -> Result<T, HostError> {
+    fn checked<T>(
+        &self,
+        host: &mut ProxyHost,
+        result: Result<T, HostError>,
+    ) -> Result<T, HostError> {
         if let Err(e @ HostError::Trap(_)) = &result {
             let woken = self.recover(host, e);
             self.wake(woken);
@@ -697,7 +701,9 @@ impl Client {
     /// replaced by a fresh instance with the same configuration, and every
     /// call it was running ends with INTERNAL. Returns the calls woken.
     fn recover(&self, host: &mut ProxyHost, error: &HostError) -> Vec<u32> {
-        eprintln!("[grpc-wasm] {error}; the module instance is rebuilt and its calls fail with INTERNAL");
+        eprintln!(
+            "[grpc-wasm] {error}; the module instance is rebuilt and its calls fail with INTERNAL"
+        );
         self.abandon_transports();
         let restarted = host.restart().and_then(|()| {
             let config = self.config();
@@ -966,14 +972,21 @@ mod tests {
         let cache = crate::host::cache::default_dir();
         let client = Client::new(&wasm, Some(&cache), Arc::new(|_| {})).expect("the module loads");
         let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos/helloworld.proto");
-        client.load_file(&proto, &[]).expect("helloworld.proto loads");
+        client
+            .load_file(&proto, &[])
+            .expect("helloworld.proto loads");
         Some(client)
     }
 
     /// A call that stays in flight: a stream on a connection no socket feeds.
     fn in_flight(client: &Client, conn: u32) -> u32 {
         client
-            .start(conn, "/helloworld.Greeter/SayHello", None, &CallOptions::default())
+            .start(
+                conn,
+                "/helloworld.Greeter/SayHello",
+                None,
+                &CallOptions::default(),
+            )
             .expect("the call starts")
     }
 
@@ -1030,7 +1043,9 @@ mod tests {
         let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(2 << 20));
         let path = "/helloworld.Greeter/SayHello";
         let options = CallOptions::default();
-        let id = client.start(conn, path, Some(big.as_bytes()), &options).unwrap();
+        let id = client
+            .start(conn, path, Some(big.as_bytes()), &options)
+            .unwrap();
         lock(&client.inner.host).limit_memory(None);
         let lost = "the grpc-wasm module failed (the wasm module trapped: wasm trap: wasm \
                     `unreachable` instruction executed); its instance was rebuilt and this \
@@ -1039,7 +1054,9 @@ mod tests {
         assert_eq!(end(&client, waiting), ("13".to_string(), lost.to_string()));
         assert_eq!(client.next_event(waiting), None);
         // The fresh instance has the protos: the module itself checks this.
-        let later = client.start(conn, path, Some(br#"{"name":5}"#), &options).unwrap();
+        let later = client
+            .start(conn, path, Some(br#"{"name":5}"#), &options)
+            .unwrap();
         let refused = "name: expected string, got number";
         assert_eq!(end(&client, later), ("3".to_string(), refused.to_string()));
         client.close(later);

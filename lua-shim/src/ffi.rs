@@ -97,16 +97,27 @@ fn process() -> Result<Arc<Process>, String> {
     }
 }
 
+/// # Safety
+/// `ptr` is NULL, or addresses `len` readable bytes that stay valid and
+/// unchanged for `'a`.
 unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
     if ptr.is_null() || len == 0 {
         &[]
     } else {
-        std::slice::from_raw_parts(ptr, len)
+        // SAFETY: not NULL, and `len` bytes are readable (this function's contract).
+        unsafe { std::slice::from_raw_parts(ptr, len) }
     }
 }
 
+/// # Safety
+/// `ptr` is NULL or a NUL-terminated string.
 unsafe fn text(ptr: *const c_char) -> Option<String> {
-    (!ptr.is_null()).then(|| CStr::from_ptr(ptr).to_string_lossy().into_owned())
+    (!ptr.is_null()).then(|| {
+        // SAFETY: not NULL, so a NUL-terminated string (this function's contract).
+        unsafe { CStr::from_ptr(ptr) }
+            .to_string_lossy()
+            .into_owned()
+    })
 }
 
 /// The last error of this thread, as a C string (valid until the next call).
@@ -143,10 +154,12 @@ pub unsafe extern "C" fn grpc_wasm_init(
             // it would wait for them.
             std::mem::forget(stale);
         }
-        let module_path = text(module_path).ok_or("no module path")?;
+        // SAFETY: NULL or NUL-terminated, as this function's contract says.
+        let module_path = unsafe { text(module_path) }.ok_or("no module path")?;
         let wasm = std::fs::read(&module_path)
             .map_err(|e| format!("cannot read the wasm module {module_path}: {e}"))?;
-        let socket_dir = text(socket_dir)
+        // SAFETY: as for `module_path`.
+        let socket_dir = unsafe { text(socket_dir) }
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);
         let notifier = Notifier::listen(&socket_dir)
@@ -155,7 +168,9 @@ pub unsafe extern "C" fn grpc_wasm_init(
             let notifier = notifier.clone();
             Arc::new(move |id| notifier.wake(id))
         };
-        let cache = crate::host::cache::resolve(text(cache_dir).as_deref());
+        // SAFETY: as for `module_path`.
+        let cache_dir = unsafe { text(cache_dir) };
+        let cache = crate::host::cache::resolve(cache_dir.as_deref());
         let client = Client::new(&wasm, cache.as_deref(), wake).map_err(|e| e.to_string())?;
         let socket_path = CString::new(notifier.path().to_string_lossy().into_owned())
             .map_err(|e| e.to_string())?;
@@ -190,7 +205,8 @@ pub unsafe extern "C" fn grpc_wasm_ready(out: *mut u32, max: i32) -> i32 {
         if out.is_null() || max <= 0 {
             return Ok(0);
         }
-        let out = std::slice::from_raw_parts_mut(out, max as usize);
+        // SAFETY: not NULL, with room for `max` ids (this function's contract).
+        let out = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
         Ok(p.notifier.drain(out) as i32)
     })
 }
@@ -204,8 +220,11 @@ pub unsafe extern "C" fn grpc_wasm_ready(out: *mut u32, max: i32) -> i32 {
 pub unsafe extern "C" fn grpc_wasm_loadfile(path: *const c_char, include: *const c_char) -> i32 {
     guard(|| {
         let p = process()?;
-        let path = text(path).ok_or("no path")?;
-        let dirs: Vec<PathBuf> = text(include)
+        // SAFETY: NULL or NUL-terminated, as this function's contract says.
+        let path = unsafe { text(path) }.ok_or("no path")?;
+        // SAFETY: as for `path`.
+        let include = unsafe { text(include) };
+        let dirs: Vec<PathBuf> = include
             .unwrap_or_default()
             .lines()
             .filter(|l| !l.is_empty())
@@ -224,8 +243,10 @@ pub unsafe extern "C" fn grpc_wasm_loadfile(path: *const c_char, include: *const
 pub unsafe extern "C" fn grpc_wasm_load_descriptor_set(data: *const u8, len: usize) -> i32 {
     guard(|| {
         let p = process()?;
+        // SAFETY: `data` addresses `len` bytes (this function's contract).
+        let data = unsafe { bytes(data, len) };
         p.client
-            .load_descriptor_set(bytes(data, len))
+            .load_descriptor_set(data)
             .map_err(|e| e.to_string())?;
         Ok(0)
     })
@@ -239,8 +260,9 @@ pub unsafe extern "C" fn grpc_wasm_load_descriptor_set(data: *const u8, len: usi
 pub unsafe extern "C" fn grpc_wasm_set_print_options(json: *const u8, len: usize) -> i32 {
     guard(|| {
         let p = process()?;
-        let options = serde_json::from_slice(bytes(json, len))
-            .map_err(|e| format!("invalid options: {e}"))?;
+        // SAFETY: `json` addresses `len` bytes (this function's contract).
+        let json = unsafe { bytes(json, len) };
+        let options = serde_json::from_slice(json).map_err(|e| format!("invalid options: {e}"))?;
         p.client
             .set_print_options(options)
             .map_err(|e| e.to_string())?;
@@ -281,12 +303,15 @@ unsafe fn connect_args(
     cert: *const c_char,
     key: *const c_char,
 ) -> Result<(String, TlsOptions), String> {
-    let addr = text(addr).ok_or("no address")?;
+    // SAFETY: each is NULL or NUL-terminated (this function's contract).
+    let (addr, host, ca, cert, key) =
+        unsafe { (text(addr), text(host), text(ca), text(cert), text(key)) };
+    let addr = addr.ok_or("no address")?;
     let tls = TlsOptions {
-        host: text(host),
-        ca: text(ca),
-        cert: text(cert),
-        key: text(key),
+        host,
+        ca,
+        cert,
+        key,
     };
     Ok((addr, tls))
 }
@@ -311,7 +336,8 @@ pub unsafe extern "C" fn grpc_wasm_connect(
 ) -> i32 {
     guard(|| {
         let p = process()?;
-        let (addr, tls) = connect_args(addr, host, ca, cert, key)?;
+        // SAFETY: the strings this function's contract promises.
+        let (addr, tls) = unsafe { connect_args(addr, host, ca, cert, key) }?;
         let keepalive = keepalive(keepalive_ms, keepalive_timeout_ms, handshake_timeout_ms);
         let id = p
             .client
@@ -341,7 +367,8 @@ pub unsafe extern "C" fn grpc_wasm_wire_connect(
 ) -> i32 {
     guard(|| {
         let p = process()?;
-        let (addr, tls) = connect_args(addr, host, ca, cert, key)?;
+        // SAFETY: the strings this function's contract promises.
+        let (addr, tls) = unsafe { connect_args(addr, host, ca, cert, key) }?;
         let keepalive = keepalive(keepalive_ms, keepalive_timeout_ms, handshake_timeout_ms);
         let id = p
             .client
@@ -351,8 +378,12 @@ pub unsafe extern "C" fn grpc_wasm_wire_connect(
     })
 }
 
-/// Ids that did not fit the caller's array: they take the notifier's path.
-fn hand_out(p: &Process, woken: Vec<u32>, out: *mut u32, max: i32) -> i32 {
+/// Writes the woken ids to `out`; those that do not fit take the
+/// notifier's path.
+///
+/// # Safety
+/// `out` is NULL or has room for `max` ids.
+unsafe fn hand_out(p: &Process, woken: Vec<u32>, out: *mut u32, max: i32) -> i32 {
     let room = if out.is_null() {
         0
     } else {
@@ -360,7 +391,7 @@ fn hand_out(p: &Process, woken: Vec<u32>, out: *mut u32, max: i32) -> i32 {
     };
     let (now, later) = woken.split_at(woken.len().min(room));
     if !now.is_empty() {
-        // SAFETY: the caller gave room for `max` ids at `out`.
+        // SAFETY: not NULL, so with room for `max` ids (this function's contract).
         let out = unsafe { std::slice::from_raw_parts_mut(out, room) };
         out[..now.len()].copy_from_slice(now);
     }
@@ -385,11 +416,11 @@ pub unsafe extern "C" fn grpc_wasm_wire_input(
 ) -> i32 {
     guard(|| {
         let p = process()?;
-        let woken = p
-            .client
-            .wire_input(conn, bytes(data, len))
-            .map_err(|e| e.to_string())?;
-        Ok(hand_out(&p, woken, out, max))
+        // SAFETY: `data` addresses `len` bytes (this function's contract).
+        let data = unsafe { bytes(data, len) };
+        let woken = p.client.wire_input(conn, data).map_err(|e| e.to_string())?;
+        // SAFETY: `out` has room for `max` ids (this function's contract).
+        Ok(unsafe { hand_out(&p, woken, out, max) })
     })
 }
 
@@ -431,14 +462,16 @@ pub unsafe extern "C" fn grpc_wasm_wire_output(conn: u32, len: *mut usize) -> *c
                 ptr = o.as_ptr();
             }
             if !len.is_null() {
-                *len = o.len();
+                // SAFETY: not NULL, so it points to a usize (this function's contract).
+                unsafe { *len = o.len() };
             }
             Ok::<(), String>(())
         })?;
         Ok(0)
     });
     if rc != 0 && !len.is_null() {
-        *len = 0;
+        // SAFETY: as above.
+        unsafe { *len = 0 };
     }
     ptr
 }
@@ -458,12 +491,14 @@ pub unsafe extern "C" fn grpc_wasm_wire_reset(
 ) -> i32 {
     guard(|| {
         let p = process()?;
-        let reason = text(reason).unwrap_or_else(|| "the connection failed".into());
+        // SAFETY: NULL or NUL-terminated (this function's contract).
+        let reason = unsafe { text(reason) }.unwrap_or_else(|| "the connection failed".into());
         let woken = p
             .client
             .wire_reset(conn, &reason)
             .map_err(|e| e.to_string())?;
-        Ok(hand_out(&p, woken, out, max))
+        // SAFETY: `out` has room for `max` ids (this function's contract).
+        Ok(unsafe { hand_out(&p, woken, out, max) })
     })
 }
 
@@ -491,7 +526,8 @@ pub unsafe extern "C" fn grpc_wasm_wire_tick(
             // SAFETY: the caller gave a writable i64 (checked non-NULL).
             unsafe { next_ms.write(next) };
         }
-        Ok(hand_out(&p, woken, out, max))
+        // SAFETY: `out` has room for `max` ids (this function's contract).
+        Ok(unsafe { hand_out(&p, woken, out, max) })
     })
 }
 
@@ -523,13 +559,21 @@ pub unsafe extern "C" fn grpc_wasm_start(
 ) -> i32 {
     guard(|| {
         let p = process()?;
-        let path = std::str::from_utf8(bytes(path, path_len))
-            .map_err(|_| "the method path is not UTF-8")?;
-        let body = (!body.is_null()).then(|| bytes(body, body_len));
+        // SAFETY: each pointer addresses its length in bytes or is NULL,
+        // and `json_options` is NULL or NUL-terminated (this function's contract).
+        let (path, body, metadata, json_options) = unsafe {
+            (
+                bytes(path, path_len),
+                (!body.is_null()).then(|| bytes(body, body_len)),
+                bytes(metadata, metadata_len),
+                text(json_options),
+            )
+        };
+        let path = std::str::from_utf8(path).map_err(|_| "the method path is not UTF-8")?;
         let options = CallOptions {
             timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
-            metadata: split_pairs(bytes(metadata, metadata_len)),
-            json_options: text(json_options),
+            metadata: split_pairs(metadata),
+            json_options,
         };
         let id = p
             .client
@@ -555,9 +599,11 @@ fn split_pairs(raw: &[u8]) -> Vec<(String, String)> {
 #[no_mangle]
 pub unsafe extern "C" fn grpc_wasm_send(id: u32, json: *const u8, len: usize) -> i32 {
     guard(|| {
+        // SAFETY: `json` addresses `len` bytes (this function's contract).
+        let json = unsafe { bytes(json, len) };
         process()?
             .client
-            .send(id, bytes(json, len))
+            .send(id, json)
             .map_err(|e| e.to_string())?;
         Ok(0)
     })
@@ -642,7 +688,8 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
             }
             None => return Ok(0),
         };
-        out.write(view);
+        // SAFETY: `out` points to an `EventView` (this function's contract).
+        unsafe { out.write(view) };
         Ok(1)
     })
 }

@@ -92,9 +92,14 @@ struct Runtime {
     stopped: AtomicBool,
 }
 
+/// # Safety
+/// `T` is a function pointer type matching the symbol's real signature.
 unsafe fn symbol<T>(name: &CStr) -> Option<T> {
-    let ptr = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
-    (!ptr.is_null()).then(|| std::mem::transmute_copy(&ptr))
+    // SAFETY: a lookup by a NUL-terminated name in the loaded objects.
+    let ptr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    // SAFETY: `T` is a function pointer of the symbol's type (this
+    // function's contract), the same size as the pointer dlsym returned.
+    (!ptr.is_null()).then(|| unsafe { std::mem::transmute_copy(&ptr) })
 }
 
 /// # Safety
@@ -102,9 +107,15 @@ unsafe fn symbol<T>(name: &CStr) -> Option<T> {
 /// is freed after this returns; `tq` is the task queue.
 #[no_mangle]
 pub unsafe extern "C" fn libffi_init(cfg: *mut c_char, tq: *mut c_void) -> c_int {
-    let cfg = (!cfg.is_null()).then(|| CStr::from_ptr(cfg).to_string_lossy().into_owned());
+    let cfg = (!cfg.is_null()).then(|| {
+        // SAFETY: not NULL, so NUL-terminated (this function's contract).
+        unsafe { CStr::from_ptr(cfg) }
+            .to_string_lossy()
+            .into_owned()
+    });
     let tq = Task(tq);
-    let started = catch_unwind(AssertUnwindSafe(|| start(cfg.as_deref(), tq)));
+    // SAFETY: `tq` is lua-resty-ffi's task queue, as `start` requires.
+    let started = catch_unwind(AssertUnwindSafe(|| unsafe { start(cfg.as_deref(), tq) }));
     match started {
         Ok(Ok(())) => 0,
         Ok(Err(message)) => {
@@ -121,12 +132,23 @@ pub unsafe extern "C" fn libffi_init(cfg: *mut c_char, tq: *mut c_void) -> c_int
     }
 }
 
+/// # Safety
+/// `tq` is lua-resty-ffi's task queue for this runtime.
 unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
+    // SAFETY: each field's type is the C signature lua-resty-ffi exports
+    // under that name.
+    let (poll, get_req, respond) = unsafe {
+        (
+            symbol(c"ngx_http_lua_ffi_task_poll"),
+            symbol(c"ngx_http_lua_ffi_get_req"),
+            symbol(c"ngx_http_lua_ffi_respond"),
+        )
+    };
     let abi = Abi {
-        poll: symbol(c"ngx_http_lua_ffi_task_poll")
+        poll: poll
             .ok_or("ngx_http_lua_ffi_task_poll not found (not OpenResty with lua-resty-ffi?)")?,
-        get_req: symbol(c"ngx_http_lua_ffi_get_req").ok_or("ngx_http_lua_ffi_get_req not found")?,
-        respond: symbol(c"ngx_http_lua_ffi_respond").ok_or("ngx_http_lua_ffi_respond not found")?,
+        get_req: get_req.ok_or("ngx_http_lua_ffi_get_req not found")?,
+        respond: respond.ok_or("ngx_http_lua_ffi_respond not found")?,
     };
     let cfg: Value = match cfg {
         Some(text) if !text.trim().is_empty() => {
@@ -139,7 +161,8 @@ unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
         .map(str::to_string)
         .or_else(|| std::env::var("GRPC_WASM_MODULE").ok())
         .ok_or("no module path (cfg.module or GRPC_WASM_MODULE)")?;
-    let wasm = std::fs::read(&module).map_err(|e| format!("cannot read the module {module}: {e}"))?;
+    let wasm =
+        std::fs::read(&module).map_err(|e| format!("cannot read the module {module}: {e}"))?;
     let cache = crate::host::cache::resolve(cfg["cache_dir"].as_str());
     let runtime: Arc<Mutex<Option<Arc<Runtime>>>> = Arc::new(Mutex::new(None));
     let wake = {
@@ -236,7 +259,11 @@ fn expire(rt: Weak<Runtime>) {
             drop(rt.expiry.wait_timeout(parked, wait));
             continue;
         }
-        let tasks: Vec<Task> = due.iter().filter_map(|id| parked.remove(id)).map(|p| p.task).collect();
+        let tasks: Vec<Task> = due
+            .iter()
+            .filter_map(|id| parked.remove(id))
+            .map(|p| p.task)
+            .collect();
         drop(parked);
         for task in tasks {
             task.answer(&rt.abi, 1, WAIT_EXPIRED);
@@ -386,11 +413,16 @@ impl Runtime {
         }
         if !self.client.has_call(id) {
             drop(parked);
-            return task.answer(&self.abi, 1, crate::ClientError::UnknownCall.to_string().as_bytes());
+            return task.answer(
+                &self.abi,
+                1,
+                crate::ClientError::UnknownCall.to_string().as_bytes(),
+            );
         }
         let until = Instant::now() + wait;
         if let Some(old) = parked.insert(id, Parked { task, until }) {
-            old.task.answer(&self.abi, 1, b"another next() replaced this one");
+            old.task
+                .answer(&self.abi, 1, b"another next() replaced this one");
         }
         self.expiry.notify_all();
     }

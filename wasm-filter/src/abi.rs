@@ -71,7 +71,9 @@ pub extern "C" fn grpc_wasm_alloc(len: usize) -> *mut u8 {
 #[no_mangle]
 pub unsafe extern "C" fn grpc_wasm_free(ptr: *mut u8, len: usize) {
     if !ptr.is_null() {
-        drop(Vec::from_raw_parts(ptr, 0, len.max(1)));
+        // SAFETY: `ptr` and `len` come from one `grpc_wasm_alloc`, which
+        // made a `Vec<u8>` of capacity `len.max(1)` (this function's contract).
+        drop(unsafe { Vec::from_raw_parts(ptr, 0, len.max(1)) });
     }
 }
 
@@ -86,7 +88,8 @@ pub unsafe extern "C" fn grpc_wasm_load_proto(
     source: *const u8,
     source_len: usize,
 ) -> u32 {
-    let (name, source) = (bytes(name, name_len), bytes(source, source_len));
+    // SAFETY: each pointer addresses its length in bytes (this function's contract).
+    let (name, source) = unsafe { (bytes(name, name_len), bytes(source, source_len)) };
     run(|state| {
         let name = utf8(name, "file name")?;
         let source = utf8(source, "file source")?;
@@ -110,7 +113,8 @@ pub unsafe extern "C" fn grpc_wasm_proto_imports(
     source: *const u8,
     source_len: usize,
 ) -> u32 {
-    let (name, source) = (bytes(name, name_len), bytes(source, source_len));
+    // SAFETY: each pointer addresses its length in bytes (this function's contract).
+    let (name, source) = unsafe { (bytes(name, name_len), bytes(source, source_len)) };
     run(|_| {
         let name = utf8(name, "file name")?;
         let source = utf8(source, "file source")?;
@@ -150,7 +154,8 @@ pub unsafe extern "C" fn grpc_wasm_json_to_proto(
     json: *const u8,
     json_len: usize,
 ) -> u32 {
-    let (type_name, json) = (bytes(type_name, type_len), bytes(json, json_len));
+    // SAFETY: each pointer addresses its length in bytes (this function's contract).
+    let (type_name, json) = unsafe { (bytes(type_name, type_len), bytes(json, json_len)) };
     run_typed(type_name, |desc, options| {
         json_to_protobuf(desc, json, options)
     })
@@ -167,7 +172,8 @@ pub unsafe extern "C" fn grpc_wasm_proto_to_json(
     message: *const u8,
     message_len: usize,
 ) -> u32 {
-    let (type_name, message) = (bytes(type_name, type_len), bytes(message, message_len));
+    // SAFETY: each pointer addresses its length in bytes (this function's contract).
+    let (type_name, message) = unsafe { (bytes(type_name, type_len), bytes(message, message_len)) };
     run_typed(type_name, |desc, options| {
         protobuf_to_json(desc, message, options).map(String::into_bytes)
     })
@@ -199,11 +205,15 @@ fn run(f: impl FnOnce(&mut State) -> Result<Vec<u8>, String>) -> u32 {
     })
 }
 
+/// # Safety
+/// `ptr` is NULL, or addresses `len` readable bytes of this module's memory
+/// that the host leaves alone for `'a`.
 unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
     if ptr.is_null() || len == 0 {
         &[]
     } else {
-        std::slice::from_raw_parts(ptr, len)
+        // SAFETY: not NULL, and `len` bytes are readable (this function's contract).
+        unsafe { std::slice::from_raw_parts(ptr, len) }
     }
 }
 

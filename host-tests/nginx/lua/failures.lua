@@ -28,7 +28,8 @@ show("deadline", ok, info and info.name, info)
 ngx.say("deadline in time: ", tostring(ngx.now() - started < 1.5))
 
 -- a status with details
-local ok, err, info = conn:unary("/grpcwasm.testing.Testing/Fail", {code = 5, message = "no such book", withDetails = true})
+local ok, err, info = conn:unary("/grpcwasm.testing.Testing/Fail",
+                                 {code = 5, message = "no such book", withDetails = true})
 show("details", ok, err, info)
 ngx.say("details[1]: ", info.details[1]["@type"], " ", info.details[1].reason)
 ngx.say("details[2]: ", info.details[2]["@type"], " ", info.details[2].fieldViolations[1].field)

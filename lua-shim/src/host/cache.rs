@@ -173,11 +173,7 @@ fn open_entry(dir_fd: &OwnedFd, dir: &Path, name: &str) -> Result<Option<File>, 
 /// in the checked directory.
 fn store(dir_fd: &OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = format!("{name}.{}.{:08x}.tmp", std::process::id(), random());
-    let flags = OFlags::WRONLY
-        | OFlags::CREATE
-        | OFlags::EXCL
-        | OFlags::NOFOLLOW
-        | OFlags::CLOEXEC;
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir_fd, tmp.as_str(), flags, Mode::from_raw_mode(0o600))?;
     let written = File::from(fd)
         .write_all(bytes)
@@ -269,7 +265,10 @@ mod tests {
             std::process::id(),
             random()
         ));
-        std::fs::DirBuilder::new().mode(0o700).create(&root).unwrap();
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&root)
+            .unwrap();
         Setup {
             engine: Engine::default(),
             root: tempdir::Dir(root),

@@ -159,10 +159,12 @@ impl ProxyHost {
         state.plugin_config = config.to_vec();
         state.effective = ROOT_ID;
         state.last_error.clear();
-        let ok = checked!(self, self
-            .exports
-            .configure
-            .call(&mut self.store, (ROOT_ID, config.len() as u32)))?;
+        let ok = checked!(
+            self,
+            self.exports
+                .configure
+                .call(&mut self.store, (ROOT_ID, config.len() as u32))
+        )?;
         if ok == 1 {
             Ok(())
         } else {
@@ -178,10 +180,10 @@ impl ProxyHost {
     /// The imports of a `.proto` source, by the module's own parser.
     pub fn proto_imports(&mut self, name: &str, source: &str) -> Result<Vec<String>, HostError> {
         let total = name.len() + source.len();
-        let ptr = checked!(self, self
-            .exports
-            .scratch
-            .call(&mut self.store, total as u32))?;
+        let ptr = checked!(
+            self,
+            self.exports.scratch.call(&mut self.store, total as u32)
+        )?;
         let memory = self
             .store
             .data()
@@ -199,14 +201,8 @@ impl ProxyHost {
             ptr + name.len() as u32,
             source.len() as u32,
         );
-        let code = checked!(self, self
-            .exports
-            .proto_imports
-            .call(&mut self.store, args))?;
-        let packed = checked!(self, self
-            .exports
-            .result
-            .call(&mut self.store, ()))?;
+        let code = checked!(self, self.exports.proto_imports.call(&mut self.store, args))?;
+        let packed = checked!(self, self.exports.result.call(&mut self.store, ()))?;
         let (at, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
         let text = memory
             .data(&self.store)
@@ -250,7 +246,12 @@ impl ProxyHost {
 
     /// Opens HTTP context `id` (from [`ProxyHost::reserve_id`]) with these
     /// request headers; with a body, the request ends with it.
-    pub fn open(&mut self, id: u32, headers: HeaderBlock, body: Option<&[u8]>) -> Result<(), HostError> {
+    pub fn open(
+        &mut self,
+        id: u32,
+        headers: HeaderBlock,
+        body: Option<&[u8]>,
+    ) -> Result<(), HostError> {
         let count = headers.len() as u32;
         self.store.data_mut().http.insert(
             id,
@@ -259,14 +260,19 @@ impl ProxyHost {
                 request_body: Vec::new(),
             },
         );
-        checked!(self, self.exports
-            .context_create
-            .call(&mut self.store, (id, ROOT_ID)))?;
+        checked!(
+            self,
+            self.exports
+                .context_create
+                .call(&mut self.store, (id, ROOT_ID))
+        )?;
         self.store.data_mut().effective = id;
-        let action = checked!(self, self
-            .exports
-            .request_headers
-            .call(&mut self.store, (id, count, 0)))?;
+        let action = checked!(
+            self,
+            self.exports
+                .request_headers
+                .call(&mut self.store, (id, count, 0))
+        )?;
         if action == CONTINUE
             && self
                 .store
@@ -296,9 +302,12 @@ impl ProxyHost {
         http.request_body.extend_from_slice(bytes);
         let size = http.request_body.len() as u32;
         state.effective = id;
-        checked!(self, self.exports
-            .request_body
-            .call(&mut self.store, (id, size, end as u32)))?;
+        checked!(
+            self,
+            self.exports
+                .request_body
+                .call(&mut self.store, (id, size, end as u32))
+        )?;
         Ok(())
     }
 
@@ -310,9 +319,7 @@ impl ProxyHost {
                 let result = done.call(&mut self.store, id);
                 checked!(self, result)?;
             }
-            checked!(self, self.exports
-                .delete
-                .call(&mut self.store, id))?;
+            checked!(self, self.exports.delete.call(&mut self.store, id))?;
             self.store.data_mut().http.remove(&id);
         }
         Ok(())
@@ -326,39 +333,49 @@ impl ProxyHost {
             GrpcEvent::InitialMetadata(map) => {
                 let n = map.len() as u32;
                 self.store.data_mut().grpc_initial = map;
-                checked!(self, self.exports
-                    .grpc_initial
-                    .call(&mut self.store, (root, token, n)))
+                checked!(
+                    self,
+                    self.exports
+                        .grpc_initial
+                        .call(&mut self.store, (root, token, n))
+                )
             }
             GrpcEvent::Message(bytes) => {
                 let n = bytes.len() as u32;
                 self.store.data_mut().grpc_message = bytes;
-                checked!(self, self.exports
-                    .grpc_receive
-                    .call(&mut self.store, (root, token, n)))
+                checked!(
+                    self,
+                    self.exports
+                        .grpc_receive
+                        .call(&mut self.store, (root, token, n))
+                )
             }
             GrpcEvent::TrailingMetadata(map) => {
                 let n = map.len() as u32;
                 self.store.data_mut().grpc_trailing = map;
-                checked!(self, self.exports
-                    .grpc_trailing
-                    .call(&mut self.store, (root, token, n)))
+                checked!(
+                    self,
+                    self.exports
+                        .grpc_trailing
+                        .call(&mut self.store, (root, token, n))
+                )
             }
             GrpcEvent::Close(code, message) => {
                 self.store.data_mut().release(token);
                 self.store.data_mut().grpc_status = (code, message);
-                checked!(self, self.exports
-                    .grpc_close
-                    .call(&mut self.store, (root, token, code)))
+                checked!(
+                    self,
+                    self.exports
+                        .grpc_close
+                        .call(&mut self.store, (root, token, code))
+                )
             }
         }
     }
 
     pub fn tick(&mut self) -> Result<(), HostError> {
         self.store.data_mut().effective = ROOT_ID;
-        checked!(self, self.exports
-            .tick
-            .call(&mut self.store, ROOT_ID))
+        checked!(self, self.exports.tick.call(&mut self.store, ROOT_ID))
     }
 
     /// The tick period the module asked for (0: none).

@@ -166,7 +166,7 @@ pub(super) fn print(
             Some(v) => field.supports_presence() || !is_default(&field, v),
             None => false,
         };
-        if !has && !(options.emit_defaults && !field.supports_presence()) {
+        if !has && (!options.emit_defaults || field.supports_presence()) {
             continue;
         }
         let name = if options.proto_field_names {

@@ -62,7 +62,7 @@ impl<'a> Printer<'a> {
     ) -> Result {
         for field in desc.fields() {
             if !message.has_field(&field)
-                && !(self.options.emit_defaults && !field.supports_presence())
+                && (!self.options.emit_defaults || field.supports_presence())
             {
                 continue;
             }

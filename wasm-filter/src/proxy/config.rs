@@ -213,7 +213,9 @@ impl FilterConfig {
     pub fn from_json(bytes: &[u8]) -> Result<FilterConfig, String> {
         match FilterConfig::load(bytes)? {
             Loaded::Ready(config) => Ok(*config),
-            Loaded::Fetch(_) => Err("fetch: only a proxy-wasm host with HTTP calls can fetch a configuration".into()),
+            Loaded::Fetch(_) => Err(
+                "fetch: only a proxy-wasm host with HTTP calls can fetch a configuration".into(),
+            ),
         }
     }
 
@@ -223,9 +225,12 @@ impl FilterConfig {
         match doc.remove("fetch") {
             None => FilterConfig::from_object(doc).map(|c| Loaded::Ready(Box::new(c))),
             Some(fetch) => {
-                let fetch: Fetch = serde_json::from_value(fetch)
-                    .map_err(|e| format!("fetch: {e}"))?;
-                if !fetch.path.starts_with('/') || fetch.upstream.is_empty() || fetch.timeout_ms == 0 {
+                let fetch: Fetch =
+                    serde_json::from_value(fetch).map_err(|e| format!("fetch: {e}"))?;
+                if !fetch.path.starts_with('/')
+                    || fetch.upstream.is_empty()
+                    || fetch.timeout_ms == 0
+                {
                     return Err("fetch: give \"upstream\", a \"path\" starting with '/', and a timeout_ms of at least 1".into());
                 }
                 Ok(Loaded::Fetch(fetch))
@@ -240,14 +245,18 @@ impl FilterConfig {
         let more = object(fetched).map_err(|e| format!("fetched configuration: {e}"))?;
         for (key, value) in more {
             if doc.contains_key(&key) {
-                return Err(format!("fetched configuration: \"{key}\" is given inline too"));
+                return Err(format!(
+                    "fetched configuration: \"{key}\" is given inline too"
+                ));
             }
             doc.insert(key, value);
         }
         FilterConfig::from_object(doc)
     }
 
-    fn from_object(doc: serde_json::Map<String, serde_json::Value>) -> Result<FilterConfig, String> {
+    fn from_object(
+        doc: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<FilterConfig, String> {
         let raw: RawConfig = serde_json::from_value(serde_json::Value::Object(doc))
             .map_err(|e| format!("invalid plugin configuration: {e}"))?;
         let mut registry = Registry::new().map_err(|e| e.to_string())?;

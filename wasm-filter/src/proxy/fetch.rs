@@ -60,7 +60,10 @@ pub fn start(root_id: u32, inline: Vec<u8>, fetch: Fetch) {
 }
 
 fn source(fetch: &Fetch) -> String {
-    format!("http://{}{} (upstream {})", fetch.authority, fetch.path, fetch.upstream)
+    format!(
+        "http://{}{} (upstream {})",
+        fetch.authority, fetch.path, fetch.upstream
+    )
 }
 
 /// Is `root_id` loading? Then the HTTP context `context_id` waits on it.
@@ -103,7 +106,11 @@ pub fn on_tick(root_id: u32) {
         match host::http_get(&f.upstream, &f.authority, &f.path, f.timeout_ms) {
             Ok(token) => state.token = Some(token),
             Err(s) => {
-                let reason = format!("the host refused the HTTP call to {} (status {})", source(f), s.0);
+                let reason = format!(
+                    "the host refused the HTTP call to {} (status {})",
+                    source(f),
+                    s.0
+                );
                 failed(state, reason);
             }
         }

@@ -19,9 +19,9 @@ use crate::framing::{Compression, FrameDecoder};
 use crate::status::Status;
 
 use super::callout_host::{self, Call};
-use super::fetch;
 use super::config::{FilterConfig, Loaded};
 use super::contract::{HOST_PROPERTY, SHIM_HOST};
+use super::fetch;
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::transcoder::{self, Plan, Reply, Route};
@@ -192,8 +192,16 @@ pub extern "C" fn proxy_on_request_headers(
         ) {
             Plan::PassThrough => CONTINUE,
             Plan::Reply(reply) => answer(stream, &reply),
-            Plan::Transcode(_) if stream.config.callout.is_some() && !host_kind().has_grpc_calls() => {
-                answer(stream, &Reply::error(&stream.config, &Status::new(Code::Unimplemented, NO_GRPC_CALLS)))
+            Plan::Transcode(_)
+                if stream.config.callout.is_some() && !host_kind().has_grpc_calls() =>
+            {
+                answer(
+                    stream,
+                    &Reply::error(
+                        &stream.config,
+                        &Status::new(Code::Unimplemented, NO_GRPC_CALLS),
+                    ),
+                )
             }
             Plan::Transcode(route) if stream.config.callout.is_some() => {
                 start_callout(stream, context_id, route, &headers, end_of_stream != 0)
@@ -212,7 +220,9 @@ pub extern "C" fn proxy_on_request_headers(
                     };
                     return answer(stream, &Reply::error(&stream.config, &status));
                 }
-                if host_kind() == HostKind::NgxWasmModule && headers.get(ORIGINAL_PATH_HEADER).is_some() {
+                if host_kind() == HostKind::NgxWasmModule
+                    && headers.get(ORIGINAL_PATH_HEADER).is_some()
+                {
                     // nginx forwards every copy of a header, those that
                     // ngx_wasm_module removed or replaced included: the
                     // filter's own header cannot be made true there.
@@ -222,7 +232,7 @@ pub extern "C" fn proxy_on_request_headers(
                     );
                     return answer(stream, &Reply::error(&stream.config, &status));
                 }
-                if rewrite_request_headers(&headers, &path, &route.method.path()).is_err() {
+                if rewrite_request_headers(&headers, path, route.method.path()).is_err() {
                     log(
                         LOG_WARN,
                         "grpc-wasm: the host refused a request header change",
@@ -268,10 +278,8 @@ pub extern "C" fn proxy_on_request_body(
             Ok(body) if body.is_empty() && size > 0 => {
                 // The host announced a body it cannot show: nginx wrote it
                 // to a file.
-                let reply = transcoder::host_buffer_full(
-                    &stream.config,
-                    transcoder::NGINX_REQUEST_BUFFER,
-                );
+                let reply =
+                    transcoder::host_buffer_full(&stream.config, transcoder::NGINX_REQUEST_BUFFER);
                 return answer(stream, &reply);
             }
             Ok(body) => body,
@@ -289,7 +297,10 @@ pub extern "C" fn proxy_on_request_body(
                 Ok(()) if host_kind() == HostKind::NgxWasmModule => {
                     let length = frame.len().to_string();
                     if set_header(MAP_REQUEST_HEADERS, "content-length", &length).is_err() {
-                        log(LOG_WARN, "grpc-wasm: the host refused the new content-length");
+                        log(
+                            LOG_WARN,
+                            "grpc-wasm: the host refused the new content-length",
+                        );
                     }
                     CONTINUE
                 }
@@ -333,7 +344,8 @@ pub extern "C" fn proxy_on_response_headers(
             .and_then(Compression::from_header)
             .unwrap_or(Compression::Identity);
         if !is_grpc && http_status == 413 && headers.get("grpc-status").is_none() {
-            let reply = transcoder::host_buffer_full(&stream.config, transcoder::ENVOY_REQUEST_BUFFER);
+            let reply =
+                transcoder::host_buffer_full(&stream.config, transcoder::ENVOY_REQUEST_BUFFER);
             return answer_response(stream, &reply, &headers);
         }
         if headers.get("grpc-status").is_some() || !is_grpc || end_of_stream != 0 {
@@ -647,7 +659,9 @@ fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
     }
     if (stream.held.len() as u64) < declared {
         // One allocation for the whole message, not a doubling one.
-        stream.held.reserve_exact(declared as usize - stream.held.len());
+        stream
+            .held
+            .reserve_exact(declared as usize - stream.held.len());
         return CONTINUE;
     }
     // What follows the message is dropped.
@@ -671,8 +685,14 @@ fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
     let status = Status::new(Code::Internal, message);
     let code = status.code.as_i32().to_string();
     let encoded = status.encoded_message();
-    let set = [("grpc-status", code.as_str()), ("grpc-message", encoded.as_str())];
-    if trailers.edit(MAP_RESPONSE_TRAILERS, &set, &["grpc-status-details-bin"]).is_err() {
+    let set = [
+        ("grpc-status", code.as_str()),
+        ("grpc-message", encoded.as_str()),
+    ];
+    if trailers
+        .edit(MAP_RESPONSE_TRAILERS, &set, &["grpc-status-details-bin"])
+        .is_err()
+    {
         log(LOG_WARN, "grpc-wasm: the host refused a trailer change");
     }
     CONTINUE
@@ -681,7 +701,10 @@ fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
 /// Moves a response chunk from the host's buffer into the module.
 fn hold_response_chunk(stream: &mut Stream, size: usize) -> Result<(), Reply> {
     let failed = |what: &str, s: HostStatus| {
-        internal(&stream.config, &format!("cannot {what} the response body (host status {})", s.0))
+        internal(
+            &stream.config,
+            &format!("cannot {what} the response body (host status {})", s.0),
+        )
     };
     let chunk = host::buffer(BUFFER_RESPONSE_BODY, 0, size).map_err(|s| failed("read", s))?;
     set_buffer(BUFFER_RESPONSE_BODY, size, b"").map_err(|s| failed("take", s))?;
@@ -799,7 +822,6 @@ pub extern "C" fn proxy_on_tick(root_id: u32) {
         });
     }
 }
-
 
 /// What the filter must know about its host, learnt once per VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1126,7 +1148,10 @@ fn answer_response(stream: &mut Stream, reply: &Reply, headers: &HeaderMap) -> u
         "grpc-encoding",
     ];
     if headers.edit(MAP_RESPONSE_HEADERS, &set, &remove).is_err() {
-        log(LOG_WARN, "grpc-wasm: the host refused a response header change");
+        log(
+            LOG_WARN,
+            "grpc-wasm: the host refused a response header change",
+        );
     }
     stream.answered = true;
     stream.pending_body = Some(reply.body.clone());

@@ -129,6 +129,7 @@ extern "C" {
 
 pub fn log(level: u32, message: &str) {
     // Nothing useful can be done if logging itself fails.
+    // SAFETY: every pointer and length comes from a live slice that outlives the call.
     let _ = unsafe { proxy_log(level, message.as_ptr(), message.len()) };
 }
 
@@ -138,13 +139,21 @@ unsafe fn take(ptr: *mut u8, len: usize) -> Vec<u8> {
     if ptr.is_null() || len == 0 {
         Vec::new()
     } else {
-        Vec::from_raw_parts(ptr, len, len)
+        // SAFETY: the host allocated it through `proxy_on_memory_allocate`, a
+        // `Vec<u8>` of exactly `len` bytes, and hands it over (this
+        // function's contract).
+        unsafe { Vec::from_raw_parts(ptr, len, len) }
     }
 }
 
 /// Runs a host call that answers with a buffer through out-parameters;
 /// returns its status and the buffer (taken back into a `Vec`).
-fn with_buffer(call: impl FnOnce(*mut *mut u8, *mut usize) -> u32) -> (u32, Vec<u8>) {
+///
+/// # Safety
+/// `call` writes into its out-parameters only a buffer the host allocated
+/// through `proxy_on_memory_allocate`, or nothing: a proxy-wasm host call
+/// that answers with a buffer.
+unsafe fn with_buffer(call: impl FnOnce(*mut *mut u8, *mut usize) -> u32) -> (u32, Vec<u8>) {
     let (mut ptr, mut len) = (std::ptr::null_mut(), 0usize);
     let status = call(&mut ptr, &mut len);
     // SAFETY: the host wrote a buffer from proxy_on_memory_allocate, or nothing.
@@ -160,8 +169,10 @@ fn check(status: u32) -> Result<(), HostStatus> {
 }
 
 pub fn buffer(kind: u32, start: usize, max: usize) -> Result<Vec<u8>, HostStatus> {
+    // SAFETY: a host call that writes only a buffer it allocated in this
+    // module into the out-parameters, as `with_buffer` requires.
     let (status, bytes) =
-        with_buffer(|ptr, len| unsafe { proxy_get_buffer_bytes(kind, start, max, ptr, len) });
+        unsafe { with_buffer(|ptr, len| proxy_get_buffer_bytes(kind, start, max, ptr, len)) };
     match status {
         STATUS_OK => Ok(bytes),
         STATUS_NOT_FOUND => Ok(Vec::new()),
@@ -171,16 +182,19 @@ pub fn buffer(kind: u32, start: usize, max: usize) -> Result<Vec<u8>, HostStatus
 
 /// Replaces the first `size` bytes of a buffer with `data`.
 pub fn set_buffer(kind: u32, size: usize, data: &[u8]) -> Result<(), HostStatus> {
+    // SAFETY: every pointer and length comes from a live slice that outlives the call.
     check(unsafe { proxy_set_buffer_bytes(kind, 0, size, data.as_ptr(), data.len()) })
 }
 
 pub fn set_header(map: u32, key: &str, value: &str) -> Result<(), HostStatus> {
+    // SAFETY: every pointer and length comes from a live slice that outlives the call.
     check(unsafe {
         proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len())
     })
 }
 
 pub fn remove_header(map: u32, key: &str) -> Result<(), HostStatus> {
+    // SAFETY: every pointer and length comes from a live slice that outlives the call.
     check(unsafe { proxy_remove_header_map_value(map, key.as_ptr(), key.len()) })
 }
 
@@ -194,8 +208,10 @@ pub struct HeaderMap {
 
 impl HeaderMap {
     pub fn read(map: u32) -> HeaderMap {
+        // SAFETY: a host call that writes only a buffer it allocated in this
+        // module into the out-parameters, as `with_buffer` requires.
         let (status, bytes) =
-            with_buffer(|ptr, len| unsafe { proxy_get_header_map_pairs(map, ptr, len) });
+            unsafe { with_buffer(|ptr, len| proxy_get_header_map_pairs(map, ptr, len)) };
         let entries = match status {
             STATUS_OK => pairs::index(&bytes).unwrap_or_default(),
             _ => Vec::new(),
@@ -252,6 +268,7 @@ pub fn ticks(root_id: u32, on: bool) -> Result<(), HostStatus> {
         return Ok(());
     }
     let period = if on { TICK_MS } else { 0 };
+    // SAFETY: plain integers (and locals the host writes once); no memory is shared.
     check(unsafe { proxy_set_tick_period_milliseconds(period) })?;
     TICKING.with(|t| {
         let mut t = t.borrow_mut();
@@ -266,6 +283,7 @@ pub fn ticks(root_id: u32, on: bool) -> Result<(), HostStatus> {
 
 pub fn now_nanos() -> u64 {
     let mut now = 0u64;
+    // SAFETY: plain integers (and locals the host writes once); no memory is shared.
     let _ = unsafe { proxy_get_current_time_nanoseconds(&mut now) };
     now
 }
@@ -273,37 +291,49 @@ pub fn now_nanos() -> u64 {
 /// A host property by its path segments; `None` when the host has none.
 pub fn property(path: &[&str]) -> Option<Vec<u8>> {
     let joined = path.join("\0");
-    let (status, bytes) = with_buffer(|ptr, len| unsafe {
-        proxy_get_property(joined.as_ptr(), joined.len(), ptr, len)
-    });
+    // SAFETY: a host call that writes only a buffer it allocated in this
+    // module into the out-parameters, as `with_buffer` requires.
+    let (status, bytes) = unsafe {
+        with_buffer(|ptr, len| proxy_get_property(joined.as_ptr(), joined.len(), ptr, len))
+    };
     (status == STATUS_OK).then_some(bytes)
 }
 
 /// Makes later calls (replies, headers) act on this HTTP stream; gRPC
 /// callbacks arrive on the root context.
 pub fn set_effective_context(context_id: u32) -> Result<(), HostStatus> {
+    // SAFETY: plain integers (and locals the host writes once); no memory is shared.
     check(unsafe { proxy_set_effective_context(context_id) })
 }
 
 /// Calls a function the host registered under `name`; `Err(HostStatus(1))`
 /// (NotFound) on hosts that have none by that name.
 pub fn call_foreign(name: &str, args: &[u8]) -> Result<Vec<u8>, HostStatus> {
-    let (status, bytes) = with_buffer(|ptr, len| unsafe {
-        proxy_call_foreign_function(
-            name.as_ptr(),
-            name.len(),
-            args.as_ptr(),
-            args.len(),
-            ptr,
-            len,
-        )
-    });
+    // SAFETY: a host call that writes only a buffer it allocated in this
+    // module into the out-parameters, as `with_buffer` requires.
+    let (status, bytes) = unsafe {
+        with_buffer(|ptr, len| {
+            proxy_call_foreign_function(
+                name.as_ptr(),
+                name.len(),
+                args.as_ptr(),
+                args.len(),
+                ptr,
+                len,
+            )
+        })
+    };
     check(status).map(|()| bytes)
 }
 
 /// An HTTP GET through the host; returns its token. The answer arrives in
 /// `proxy_on_http_call_response`.
-pub fn http_get(upstream: &str, authority: &str, path: &str, timeout_ms: u32) -> Result<u32, HostStatus> {
+pub fn http_get(
+    upstream: &str,
+    authority: &str,
+    path: &str,
+    timeout_ms: u32,
+) -> Result<u32, HostStatus> {
     let headers = pairs::serialize(&[
         (":method", "GET"),
         (":path", path),
@@ -356,6 +386,7 @@ pub fn grpc_call(target: &GrpcTarget, message: &[u8], timeout_ms: u64) -> Result
     let (u, s, m) = (target.upstream, target.service, target.method);
     let timeout = u32::try_from(timeout_ms).unwrap_or(u32::MAX).max(1);
     let mut token = 0u32;
+    // SAFETY: every pointer and length comes from a live slice that outlives the call.
     check(unsafe {
         proxy_grpc_call(
             u.as_ptr(),
@@ -381,6 +412,7 @@ pub fn grpc_stream(target: &GrpcTarget) -> Result<u32, HostStatus> {
     let map = target.metadata_map();
     let (u, s, m) = (target.upstream, target.service, target.method);
     let mut token = 0u32;
+    // SAFETY: every pointer and length comes from a live slice that outlives the call.
     check(unsafe {
         proxy_grpc_stream(
             u.as_ptr(),
@@ -398,22 +430,27 @@ pub fn grpc_stream(target: &GrpcTarget) -> Result<u32, HostStatus> {
 }
 
 pub fn grpc_send(token: u32, message: &[u8]) -> Result<(), HostStatus> {
+    // SAFETY: every pointer and length comes from a live slice that outlives the call.
     check(unsafe { proxy_grpc_send(token, message.as_ptr(), message.len(), 0) })
 }
 
 /// Half-closes a stream (the spec's way; an empty message would be a message).
 pub fn grpc_close(token: u32) -> Result<(), HostStatus> {
+    // SAFETY: plain integers (and locals the host writes once); no memory is shared.
     check(unsafe { proxy_grpc_close(token) })
 }
 
 pub fn grpc_cancel(token: u32) -> Result<(), HostStatus> {
+    // SAFETY: plain integers (and locals the host writes once); no memory is shared.
     check(unsafe { proxy_grpc_cancel(token) })
 }
 
 /// The status of the gRPC callback in progress: code and message.
 pub fn grpc_status() -> (u32, String) {
     let mut code = 0u32;
-    let (status, bytes) = with_buffer(|ptr, len| unsafe { proxy_get_status(&mut code, ptr, len) });
+    // SAFETY: a host call that writes the code into `code` and only a buffer
+    // it allocated in this module into the out-parameters (`with_buffer`).
+    let (status, bytes) = unsafe { with_buffer(|ptr, len| proxy_get_status(&mut code, ptr, len)) };
     if status != STATUS_OK {
         return (2, format!("the host gave no status (host status {status})"));
     }
@@ -437,6 +474,7 @@ pub fn send_reply_map(
     body: &str,
     map: &[u8],
 ) -> Result<(), HostStatus> {
+    // SAFETY: every pointer and length comes from a live slice that outlives the call.
     check(unsafe {
         proxy_send_local_response(
             u32::from(http_status),

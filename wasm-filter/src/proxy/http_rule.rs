@@ -103,7 +103,7 @@ impl Template {
     }
 
     /// The variable bindings when `path` (without the query) matches.
-    pub fn matches(&self, path: &str) -> Option<Vec<(Vec<String>, String)>> {
+    pub fn matches(&self, path: &str) -> Option<PathVars> {
         let rest = path.strip_prefix('/')?;
         let (body, verb) = split_verb(rest);
         if verb != self.verb.as_deref() {
@@ -195,6 +195,9 @@ fn percent_decode(text: &str, keep_slash: bool) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The variables a matched path binds: each field path and its text.
+pub type PathVars = Vec<(Vec<String>, String)>;
+
 /// One HTTP binding of a method.
 #[derive(Debug, Clone)]
 pub struct Binding {
@@ -275,7 +278,7 @@ fn collect(
 /// variables, then (unless the body is `*`) the query parameters.
 pub fn request_json(
     binding: &Binding,
-    vars: Vec<(Vec<String>, String)>,
+    vars: PathVars,
     query: &str,
     body: &[u8],
 ) -> Result<Vec<u8>, String> {

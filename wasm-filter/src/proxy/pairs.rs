@@ -157,7 +157,10 @@ pub fn changes<'a>(
     let mut seen = vec![false; set.len()];
     let mut out = Vec::new();
     for (name, value) in entries {
-        if let Some(r) = remove.iter().find(|r| r.as_bytes().eq_ignore_ascii_case(name)) {
+        if let Some(r) = remove
+            .iter()
+            .find(|r| r.as_bytes().eq_ignore_ascii_case(name))
+        {
             if !out.contains(&Change::Remove(r)) {
                 out.push(Change::Remove(r));
             }
@@ -167,10 +170,8 @@ pub fn changes<'a>(
         {
             let (k, v) = set[i];
             // A repeated name: a replace leaves one entry with the value.
-            if seen[i] || value != v.as_bytes() {
-                if !out.contains(&Change::Set(k, v)) {
-                    out.push(Change::Set(k, v));
-                }
+            if (seen[i] || value != v.as_bytes()) && !out.contains(&Change::Set(k, v)) {
+                out.push(Change::Set(k, v));
             }
             seen[i] = true;
         }
@@ -255,8 +256,10 @@ mod tests {
             ]
         );
         // Names match whatever their case, as HTTP/1 hosts keep the client's.
-        let spelled: Vec<(&[u8], &[u8])> =
-            vec![(b"Content-Length", b"3"), (b"Content-Type", b"application/grpc")];
+        let spelled: Vec<(&[u8], &[u8])> = vec![
+            (b"Content-Length", b"3"),
+            (b"Content-Type", b"application/grpc"),
+        ];
         assert_eq!(
             super::changes(
                 spelled.iter().copied(),

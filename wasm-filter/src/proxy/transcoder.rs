@@ -11,7 +11,7 @@ use crate::json::JsonOptions;
 use crate::status::Status;
 
 use super::config::{FilterConfig, StreamFormat};
-use super::http_rule::{request_json, response_part, Binding};
+use super::http_rule::{request_json, response_part, Binding, PathVars};
 
 /// A response the filter writes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,16 +66,13 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub struct Route {
     pub method: Method,
-    pub binding: Option<(Binding, Vec<(Vec<String>, String)>, String)>,
+    pub binding: Option<(Binding, PathVars, String)>,
     /// This request's own JSON options (trusted embedders), else the configuration's.
     pub json: Option<JsonOptions>,
 }
 
 impl Route {
-    fn new(
-        method: Method,
-        binding: Option<(Binding, Vec<(Vec<String>, String)>, String)>,
-    ) -> Route {
+    fn new(method: Method, binding: Option<(Binding, PathVars, String)>) -> Route {
         Route {
             method,
             binding,
@@ -107,6 +104,9 @@ pub fn json_options_from(list: &str) -> Result<JsonOptions, String> {
 }
 
 /// What to do with a request.
+// One per request, moved once: boxing the route would cost an allocation
+// per request to save bytes on the stack.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Plan {
     /// Not ours (already gRPC, or a path that names no method): leave it alone.

@@ -359,9 +359,9 @@ local function run_pump(premature, pump)
         else
             pump.broken = nil
             pump.active = ngx.now()
-            local reader = ngx.thread.spawn(pump_reader, pump, sock)
+            local reading = ngx.thread.spawn(pump_reader, pump, sock)
             local why = pump_writer(pump, sock)
-            ngx.thread.kill(reader)
+            ngx.thread.kill(reading)
             sock:close()
             if pump.closed then
                 return
@@ -676,12 +676,12 @@ function resty_backend.next_event(id, timeout_ms)
     if data:sub(1, 2) == "M\n" then
         return "message", data:sub(3)
     end
-    local status, hlen, at = data:match("^E (%d+) (%d+)\n()")
-    if not status then
+    local http_status, hlen, at = data:match("^E (%d+) (%d+)\n()")
+    if not http_status then
         return nil, "malformed event from the runtime"
     end
     hlen = tonumber(hlen)
-    return "end", data:sub(at + hlen), tonumber(status), data:sub(at, at + hlen - 1)
+    return "end", data:sub(at + hlen), tonumber(http_status), data:sub(at, at + hlen - 1)
 end
 
 function resty_backend.close(id)
@@ -1099,9 +1099,9 @@ local function wait_event(id, timeout_ms)
 end
 
 local function failure(info)
-    local status = cjson.decode(info.body) or {}
-    info.message = status.message or info.body
-    info.details = status.details
+    local decoded = cjson.decode(info.body) or {}
+    info.message = decoded.message or info.body
+    info.details = decoded.details
     return false, info.name .. " (" .. info.code .. "): " .. tostring(info.message), info
 end
 
@@ -1188,13 +1188,13 @@ function Conn:unary(path, message, opts)
             return local_failure(data)
         end
         if kind == "message" then
-            local message, derr = decode_message(data)
-            if not message then
+            local reply, derr = decode_message(data)
+            if not reply then
                 forget(id)
                 return local_failure(derr)
             end
             messages = messages or {}
-            messages[#messages + 1] = message
+            messages[#messages + 1] = reply
         else
             forget(id, true)
             if data.code ~= 0 then
