@@ -6,7 +6,10 @@
 # slower than 10 s or an RSS over 2 GiB fails the run and leaves the input
 # in wasm-filter/fuzz/artifacts/<target>/.
 #
-# FUZZ_TARGETS="json frames" limits the run to those targets.
+# FUZZ_TARGETS="json frames" limits the run to those targets. FUZZ_CI=1 (the
+# short runs in `make test`) starts from the seeds alone with a fixed seed,
+# so that a run depends on the commit only, not on what earlier local runs
+# found.
 set -euo pipefail
 cd "$(dirname "$0")/../wasm-filter"
 
@@ -19,7 +22,8 @@ cargo +nightly fuzz build "${flags[@]}"
 
 # The harness must catch what it is for: a panic, a stack overflow and a
 # runaway allocation each end its check target with a saved input.
-check="fuzz/target/x86_64-unknown-linux-gnu/release/harness_check"
+triple="$(rustc -vV | sed -n 's/^host: //p')"
+check="fuzz/target/$triple/release/harness_check"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 for input in panic stack alloc; do
@@ -33,12 +37,19 @@ for input in panic stack alloc; do
 done
 
 targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list | grep -vx harness_check)}"
+extra=()
 for target in $targets; do
-  mkdir -p "fuzz/corpus/$target"
+  if [[ "${FUZZ_CI:-}" == 1 ]]; then
+    corpus="$scratch/corpus-$target"
+    extra=(-seed=1)
+  else
+    corpus="fuzz/corpus/$target"
+  fi
+  mkdir -p "$corpus" fuzz/corpus
   log="fuzz/corpus/$target.log"
   echo "fuzz $target: ${seconds} s" >&2
-  if ! cargo +nightly fuzz run "${flags[@]}" "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
-      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+  if ! cargo +nightly fuzz run "${flags[@]}" "$target" "$corpus" "fuzz/seeds/$target" -- \
+      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${extra[@]}" >"$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzz $target FAILED: the input is in wasm-filter/fuzz/artifacts/$target/" >&2
     exit 1

@@ -258,6 +258,7 @@ impl Registry {
             if self.pool.get_file_by_name(&name).is_some() {
                 continue;
             }
+            check_syntax(&name, file)?;
             let kept = wire::without_field(file, 9)
                 .map_err(|e| format!("malformed file descriptor: {e}"))?;
             prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut fresh);
@@ -273,9 +274,28 @@ impl Registry {
     }
 }
 
+/// Refuses a `syntax` that prost-reflect does not know: 0.16 panics on one
+/// (labelling its own error indexes past the files it has built) instead
+/// of returning the error, and in the module a panic is a trap.
+fn check_syntax(name: &str, file: &[u8]) -> Result<(), String> {
+    let syntax = wire::records(file, 12).map_err(|e| format!("malformed file descriptor: {e}"))?;
+    match syntax.last() {
+        None => Ok(()),
+        Some(&known) if known == b"proto2" || known == b"proto3" => Ok(()),
+        Some(other) => Err(format!(
+            "{name}: unknown syntax '{}' (expected proto2 or proto3)",
+            String::from_utf8_lossy(other)
+        )),
+    }
+}
+
 /// Just enough wire-format reading to pick files out of a descriptor set.
 mod wire {
     use prost::encoding::{decode_key, decode_varint, WireType};
+
+    /// One record: its field number, the whole record, and the payload of a
+    /// length-delimited field.
+    type Record<'a> = (u32, &'a [u8], Option<&'a [u8]>);
 
     fn skip(wire_type: WireType, buf: &mut &[u8]) -> Result<(), String> {
         let n = match wire_type {
@@ -294,7 +314,7 @@ mod wire {
 
     /// Every record of the message as (field number, whole record, payload
     /// for length-delimited fields).
-    fn each<'a>(mut buf: &'a [u8]) -> Result<Vec<(u32, &'a [u8], Option<&'a [u8]>)>, String> {
+    fn each(mut buf: &[u8]) -> Result<Vec<Record<'_>>, String> {
         let mut out = Vec::new();
         while !buf.is_empty() {
             let start = buf;
@@ -487,5 +507,33 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("invalid file descriptor set: "));
+    }
+
+    /// Found by the `descriptors` fuzz target: prost-reflect panicked on
+    /// these, which in the module is a trap.
+    #[test]
+    fn a_descriptor_set_with_an_unknown_syntax_is_an_error() {
+        let file = |syntax: &[u8]| {
+            let mut file = b"\x0a\x07a.proto\x12\x01a".to_vec();
+            file.extend_from_slice(&[0x62, syntax.len() as u8]);
+            file.extend_from_slice(syntax);
+            let mut set = vec![0x0a, file.len() as u8];
+            set.extend_from_slice(&file);
+            set
+        };
+        for (syntax, shown) in [
+            (&b"prot\x003"[..], "prot\u{0}3"),
+            (b"", ""),
+            (b"editions", "editions"),
+        ] {
+            let mut r = Registry::new().unwrap();
+            assert_eq!(
+                r.add_descriptor_set(&file(syntax)).unwrap_err().to_string(),
+                format!("invalid file descriptor set: a.proto: unknown syntax '{shown}' (expected proto2 or proto3)")
+            );
+        }
+        let mut r = Registry::new().unwrap();
+        r.add_descriptor_set(&file(b"proto3")).unwrap();
+        assert!(r.pool().get_file_by_name("a.proto").is_some());
     }
 }

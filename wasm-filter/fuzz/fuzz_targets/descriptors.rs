@@ -10,8 +10,7 @@
 
 use grpc_wasm::proxy::config::FilterConfig;
 use grpc_wasm::proxy::http_rule::bindings_of;
-use grpc_wasm::Registry;
-use grpc_wasm_fuzz::{header, on_host_stack};
+use grpc_wasm_fuzz::{fresh_registry, header, on_host_stack};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| on_host_stack(data, run));
@@ -20,12 +19,14 @@ fn run(data: &[u8]) {
     let Some(([mode], bytes)) = header::<1>(data) else {
         return;
     };
-    let mut registry = Registry::new().expect("the bundled files compile");
+    let mut registry = fresh_registry();
     let loaded = match mode % 3 {
         0 => registry.add_descriptor_set(bytes).is_ok(),
         1 => {
             let text = String::from_utf8_lossy(bytes);
-            registry.add_sources([("input.proto", text.as_ref())]).is_ok()
+            registry
+                .add_sources([("input.proto", text.as_ref())])
+                .is_ok()
         }
         _ => {
             let _ = FilterConfig::load(bytes);
@@ -39,7 +40,7 @@ fn run(data: &[u8]) {
         let _ = bindings_of(method);
     }
     let set = registry.encode_descriptor_set();
-    let mut again = Registry::new().expect("the bundled files compile");
+    let mut again = fresh_registry();
     if let Err(e) = again.add_descriptor_set(&set) {
         panic!("a loaded registry's own descriptor set does not load: {e}");
     }

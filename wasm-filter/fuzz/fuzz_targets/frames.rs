@@ -53,7 +53,10 @@ fn decode(body: &[u8], chunk: usize, limits: &Limits) -> (Vec<(usize, u64)>, Opt
         loop {
             match decoder.next_message() {
                 Ok(Some(message)) => {
-                    assert!(message.len() <= limits.max_message, "a message over the limit");
+                    assert!(
+                        message.len() <= limits.max_message,
+                        "a message over the limit"
+                    );
                     returned += message.len();
                     if let Some(total) = limits.total {
                         assert!(returned <= total, "messages over the total budget");

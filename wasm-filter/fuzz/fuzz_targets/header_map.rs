@@ -22,15 +22,26 @@ fn run(data: &[u8]) {
         return;
     }
     if !data.is_empty() {
-        assert_eq!(pairs::serialize(&entries), data, "a valid map does not round-trip");
+        assert_eq!(
+            pairs::serialize(&entries),
+            data,
+            "a valid map does not round-trip"
+        );
     }
     for ((key, value), (k, v)) in entries.iter().zip(index.unwrap_or_default()) {
-        assert_eq!((*key, *value), (&data[k], &data[v]), "index points elsewhere");
+        assert_eq!(
+            (*key, *value),
+            (&data[k], &data[v]),
+            "index points elsewhere"
+        );
     }
     let set = [("content-type", "application/grpc"), ("te", "trailers")];
     let changes = pairs::changes(entries.iter().copied(), &set, &["content-length"]);
     for (i, change) in changes.iter().enumerate() {
-        assert!(!changes[..i].contains(change), "a change asked twice: {change:?}");
+        assert!(
+            !changes[..i].contains(change),
+            "a change asked twice: {change:?}"
+        );
         if let Change::Remove(name) = change {
             assert_eq!(*name, "content-length");
         }

@@ -60,7 +60,10 @@ fn message(value: &[u8]) {
 /// Binary metadata decodes, or fails, and re-encodes to what decodes again.
 fn metadata(value: &[u8]) {
     if let Ok(bytes) = decode_binary("x-bin", value) {
-        assert_eq!(decode_binary("x-bin", encode_binary(&bytes).as_bytes()).ok(), Some(bytes));
+        assert_eq!(
+            decode_binary("x-bin", encode_binary(&bytes).as_bytes()).ok(),
+            Some(bytes)
+        );
     }
     let mut map = Metadata::new();
     let _ = map.append_wire("x-fuzz", value);

@@ -20,7 +20,9 @@ fn run(data: &[u8]) {
         return;
     };
     let name = MESSAGE_TYPES[usize::from(pick) % MESSAGE_TYPES.len()];
-    let desc = registry().message(name).expect("the schema has every listed type");
+    let desc = registry()
+        .message(name)
+        .expect("the schema has every listed type");
     let options = json_options(flags);
     let bytes = if flags & 0x20 == 0 {
         match json_to_protobuf(&desc, payload, &options) {
@@ -31,7 +33,10 @@ fn run(data: &[u8]) {
         payload.to_vec()
     };
     let Ok(printed) = protobuf_to_json(&desc, &bytes, &options) else {
-        assert!(flags & 0x20 != 0, "JSON that was accepted does not print: {name}");
+        assert!(
+            flags & 0x20 != 0,
+            "JSON that was accepted does not print: {name}"
+        );
         return;
     };
     let again = json_to_protobuf(&desc, printed.as_bytes(), &options)

@@ -38,8 +38,13 @@ pub fn on_host_stack(data: &[u8], target: fn(&[u8])) {
             .expect("spawning the fuzz worker thread");
         Mutex::new((jobs, finished))
     });
-    let worker = worker.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    worker.0.send((target, data.to_vec())).expect("the fuzz worker is alive");
+    let worker = worker
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    worker
+        .0
+        .send((target, data.to_vec()))
+        .expect("the fuzz worker is alive");
     worker.1.recv().expect("the fuzz worker finished the input");
 }
 
@@ -129,6 +134,14 @@ pub fn registry() -> &'static Registry {
             .expect("schema/fuzz.proto compiles");
         registry
     })
+}
+
+/// An empty registry (the bundled files only), cloned from one built once:
+/// building it compiles the bundled `.proto` files.
+pub fn fresh_registry() -> Registry {
+    static BASE: OnceLock<Registry> = OnceLock::new();
+    BASE.get_or_init(|| Registry::new().expect("the bundled files compile"))
+        .clone()
 }
 
 /// The message types a target can pick with one byte: the schema's
