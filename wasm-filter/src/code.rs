@@ -130,6 +130,21 @@ impl Code {
             _ => Code::Unknown,
         }
     }
+
+    /// The code for a stream the server reset with HTTP/2 error code
+    /// `reason` (RFC 9113, section 7), as gRPC's HTTP/2 protocol spec
+    /// ("Errors") maps them: a refused stream never reached the server and
+    /// may be retried, a cancel is a cancel, and every protocol failure is
+    /// INTERNAL.
+    pub fn from_h2_reset(reason: u32) -> Code {
+        match reason {
+            0x7 => Code::Unavailable,       // REFUSED_STREAM
+            0x8 => Code::Cancelled,         // CANCEL
+            0xb => Code::ResourceExhausted, // ENHANCE_YOUR_CALM
+            0xc => Code::PermissionDenied,  // INADEQUATE_SECURITY
+            _ => Code::Internal,
+        }
+    }
 }
 
 impl fmt::Display for Code {
@@ -160,6 +175,32 @@ mod tests {
         assert_eq!(Code::from_header(b"99"), Some(Code::Unknown));
         assert_eq!(Code::from_header(b"abc"), None);
         assert_eq!(Code::from_header(b"14"), Some(Code::Unavailable));
+    }
+
+    #[test]
+    fn h2_resets_map_as_the_grpc_spec_says() {
+        let codes: Vec<Code> = (0..=0xd).map(Code::from_h2_reset).collect();
+        use Code::*;
+        assert_eq!(
+            codes,
+            [
+                Internal,          // NO_ERROR
+                Internal,          // PROTOCOL_ERROR
+                Internal,          // INTERNAL_ERROR
+                Internal,          // FLOW_CONTROL_ERROR
+                Internal,          // SETTINGS_TIMEOUT
+                Internal,          // STREAM_CLOSED
+                Internal,          // FRAME_SIZE_ERROR
+                Unavailable,       // REFUSED_STREAM
+                Cancelled,         // CANCEL
+                Internal,          // COMPRESSION_ERROR
+                Internal,          // CONNECT_ERROR
+                ResourceExhausted, // ENHANCE_YOUR_CALM
+                PermissionDenied,  // INADEQUATE_SECURITY
+                Internal,          // HTTP_1_1_REQUIRED
+            ]
+        );
+        assert_eq!(Code::from_h2_reset(0xffff), Internal);
     }
 
     #[test]

@@ -54,6 +54,15 @@ impl Status {
         Some(Status { details, ..status })
     }
 
+    /// A call that outlived its deadline, as every host and transport
+    /// reports it.
+    pub fn deadline_exceeded(deadline_ms: u64) -> Status {
+        Status::new(
+            Code::DeadlineExceeded,
+            format!("deadline of {deadline_ms} ms exceeded"),
+        )
+    }
+
     /// The status of an HTTP response that is not gRPC at all.
     pub fn from_http_status(status: u16) -> Status {
         Status::new(

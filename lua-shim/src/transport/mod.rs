@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grpc_wasm::framing::{FrameError, DEFAULT_MAX_MESSAGE_SIZE};
+use grpc_wasm::status::percent_encode;
+use grpc_wasm::{Code, Status};
 use http::uri::PathAndQuery;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -180,6 +182,53 @@ pub struct Upstream {
     pub keepalive: Keepalive,
 }
 
+/// The status of a call that HTTP/2 itself ended, the same on both
+/// transports, as gRPC's HTTP/2 spec has it: a stream the server reset takes
+/// the code its error code maps to ([`Code::from_h2_reset`]); a GOAWAY, a
+/// broken connection or one this side gave up on is UNAVAILABLE, as the call
+/// may never have reached the server; a stream this side reset over the
+/// server's answer (bad headers, a flow-control breach) is INTERNAL: the
+/// connection is fine, and a retry would meet the same answer.
+pub(crate) fn h2_failure(e: &h2::Error) -> Status {
+    match e.reason() {
+        Some(reason) if e.is_reset() && e.is_remote() => Status::new(
+            Code::from_h2_reset(reason.into()),
+            format!("the server reset the stream with {reason:?}"),
+        ),
+        // h2's words carry the GOAWAY's debug data (`too_many_pings`).
+        Some(_) if e.is_go_away() && e.is_remote() => Status::new(
+            Code::Unavailable,
+            format!("the server closed the connection: {e}"),
+        ),
+        Some(_) if e.is_reset() => Status::new(
+            Code::Internal,
+            format!("the server's answer broke HTTP/2: {e}"),
+        ),
+        _ if e.is_io() || e.is_go_away() => {
+            Status::new(Code::Unavailable, format!("the connection failed: {e}"))
+        }
+        _ => Status::new(Code::Internal, format!("HTTP/2: {e}")),
+    }
+}
+
+/// The HTTP/2 or I/O failure under a tonic status, named as the wire
+/// transport names it: tonic calls them all "h2 protocol error: http2
+/// error", and a connection closed mid-body UNKNOWN.
+fn connection_failure(status: &tonic::Status) -> Option<Status> {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return Some(h2_failure(h2));
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            let message = format!("the connection failed: {io}");
+            return Some(Status::new(Code::Unavailable, message));
+        }
+        source = e.source();
+    }
+    None
+}
+
 /// hyper reports a PING without an answer as "http2 error"; the cause,
 /// deeper in the error's chain, says what happened.
 fn keepalive_timed_out(status: &tonic::Status) -> bool {
@@ -249,6 +298,9 @@ fn report_failure(sink: &Sink, token: u32, status: &tonic::Status, keepalive: &K
         let close = GrpcEvent::Close(tonic::Code::Unavailable as u32, raw_message(&message));
         return sink(token, vec![close]);
     }
+    if let Some(failure) = connection_failure(status) {
+        return sink(token, vec![close_with(&failure)]);
+    }
     use base64::Engine;
     let encoded = (!status.details().is_empty())
         .then(|| base64::engine::general_purpose::STANDARD_NO_PAD.encode(status.details()));
@@ -267,10 +319,19 @@ fn report_failure(sink: &Sink, token: u32, status: &tonic::Status, keepalive: &K
 
 /// tonic decodes `grpc-message`; the module expects it as it was on the wire.
 fn raw_message(message: &str) -> Vec<u8> {
-    const ENCODE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
-    percent_encoding::utf8_percent_encode(message, ENCODE)
-        .to_string()
-        .into_bytes()
+    percent_encode(message).into_bytes()
+}
+
+/// A status as a close event carries it: the code, and `grpc-message` as
+/// it goes on the wire.
+pub(crate) fn wire_status(status: &Status) -> (u32, Vec<u8>) {
+    (status.code as u32, status.encoded_message().into_bytes())
+}
+
+/// The close event for a status this side decided.
+pub(crate) fn close_with(status: &Status) -> GrpcEvent {
+    let (code, message) = wire_status(status);
+    GrpcEvent::Close(code, message)
 }
 
 /// A unary call with its deadline, enforced here as well as sent. It goes
@@ -344,21 +405,18 @@ pub fn unary(
             Ok(Err(status))
                 if status.code() == tonic::Code::Cancelled && started.elapsed() >= timeout =>
             {
-                deadline_exceeded(&sink, token)
+                deadline_exceeded(&sink, token, timeout)
             }
             Ok(Err(status)) => report_failure(&sink, token, &status, &upstream.keepalive),
-            Err(_) => deadline_exceeded(&sink, token),
+            Err(_) => deadline_exceeded(&sink, token, timeout),
         }
     })
     .abort_handle()
 }
 
-fn deadline_exceeded(sink: &Sink, token: u32) {
-    let close = GrpcEvent::Close(
-        tonic::Code::DeadlineExceeded as u32,
-        b"deadline exceeded".to_vec(),
-    );
-    sink(token, vec![close]);
+fn deadline_exceeded(sink: &Sink, token: u32, timeout: Duration) {
+    let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    sink(token, vec![close_with(&Status::deadline_exceeded(ms))]);
 }
 
 /// A stream: messages go out as the module sends them; dropping the sender
@@ -465,7 +523,9 @@ mod tests {
             let (token, events) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
             assert_eq!(token, 7);
             match &events[..] {
-                [GrpcEvent::Close(4, message)] => assert_eq!(message, b"deadline exceeded"),
+                [GrpcEvent::Close(4, message)] => {
+                    assert_eq!(message, b"deadline of 100 ms exceeded")
+                }
                 other => panic!("{other:?}"),
             }
         }

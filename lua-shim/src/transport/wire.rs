@@ -40,7 +40,6 @@ type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 const CONNECTION: u32 = 0;
 const UNAVAILABLE: u32 = 14;
 const INTERNAL: u32 = 13;
-const CANCELLED: u32 = 1;
 /// Why a TLS connection fails when its server goes on after closing it.
 const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
 /// Bytes of small-DATA-frame overhead h2 accepts before the call tasks
@@ -679,12 +678,10 @@ fn pairs(headers: &http::HeaderMap) -> HeaderBlock {
 /// The gRPC status a response ends with: from its trailers, or from its
 /// headers (trailers-only).
 fn status_of(headers: &http::HeaderMap) -> Option<(u32, Vec<u8>)> {
-    let code = headers.get("grpc-status")?.to_str().ok()?.parse().ok()?;
-    let message = headers
-        .get("grpc-message")
-        .map(|v| v.as_bytes().to_vec())
-        .unwrap_or_default();
-    Some((code, message))
+    let value = |name: &str| headers.get(name).map(|v| v.as_bytes());
+    let status =
+        grpc_wasm::Status::from_header_values(value("grpc-status"), value("grpc-message"), None)?;
+    Some(super::wire_status(&status))
 }
 
 /// A call's request half: the messages its outbox gets, then the end.
@@ -735,14 +732,7 @@ async fn run_call(
     events: &Events,
 ) -> Vec<GrpcEvent> {
     let Call { token, unary, .. } = *call;
-    let failed = |e: h2::Error| {
-        let code = if e.is_reset() && e.reason() == Some(h2::Reason::CANCEL) {
-            CANCELLED
-        } else {
-            UNAVAILABLE
-        };
-        vec![close(code, &e.to_string())]
-    };
+    let failed = |e: h2::Error| vec![super::close_with(&super::h2_failure(&e))];
     if let Err(e) = std::future::poll_fn(|cx| send.poll_ready(cx)).await {
         return failed(e);
     }

@@ -82,9 +82,9 @@ pub fn call_metadata<'a>(
 
 /// The status a host reported when a call failed. Envoy appends its
 /// response details in braces (`...{upstream_reset_before_response_started}`),
-/// which is noise to a client: it is cut. Envoy also reports an expired
-/// deadline as UNAVAILABLE; when the deadline has passed, that is
-/// DEADLINE_EXCEEDED.
+/// which is noise to a client: it is cut. Envoy reports an expired
+/// deadline as UNAVAILABLE, and a server may reset a call at its deadline
+/// with CANCEL; once the deadline has passed, either is DEADLINE_EXCEEDED.
 pub fn closed_status(code: u32, message: &str, elapsed_ms: u64, deadline_ms: u64) -> Status {
     let code = i32::try_from(code)
         .map(Code::from_i32)
@@ -95,11 +95,12 @@ pub fn closed_status(code: u32, message: &str, elapsed_ms: u64, deadline_ms: u64
     // Host timers may fire a little early by the module's clock: 5% slack.
     let expired =
         elapsed_ms.saturating_add(deadline_ms / 20) >= deadline_ms || message == ENVOY_TIMEOUT;
-    if code == Code::Unavailable && expired {
-        return Status::new(
-            Code::DeadlineExceeded,
-            format!("deadline of {deadline_ms} ms exceeded ({message})"),
-        );
+    if matches!(code, Code::Unavailable | Code::Cancelled) && expired {
+        let expired = Status::deadline_exceeded(deadline_ms);
+        return Status {
+            message: format!("{} ({message})", expired.message),
+            ..expired
+        };
     }
     if code == Code::Ok {
         // A close without a failure, yet no message arrived.
@@ -419,6 +420,17 @@ mod tests {
         assert_eq!(
             closed_status(5, "no {such} book", 0, 10),
             Status::new(Code::NotFound, "no {such} book")
+        );
+        assert_eq!(
+            closed_status(1, "the server reset the stream with CANCEL", 1000, 1000),
+            Status::new(
+                Code::DeadlineExceeded,
+                "deadline of 1000 ms exceeded (the server reset the stream with CANCEL)"
+            )
+        );
+        assert_eq!(
+            closed_status(1, "the server reset the stream with CANCEL", 10, 1000),
+            Status::new(Code::Cancelled, "the server reset the stream with CANCEL")
         );
         assert_eq!(closed_status(99, "x", 0, 10).code, Code::Unknown);
         assert_eq!(closed_status(0, "", 0, 10).code, Code::Internal);

@@ -351,11 +351,11 @@ pub fn expire(config: &FilterConfig, call: &mut Call) -> Option<Reply> {
     if call.token == 0 || context_of(call.token).is_none() || elapsed_ms(call) < call.deadline_ms {
         return None;
     }
-    let status = Status::new(
-        Code::DeadlineExceeded,
-        format!("deadline of {} ms exceeded", call.deadline_ms),
-    );
-    Some(fail(config, call, status))
+    Some(fail(
+        config,
+        call,
+        Status::deadline_exceeded(call.deadline_ms),
+    ))
 }
 
 /// The HTTP stream ended first: the host would let the call run on.

@@ -1,0 +1,56 @@
+-- Calls for the fault tests (test_faults.py), on conns this worker keeps by
+-- name across requests. ?name=&addr=&transport= pick the conn; then
+--   do=sleep&ms=&timeout=       one Testing.Sleep call
+--   do=inflight&n=&ms=&timeout= n Sleep calls in flight at once
+-- Each call is counted by its outcome, "ok" or the status name; the answer
+-- is "<outcome>=<count> ... | <slowest call in ms> | <first error>", with
+-- status 500 when a call failed and the request asked for &strict=1.
+local env = require("testenv")
+local kept_conns = require("kept_conns")
+
+local args = ngx.req.get_uri_args()
+local conn, err = kept_conns.get(args, env.protos .. "/testing.proto")
+if not conn then
+    ngx.say("connect failed | 0 | ", err)
+    return
+end
+
+local counts, slowest, first_error = {}, 0, nil
+local function one()
+    ngx.update_time()
+    local started = ngx.now()
+    local ok, res, info = conn:unary("/grpcwasm.testing.Testing/Sleep", { millis = tonumber(args.ms) or 0 },
+                                     { timeout = tonumber(args.timeout) })
+    ngx.update_time()
+    slowest = math.max(slowest, math.floor((ngx.now() - started) * 1000 + 0.5))
+    local outcome = ok and "ok" or (info and info.name or "FAILED")
+    counts[outcome] = (counts[outcome] or 0) + 1
+    if not ok then
+        first_error = first_error or res
+    end
+end
+
+if args["do"] == "inflight" then
+    local threads = {}
+    for i = 1, tonumber(args.n) do
+        threads[i] = ngx.thread.spawn(one)
+    end
+    for i = 1, #threads do
+        ngx.thread.wait(threads[i])
+    end
+else
+    one()
+end
+
+if args.strict and counts.ok ~= (tonumber(args.n) or 1) then
+    ngx.status = 500
+end
+local names = {}
+for name in pairs(counts) do
+    names[#names + 1] = name
+end
+table.sort(names)
+for i, name in ipairs(names) do
+    names[i] = name .. "=" .. counts[name]
+end
+ngx.say(table.concat(names, " "), " | ", slowest, " | ", first_error or "")

@@ -1,0 +1,186 @@
+"""Faults under the Lua shim in real nginx (issue 13): upstreams that break
+HTTP/2 itself, an upstream killed and restarted under 100 calls in flight,
+and a reload of nginx in the middle of traffic. Every call ends with a clear
+status within its deadline, the worker does not spin while it waits, and
+the next calls succeed once the server is back."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from nginx_harness import BIN, PROTOS, Nginx, free_port  # noqa: E402
+from raw_h2 import RawH2  # noqa: E402
+from test_nginx import check_log  # noqa: E402
+
+TRANSPORTS = ["cosocket", "runtime"]
+
+
+@pytest.fixture(scope="module")
+def nginx():
+    proxy = Nginx({"protos": PROTOS}, workers=1)
+    # The worker's first call loads the module: not a cost to measure.
+    calls(proxy, name="warm-up", addr="127.0.0.1:1", ms=0, timeout=100)
+    yield proxy
+    proxy.stop()
+    check_log(proxy)
+
+
+def worker_pids(proxy):
+    """The master's children (its workers), from /proc: no procps needed."""
+    pid = proxy.proc.pid
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(child) for child in f.read().split()]
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def calls(proxy, **args):
+    """(counts by outcome, slowest ms, first error) of a faults.lua request."""
+    status, body = proxy.get("/t/faults?" + urllib.parse.urlencode(args), timeout=60)
+    assert status == 200, body + proxy.log()[-3000:]
+    counts, slowest, error = body.rstrip("\n").split(" | ")
+    return dict(kv.split("=") for kv in counts.split()), int(slowest), error
+
+
+# What each broken server must give, the same on both transports: the
+# status gRPC's HTTP/2 spec prescribes, and the start of its message.
+RESET = "the server reset the stream with "
+DEADLINE = "DEADLINE_EXCEEDED (4): deadline of 1000 ms exceeded"
+BROKEN = {
+    "http1": "UNAVAILABLE (14): the connection failed: connection error detected: frame with invalid size",
+    "goaway": "UNAVAILABLE (14): the server closed the connection",
+    "reset:REFUSED_STREAM": "UNAVAILABLE (14): " + RESET + "REFUSED_STREAM",
+    "reset:CANCEL": "CANCELLED (1): " + RESET + "CANCEL",
+    "reset:ENHANCE_YOUR_CALM": "RESOURCE_EXHAUSTED (8): " + RESET + "ENHANCE_YOUR_CALM",
+    "reset:INTERNAL_ERROR": "INTERNAL (13): " + RESET + "INTERNAL_ERROR",
+    # The connection broke mid-response: the words are the transport's.
+    "partial": "UNAVAILABLE (14): the connection failed: ",
+    "silent": DEADLINE,
+    "stalled": DEADLINE,
+}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("mode", list(BROKEN))
+def test_a_server_that_breaks_http2_gets_a_clear_status_without_a_spin(nginx, mode, transport):
+    server = RawH2(mode)
+    try:
+        (worker,) = worker_pids(nginx)
+        before = cpu_seconds(worker)
+        counts, slowest, error = calls(nginx, name=f"{mode}-{transport}", addr=server.addr,
+                                       transport=transport, ms=0, timeout=1000)
+        spent = cpu_seconds(worker) - before
+    finally:
+        server.stop()
+    print(f"{mode} {transport}: {counts} in {slowest} ms, {spent:.2f} s CPU: {error}")
+    expected = BROKEN[mode]
+    assert counts == {expected.split(" ")[0]: "1"}, (counts, error)
+    assert error.startswith(expected), error
+    assert slowest < 1500
+    # Waiting costs nothing: a spinning worker would burn the whole second.
+    assert spent < 0.3, spent
+
+
+def start_server(port):
+    """testing-server on a port of our choosing, so that it can come back there."""
+    proc = subprocess.Popen([os.path.join(BIN, "testing-server"), "--addr", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("listening on"), proc.stderr.read()
+    return proc
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_hundred_calls_in_flight_when_the_server_dies_and_the_next_when_it_is_back(nginx, transport):
+    port = free_port()
+    server = start_server(port)
+    conn = dict(name=f"restart-{transport}", addr=f"127.0.0.1:{port}", transport=transport)
+    result = {}
+    try:
+        assert calls(nginx, **conn, ms=0, timeout=2000)[0] == {"ok": "1"}
+        thread = threading.Thread(target=lambda: result.update(
+            r=calls(nginx, **conn, do="inflight", n=100, ms=5000, timeout=8000)))
+        thread.start()
+        time.sleep(0.5)
+        server.kill()
+        killed = time.time()
+        server.wait()
+        thread.join(timeout=30)
+        failed_after = time.time() - killed
+        server = start_server(port)
+        back = time.time()
+        # The first call after the server's return may still meet the dead
+        # connection; within a second one must succeed.
+        outcomes = []
+        while time.time() - back < 1.0:
+            counts, _, error = calls(nginx, **conn, ms=0, timeout=500)
+            outcomes.append((counts, error))
+            if counts == {"ok": "1"}:
+                break
+            time.sleep(0.05)
+        recovered = time.time() - back
+    finally:
+        server.kill()
+    counts, slowest, error = result["r"]
+    print(f"{transport}: {counts}, all failed {failed_after:.2f} s after the kill; back in {recovered:.2f} s "
+          f"after {len(outcomes)} calls; {error}")
+    assert counts == {"UNAVAILABLE": "100"}, (counts, error)
+    # Each failed when its connection did, long before its 8 s deadline.
+    assert failed_after < 2.0 and slowest < 3000, (failed_after, slowest)
+    assert outcomes[-1][0] == {"ok": "1"}, outcomes
+
+
+@pytest.mark.skipif(not shutil.which("h2load"), reason="h2load (nghttp2-client) is not installed")
+def test_a_reload_in_the_middle_of_traffic_fails_nothing(nginx):
+    port = free_port()
+    server = start_server(port)
+    conn = dict(name="reload", addr=f"127.0.0.1:{port}", transport="cosocket")
+    try:
+        assert calls(nginx, **conn, ms=0, timeout=2000)[0] == {"ok": "1"}
+        (old_worker,) = worker_pids(nginx)
+        slow = {}
+        # A call that is still running when the reload comes: its old
+        # worker finishes it before it exits.
+        thread = threading.Thread(target=lambda: slow.update(r=calls(nginx, **conn, ms=1500, timeout=5000)))
+        thread.start()
+        url = f"http://127.0.0.1:{nginx.port}/t/faults?" + urllib.parse.urlencode(dict(conn, ms=0, timeout=2000, strict=1))
+        load = subprocess.Popen(["h2load", "--h1", "-D", "3", "-c", "20", url], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        nginx.proc.send_signal(signal.SIGHUP)
+        out = load.communicate(timeout=60)[0]
+        thread.join(timeout=30)
+        # The old worker ends by itself once its requests are done: nothing
+        # of the shim (timers, the reader cosocket, runtime threads) holds it.
+        deadline = time.time() + 10
+        while os.path.exists(f"/proc/{old_worker}") and time.time() < deadline:
+            time.sleep(0.1)
+        old_gone = not os.path.exists(f"/proc/{old_worker}")
+        after = calls(nginx, **conn, ms=0, timeout=2000)
+    finally:
+        server.kill()
+    print(re.search(r"requests: .*", out).group(0), "| slow call:", slow.get("r"))
+    done = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
+    assert done, out
+    total, finished, succeeded, failed, errored = map(int, done.groups())
+    # A keep-alive connection an old worker closes as it shuts down may
+    # take one request down with it (at most one per client connection);
+    # every request that got an answer got a 2xx.
+    assert total > 100 and errored <= 20 and failed == errored, out
+    assert "status codes: " in out and re.search(r"status codes: \d+ 2xx, 0 3xx, 0 4xx, 0 5xx", out), out
+    assert slow["r"][0] == {"ok": "1"}, slow
+    assert old_gone, f"the old worker {old_worker} still runs 10 s after the reload"
+    assert after[0] == {"ok": "1"}, after

@@ -1,0 +1,129 @@
+"""A gRPC server that breaks HTTP/2 itself, below what any gRPC library can be
+made to do, written straight on TCP sockets: it answers every request on a
+listener the same way, chosen by `mode`:
+
+- `mute`: the TCP connection is taken, and not a byte read or written;
+- `http1`: an HTTP/1.1 error page in answer to the client's preface;
+- `goaway`: the handshake, then a GOAWAY that refuses the first request;
+- `reset:<code>`: the handshake, then RST_STREAM with that HTTP/2 error
+  code for each request;
+- `partial`: a gRPC 200 and a frame declaring 10 bytes, 3 of them, then the
+  connection closes;
+- `silent`: the handshake, then nothing: requests are read and never
+  answered;
+- `stalled`: the handshake and a gRPC 200 to each request, then nothing,
+  and the connection is no longer read (a peer stuck mid-response).
+
+Request headers are never decoded: every request gets the same answer."""
+
+import socket
+import struct
+import threading
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
+END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
+# HPACK: ":status: 200" from the static table, then content-type (static
+# name 31) as a literal that is not indexed.
+GRPC_200 = b"\x88" + b"\x0f\x10" + bytes([16]) + b"application/grpc"
+
+# RFC 9113 error codes by name, for `reset:<name>`.
+ERROR_CODES = {"NO_ERROR": 0, "PROTOCOL_ERROR": 1, "INTERNAL_ERROR": 2, "REFUSED_STREAM": 7,
+               "CANCEL": 8, "ENHANCE_YOUR_CALM": 11}
+
+
+def frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+class RawH2:
+    def __init__(self, mode):
+        self.mode = mode
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(256)
+        self.addr = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.conns = []
+        self.stopped = threading.Event()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    def stop(self):
+        """Ends every connection now: a shutdown, as a reader's file object
+        keeps a closed socket open, and the accept loop wakes only so."""
+        self.stopped.set()
+        for sock in [self.listener] + self.conns:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def serve(self, conn):
+        try:
+            self.converse(conn)
+        except OSError:
+            pass
+
+    def converse(self, conn):
+        if self.mode == "mute":
+            self.stopped.wait()
+            return
+        if self.mode == "http1":
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            conn.close()
+            return
+        reader = conn.makefile("rb")
+        if reader.read(len(PREFACE)) != PREFACE:
+            conn.close()
+            return
+        conn.sendall(frame(SETTINGS, 0, 0))
+        while True:
+            head = reader.read(9)
+            if len(head) < 9:
+                return
+            length = int.from_bytes(head[:3], "big")
+            kind, flags = head[3], head[4]
+            stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+            payload = reader.read(length)
+            if kind == SETTINGS and not flags & ACK:
+                conn.sendall(frame(SETTINGS, ACK, 0))
+            elif kind == PING and not flags & ACK:
+                conn.sendall(frame(PING, ACK, 0, payload))
+            elif kind == HEADERS:
+                after = self.answer(conn, stream)
+                if after == "closed":
+                    return
+                if after == "hold":
+                    # The connection stays open and is never read again.
+                    self.stopped.wait()
+                    return
+
+    def answer(self, conn, stream):
+        if self.mode.startswith("reset:"):
+            code = ERROR_CODES[self.mode.split(":", 1)[1]]
+            conn.sendall(frame(RST_STREAM, 0, stream, struct.pack(">I", code)))
+        elif self.mode == "goaway":
+            # Sent once the request is in: the stream is refused by the
+            # GOAWAY itself (last stream 0), not by a closed connection.
+            conn.sendall(frame(GOAWAY, 0, 0, struct.pack(">II", 0, 0) + b"going away"))
+        elif self.mode == "partial":
+            conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200)
+                         + frame(DATA, 0, stream, b"\x00\x00\x00\x00\x0a" + b"abc"))
+            conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            return "closed"
+        elif self.mode == "stalled":
+            conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200))
+            return "hold"
+        # "silent": nothing.
+        return None
