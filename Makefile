@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build build-tests test fuzz fuzz-ci unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
+.PHONY: all deps wasm build build-tests test lint fuzz fuzz-ci unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
 
 all: build
 
@@ -31,11 +31,20 @@ build-tests: wasm
 	cargo build --release --workspace --all-targets
 	cp $(WASM) target/release/grpc_wasm.wasm
 
-test: build-tests
+test: lint build-tests
 	$(MAKE) unit fuzz-ci differential filter envoy nginx resty-ffi conformance
 
 unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
+
+# Formatting, clippy (the workspace natively, and the core for wasm32, where
+# the filter's code compiles) with warnings as errors, and luacheck.
+lint: deps
+	cargo fmt --all --check
+	cd wasm-filter/fuzz && cargo fmt --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p grpc-wasm --target wasm32-wasip1 --lib -- -D warnings
+	luacheck -q lua-shim/lib host-tests
 
 # libFuzzer on the core (wasm-filter/fuzz): every target for FUZZ_SECONDS
 # (default 600) on the hosts' 512 KiB stack; `make test` runs 20 s each,
@@ -45,7 +54,7 @@ fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
 fuzz-ci: deps
-	FUZZ_SECONDS=20 scripts/fuzz.sh
+	FUZZ_CI=1 FUZZ_SECONDS=20 scripts/fuzz.sh
 
 differential:
 	TRANSCODE_BIN=$(CURDIR)/target/release/examples/transcode python3 -m pytest host-tests/differential -q
