@@ -41,12 +41,13 @@ extra=()
 for target in $targets; do
   if [[ "${FUZZ_CI:-}" == 1 ]]; then
     corpus="$scratch/corpus-$target"
+    log="$scratch/$target.log"
     extra=(-seed=1)
   else
     corpus="fuzz/corpus/$target"
+    log="fuzz/corpus/$target.log"
   fi
   mkdir -p "$corpus" fuzz/corpus
-  log="fuzz/corpus/$target.log"
   echo "fuzz $target: ${seconds} s" >&2
   if ! cargo +nightly fuzz run "${flags[@]}" "$target" "$corpus" "fuzz/seeds/$target" -- \
       -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${extra[@]}" >"$log" 2>&1; then

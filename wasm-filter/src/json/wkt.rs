@@ -126,8 +126,14 @@ pub(crate) fn parse_duration(text: &str) -> Option<(i64, i32)> {
 }
 
 /// `foo_bar.baz` → `fooBar.baz`; `None` when the path would not come back
-/// the same way (upper case, or `_` not followed by a lower-case letter).
+/// the same way (upper case, or `_` not followed by a lower-case letter),
+/// and for an empty path or one with a `,`: the JSON form joins paths with
+/// commas and the parser skips empty ones, so those would come back as
+/// other paths or none.
 pub(crate) fn path_to_json(path: &str) -> Option<String> {
+    if path.is_empty() || path.contains(',') {
+        return None;
+    }
     let mut out = String::with_capacity(path.len());
     let mut upper_next = false;
     for c in path.chars() {
@@ -323,6 +329,10 @@ mod tests {
         assert_eq!(path_to_json("foo__bar"), None);
         assert_eq!(path_to_json("foo_3"), None);
         assert_eq!(path_to_json("fooBar"), None);
+        // Found by the json fuzz target: ["", ""] printed as "," and came
+        // back as no path at all.
+        assert_eq!(path_to_json(""), None);
+        assert_eq!(path_to_json("a,b"), None);
         assert_eq!(path_from_json("fooBar.bazQux").unwrap(), "foo_bar.baz_qux");
         assert_eq!(path_from_json("foo_bar"), None);
     }
