@@ -56,8 +56,11 @@ fuzz: deps
 fuzz-ci: deps
 	FUZZ_CI=1 FUZZ_SECONDS=20 scripts/fuzz.sh
 
+# The differential test and the conformance suite each run the core twice:
+# natively, and as the .wasm the hosts run (CORE_WASM, host_tests::engine).
 differential:
-	TRANSCODE_BIN=$(CURDIR)/target/release/examples/transcode python3 -m pytest host-tests/differential -q
+	python3 -m pytest host-tests/differential -q
+	CORE_WASM=$(CURDIR)/$(WASM) python3 -m pytest host-tests/differential -q
 
 # The filter's scenarios in every proxy-wasm host: Envoy, and nginx with
 # Kong's ngx_wasm_module (built from ../shared/third_party once, cached).

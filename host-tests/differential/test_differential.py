@@ -5,7 +5,8 @@ same JSON back (compared parsed); when Google's runtime rejects the input,
 ours must reject it too. For every binary case: the same JSON.
 
 Run from the repo root: python3 -m pytest host-tests/differential
-(TRANSCODE_BIN overrides the path of the core's batch tool).
+(TRANSCODE_BIN overrides the path of the core's batch tool; with
+CORE_WASM=path/grpc_wasm.wasm the tool runs the core as that module).
 """
 
 import base64
@@ -29,7 +30,7 @@ import corpus  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-TRANSCODE = os.environ.get("TRANSCODE_BIN", os.path.join(ROOT, "target", "release", "examples", "transcode"))
+TRANSCODE = os.environ.get("TRANSCODE_BIN", os.path.join(ROOT, "target", "release", "transcode"))
 
 # Cases where the two implementations legitimately differ. Keep this short;
 # each entry says why the difference is acceptable.

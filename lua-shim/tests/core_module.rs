@@ -4,6 +4,7 @@
 //! The module comes from `make wasm` (target/grpc_wasm.wasm) or from the
 //! path in GRPC_WASM_MODULE.
 
+use grpc_wasm::JsonOptions;
 use lua_shim::{CoreModule, HostError};
 
 fn module() -> CoreModule {
@@ -40,13 +41,40 @@ fn transcodes_json_to_protobuf_and_back() {
 #[test]
 fn json_options_apply_inside_wasm() {
     let mut core = module();
-    core.set_json_options(1 | 8).unwrap(); // emit defaults, proto field names
+    core.set_json_options(&JsonOptions {
+        emit_defaults: true,
+        proto_field_names: true,
+        ..JsonOptions::default()
+    })
+    .unwrap();
     let out = core
         .proto_to_json("routeguide.RouteSummary", &[0x08, 0x02])
         .unwrap();
     assert_eq!(
         String::from_utf8(out).unwrap(),
         r#"{"point_count":2,"feature_count":0,"distance":0,"elapsed_time":0}"#
+    );
+}
+
+#[test]
+fn proto_to_proto_decodes_and_encodes_again() {
+    let mut core = module();
+    // point_count 2 written as a 10-byte varint comes back in its short form.
+    let long = [
+        0x08, 0x82, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00,
+    ];
+    assert_eq!(
+        core.proto_to_proto("routeguide.RouteSummary", &long)
+            .unwrap(),
+        [0x08, 0x02]
+    );
+    let err = core
+        .proto_to_proto("routeguide.RouteSummary", &[0x08])
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid routeguide.RouteSummary message: "),
+        "{err}"
     );
 }
 

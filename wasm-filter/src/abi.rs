@@ -16,8 +16,8 @@ use std::cell::RefCell;
 
 use prost_reflect::MessageDescriptor;
 
-use crate::json::{json_to_protobuf, protobuf_to_json, JsonOptions};
-use crate::Registry;
+use crate::json::{decode_message, json_to_protobuf, protobuf_to_json, JsonOptions};
+use crate::{encode_deterministic, Registry};
 
 struct State {
     registry: Registry,
@@ -127,18 +127,11 @@ pub unsafe extern "C" fn grpc_wasm_proto_imports(
     })
 }
 
-/// Sets the JSON options from a bit set: 1 emit defaults, 2 int64 as
-/// number, 4 enums as numbers, 8 proto field names, 16 ignore unknown fields.
+/// Sets the JSON options from their bit set (`JsonOptions::bits`).
 #[no_mangle]
 pub extern "C" fn grpc_wasm_set_json_options(flags: u32) -> u32 {
     run(|state| {
-        state.options = JsonOptions {
-            emit_defaults: flags & 1 != 0,
-            int64_as_number: flags & 2 != 0,
-            enums_as_numbers: flags & 4 != 0,
-            proto_field_names: flags & 8 != 0,
-            ignore_unknown_fields: flags & 16 != 0,
-        };
+        state.options = JsonOptions::from_bits(flags);
         Ok(Vec::new())
     })
 }
@@ -176,6 +169,25 @@ pub unsafe extern "C" fn grpc_wasm_proto_to_json(
     let (type_name, message) = unsafe { (bytes(type_name, type_len), bytes(message, message_len)) };
     run_typed(type_name, |desc, options| {
         protobuf_to_json(desc, message, options).map(String::into_bytes)
+    })
+}
+
+/// Decodes protobuf and encodes it again deterministically: what a
+/// reference suite needs to check the decoder alone.
+///
+/// # Safety
+/// The pointers must address `len` readable bytes of this module's memory.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_proto_to_proto(
+    type_name: *const u8,
+    type_len: usize,
+    message: *const u8,
+    message_len: usize,
+) -> u32 {
+    // SAFETY: each pointer addresses its length in bytes (this function's contract).
+    let (type_name, message) = unsafe { (bytes(type_name, type_len), bytes(message, message_len)) };
+    run_typed(type_name, |desc, _| {
+        decode_message(desc, message).map(|m| encode_deterministic(&m))
     })
 }
 

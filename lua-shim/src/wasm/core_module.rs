@@ -1,6 +1,8 @@
 //! A typed client of the core module's own exports (`grpc_wasm_*`, see
-//! wasm-filter/src/abi.rs): load protos, JSON → protobuf, protobuf → JSON.
+//! wasm-filter/src/abi.rs): load protos, JSON → protobuf, protobuf → JSON,
+//! protobuf → protobuf.
 
+use grpc_wasm::JsonOptions;
 use wasmtime::{Engine, Linker, Memory, Module, Store, TypedFunc};
 
 use super::instance::{export, instantiate, load, trap, HostError};
@@ -15,6 +17,7 @@ pub struct CoreModule {
     load_proto: TypedFunc<(u32, u32, u32, u32), u32>,
     json_to_proto: TypedFunc<(u32, u32, u32, u32), u32>,
     proto_to_json: TypedFunc<(u32, u32, u32, u32), u32>,
+    proto_to_proto: TypedFunc<(u32, u32, u32, u32), u32>,
     set_json_options: TypedFunc<u32, u32>,
 }
 
@@ -35,6 +38,7 @@ impl CoreModule {
             load_proto: export(&instance, &mut store, "grpc_wasm_load_proto")?,
             json_to_proto: export(&instance, &mut store, "grpc_wasm_json_to_proto")?,
             proto_to_json: export(&instance, &mut store, "grpc_wasm_proto_to_json")?,
+            proto_to_proto: export(&instance, &mut store, "grpc_wasm_proto_to_proto")?,
             set_json_options: export(&instance, &mut store, "grpc_wasm_set_json_options")?,
             store,
             memory,
@@ -47,11 +51,11 @@ impl CoreModule {
         self.call2(&f, name.as_bytes(), source.as_bytes()).map(drop)
     }
 
-    /// Sets the JSON options (bit set, see abi.rs).
-    pub fn set_json_options(&mut self, flags: u32) -> Result<(), HostError> {
+    /// Sets the JSON options of the calls that follow.
+    pub fn set_json_options(&mut self, options: &JsonOptions) -> Result<(), HostError> {
         let code = self
             .set_json_options
-            .call(&mut self.store, flags)
+            .call(&mut self.store, options.bits())
             .map_err(trap)?;
         self.result(code).map(drop)
     }
@@ -63,6 +67,16 @@ impl CoreModule {
 
     pub fn proto_to_json(&mut self, type_name: &str, message: &[u8]) -> Result<Vec<u8>, HostError> {
         let f = self.proto_to_json.clone();
+        self.call2(&f, type_name.as_bytes(), message)
+    }
+
+    /// Decodes a message and encodes it again deterministically.
+    pub fn proto_to_proto(
+        &mut self,
+        type_name: &str,
+        message: &[u8],
+    ) -> Result<Vec<u8>, HostError> {
+        let f = self.proto_to_proto.clone();
         self.call2(&f, type_name.as_bytes(), message)
     }
 

@@ -26,6 +26,32 @@ pub struct JsonOptions {
     pub ignore_unknown_fields: bool,
 }
 
+impl JsonOptions {
+    /// The options as one number, for an embedder that calls the module's
+    /// `grpc_wasm_set_json_options` export: bit 0 `emit_defaults`, 1
+    /// `int64_as_number`, 2 `enums_as_numbers`, 3 `proto_field_names`, 4
+    /// `ignore_unknown_fields`.
+    pub fn bits(&self) -> u32 {
+        u32::from(self.emit_defaults)
+            | u32::from(self.int64_as_number) << 1
+            | u32::from(self.enums_as_numbers) << 2
+            | u32::from(self.proto_field_names) << 3
+            | u32::from(self.ignore_unknown_fields) << 4
+    }
+
+    /// The options from [`JsonOptions::bits`]; unknown bits are ignored.
+    pub fn from_bits(bits: u32) -> JsonOptions {
+        let on = |i: u32| bits & (1 << i) != 0;
+        JsonOptions {
+            emit_defaults: on(0),
+            int64_as_number: on(1),
+            enums_as_numbers: on(2),
+            proto_field_names: on(3),
+            ignore_unknown_fields: on(4),
+        }
+    }
+}
+
 /// The google.protobuf types whose JSON form is not an object of fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WellKnown {
@@ -212,6 +238,16 @@ mod tests {
         ])
         .unwrap();
         r
+    }
+
+    #[test]
+    fn json_options_survive_their_bit_set() {
+        for bits in 0..32 {
+            assert_eq!(JsonOptions::from_bits(bits).bits(), bits);
+        }
+        let o = JsonOptions::from_bits(0b1_0010);
+        assert!(o.int64_as_number && o.ignore_unknown_fields);
+        assert_eq!(o, JsonOptions::from_bits(0b1_0010 | 1 << 31));
     }
 
     #[test]

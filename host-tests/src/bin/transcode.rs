@@ -1,24 +1,28 @@
-//! Batch JSON ⇄ protobuf through the core, one request per line; the engine
+//! Batch JSON ⇄ protobuf through the core, one request per line; the driver
 //! of the differential test (host-tests/differential).
 //!
 //! Usage: transcode DIR FILE.proto...   (files named relative to DIR)
+//! `CORE_WASM=path/grpc_wasm.wasm` runs the core as that module instead of
+//! natively (see `host_tests::engine`).
 //!
 //! Each stdin line is a JSON object:
 //!   {"type": "pkg.Msg", "json": "<JSON text>"}   → {"bin": "<base64>", "json": "<JSON from those bytes>"}
 //!   {"type": "pkg.Msg", "bin": "<base64>"}        → {"json": "<JSON text>"}
 //! with optional "options": {"emit_defaults", "int64_as_number",
 //! "enums_as_numbers", "proto_field_names", "ignore_unknown_fields"}.
-//! A failure answers {"error": "<message>"}.
+//! The core refusing an input answers {"error": "<message>"}; the engine
+//! failing (a trap in the module) ends the tool with an error, so that it is
+//! never taken for a rejection.
 
 use std::io::{self, BufRead, Write};
 
 use base64::engine::general_purpose::STANDARD;
-use base64::Engine;
-use grpc_wasm::json::{json_to_protobuf, protobuf_to_json};
-use grpc_wasm::{JsonOptions, Registry};
+use base64::Engine as _;
+use grpc_wasm::JsonOptions;
+use host_tests::engine::{Engine, EngineError};
 use serde_json::{json, Value};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), host_tests::BoxError> {
     let mut args = std::env::args().skip(1);
     let dir = args.next().ok_or("usage: transcode DIR FILE.proto...")?;
     let mut sources = Vec::new();
@@ -26,8 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let text = std::fs::read_to_string(std::path::Path::new(&dir).join(&name))?;
         sources.push((name, text));
     }
-    let mut registry = Registry::new()?;
-    registry.add_sources(sources.iter().map(|(n, s)| (n.as_str(), s.as_str())))?;
+    let mut engine = Engine::from_env(&sources)?;
 
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -36,9 +39,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if line.trim().is_empty() {
             continue;
         }
-        let answer = match handle(&registry, &line) {
+        let answer = match handle(&mut engine, &line) {
             Ok(v) => v,
-            Err(e) => json!({ "error": e }),
+            Err(EngineError::Refused(e)) => json!({ "error": e }),
+            Err(broken) => return Err(format!("{} engine: {broken}", engine.name()).into()),
         };
         writeln!(out, "{answer}")?;
         out.flush()?;
@@ -46,26 +50,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn handle(registry: &Registry, line: &str) -> Result<Value, String> {
+fn handle(engine: &mut Engine, line: &str) -> Result<Value, EngineError> {
+    let refused = |e: String| EngineError::Refused(e);
     let request: Value =
-        serde_json::from_str(line).map_err(|e| format!("bad request line: {e}"))?;
-    let type_name = request["type"].as_str().ok_or("request has no \"type\"")?;
-    let desc = registry.message(type_name).map_err(|e| e.to_string())?;
+        serde_json::from_str(line).map_err(|e| refused(format!("bad request line: {e}")))?;
+    let type_name = request["type"]
+        .as_str()
+        .ok_or_else(|| refused("request has no \"type\"".into()))?;
     let options = options(&request["options"]);
     if let Some(text) = request["json"].as_str() {
-        let bytes =
-            json_to_protobuf(&desc, text.as_bytes(), &options).map_err(|e| e.to_string())?;
-        let back =
-            protobuf_to_json(&desc, &bytes, &JsonOptions::default()).map_err(|e| e.to_string())?;
+        let bytes = engine.json_to_proto(type_name, text.as_bytes(), &options)?;
+        let back = engine.proto_to_json(type_name, &bytes, &JsonOptions::default())?;
         return Ok(json!({ "bin": STANDARD.encode(&bytes), "json": back }));
     }
     let encoded = request["bin"]
         .as_str()
-        .ok_or("request has neither \"json\" nor \"bin\"")?;
+        .ok_or_else(|| refused("request has neither \"json\" nor \"bin\"".into()))?;
     let bytes = STANDARD
         .decode(encoded)
-        .map_err(|e| format!("bad base64: {e}"))?;
-    let text = protobuf_to_json(&desc, &bytes, &options).map_err(|e| e.to_string())?;
+        .map_err(|e| refused(format!("bad base64: {e}")))?;
+    let text = engine.proto_to_json(type_name, &bytes, &options)?;
     Ok(json!({ "json": text }))
 }
 

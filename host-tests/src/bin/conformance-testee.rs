@@ -1,19 +1,23 @@
-//! A testee for protobuf's conformance suite, built on the core alone.
+//! A testee for protobuf's conformance suite, over the core's conversions
+//! run natively or, with `CORE_WASM=path/grpc_wasm.wasm`, inside the module
+//! the hosts run (see `host_tests::engine`).
 //!
 //! The protobuf source tree (for conformance.proto and the test messages) is
 //! named by the PROTOBUF_SRC environment variable or the first argument; the
 //! runner starts the testee without arguments, so `make conformance` sets it.
 //! The runner speaks on stdin/stdout: a little-endian u32 length, then a
 //! ConformanceRequest; we answer the same way with a ConformanceResponse.
-//! The request and response are themselves handled as dynamic messages.
+//! The request and response are themselves handled as dynamic messages, by
+//! a native registry of the harness's own: only the payloads go through the
+//! engine under test.
 
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use grpc_wasm::json::{decode_message, json_to_message, message_to_json};
-use grpc_wasm::{encode_deterministic, JsonOptions, Registry};
+use grpc_wasm::{JsonOptions, Registry};
+use host_tests::engine::{Engine, EngineError};
 use prost::Message;
-use prost_reflect::{DynamicMessage, MessageDescriptor, Value};
+use prost_reflect::{DynamicMessage, Value};
 
 const FILES: [(&str, &str); 3] = [
     (
@@ -34,19 +38,22 @@ const PROTOBUF: i32 = 1;
 const JSON: i32 = 2;
 const JSON_IGNORE_UNKNOWN_PARSING_TEST: i32 = 3;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), host_tests::BoxError> {
     let root = std::env::args()
         .nth(1)
         .or_else(|| std::env::var("PROTOBUF_SRC").ok())
         .ok_or("set PROTOBUF_SRC to the protobuf source tree")?;
-    let registry = load(Path::new(&root))?;
+    let sources = read_sources(Path::new(&root))?;
+    let mut registry = Registry::new()?;
+    registry.add_sources(sources.iter().map(|(n, s)| (n.as_str(), s.as_str())))?;
+    let mut engine = Engine::from_env(&sources)?;
     let request_type = registry.message("conformance.ConformanceRequest")?;
     let response_type = registry.message("conformance.ConformanceResponse")?;
     let mut stdin = io::stdin().lock();
     let mut stdout = io::stdout().lock();
     while let Some(request) = read_frame(&mut stdin)? {
         let request = DynamicMessage::decode(request_type.clone(), request.as_slice())?;
-        let (field, value) = serve(&registry, &request);
+        let (field, value) = serve(&registry, &mut engine, &request);
         let mut response = DynamicMessage::new(response_type.clone());
         response.set_field_by_name(field, value);
         let bytes = response.encode_to_vec();
@@ -57,14 +64,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn load(root: &Path) -> Result<Registry, Box<dyn std::error::Error>> {
-    let mut sources = Vec::new();
-    for (name, path) in FILES {
-        sources.push((name, std::fs::read_to_string(root.join(path))?));
-    }
-    let mut registry = Registry::new()?;
-    registry.add_sources(sources.iter().map(|(n, s)| (*n, s.as_str())))?;
-    Ok(registry)
+fn read_sources(root: &Path) -> io::Result<Vec<(String, String)>> {
+    FILES
+        .iter()
+        .map(|(name, path)| Ok((name.to_string(), std::fs::read_to_string(root.join(path))?)))
+        .collect()
 }
 
 fn read_frame(input: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
@@ -80,55 +84,50 @@ fn read_frame(input: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
 }
 
 /// The response's oneof field and its value.
-fn serve(registry: &Registry, request: &DynamicMessage) -> (&'static str, Value) {
+fn serve(
+    registry: &Registry,
+    engine: &mut Engine,
+    request: &DynamicMessage,
+) -> (&'static str, Value) {
     let message_type = string_field(request, "message_type");
-    let Ok(desc) = registry.message(&message_type) else {
+    if registry.message(&message_type).is_err() {
         return skipped(format!("unsupported message type {message_type}"));
-    };
+    }
     let category = enum_field(request, "test_category");
     let options = JsonOptions {
         ignore_unknown_fields: category == JSON_IGNORE_UNKNOWN_PARSING_TEST,
         ..Default::default()
     };
+    // Parsing alone first, so that a failure is told apart from one in
+    // writing the output, as the suite requires.
     let parsed = if request.has_field_by_name("protobuf_payload") {
-        decode_message(&desc, &bytes_field(request, "protobuf_payload"))
+        engine.proto_to_proto(&message_type, &bytes_field(request, "protobuf_payload"))
     } else if request.has_field_by_name("json_payload") {
-        json_to_message(
-            &desc,
-            string_field(request, "json_payload").as_bytes(),
-            &options,
-        )
+        let json = string_field(request, "json_payload");
+        engine.json_to_proto(&message_type, json.as_bytes(), &options)
     } else {
         return skipped("only protobuf and JSON input are supported".into());
     };
-    let message = match parsed {
-        Ok(message) => message,
-        Err(e) => return ("parse_error", Value::String(e.to_string())),
+    let bytes = match parsed {
+        Ok(bytes) => bytes,
+        Err(e) => return failed("parse_error", e),
     };
-    write_output(
-        &desc,
-        &message,
-        enum_field(request, "requested_output_format"),
-        &options,
-    )
-}
-
-fn write_output(
-    _desc: &MessageDescriptor,
-    message: &DynamicMessage,
-    format: i32,
-    options: &JsonOptions,
-) -> (&'static str, Value) {
-    match format {
-        PROTOBUF => (
-            "protobuf_payload",
-            Value::Bytes(encode_deterministic(message).into()),
-        ),
-        JSON => match message_to_json(message, options) {
+    match enum_field(request, "requested_output_format") {
+        PROTOBUF => ("protobuf_payload", Value::Bytes(bytes.into())),
+        JSON => match engine.proto_to_json(&message_type, &bytes, &options) {
             Ok(json) => ("json_payload", Value::String(json)),
-            Err(e) => ("serialize_error", Value::String(e.to_string())),
+            Err(e) => failed("serialize_error", e),
         },
         _ => skipped("only protobuf and JSON output are supported".into()),
+    }
+}
+
+/// The engine failing is a runtime error: the suite counts it as a failed
+/// test whatever the test expected.
+fn failed(field: &'static str, e: EngineError) -> (&'static str, Value) {
+    match e {
+        EngineError::Refused(reason) => (field, Value::String(reason)),
+        broken => ("runtime_error", Value::String(broken.to_string())),
     }
 }
 
