@@ -12,7 +12,11 @@ listener the same way, chosen by `mode`:
 - `silent`: the handshake, then nothing: requests are read and never
   answered;
 - `stalled`: the handshake and a gRPC 200 to each request, then nothing,
-  and the connection is no longer read (a peer stuck mid-response).
+  and the connection is no longer read (a peer stuck mid-response);
+- `after_reset`: a gRPC 200 and one empty message to each request, which
+  it never ends; once the client resets the stream, 1,000 one-byte DATA
+  frames on it: a thousand times what a server has in flight when its
+  client cancels.
 
 Request headers are never decoded: every request gets the same answer."""
 
@@ -99,6 +103,8 @@ class RawH2:
                 conn.sendall(frame(SETTINGS, ACK, 0))
             elif kind == PING and not flags & ACK:
                 conn.sendall(frame(PING, ACK, 0, payload))
+            elif kind == RST_STREAM and self.mode == "after_reset":
+                conn.sendall(frame(DATA, 0, stream, b"\x00") * 1000)
             elif kind == HEADERS:
                 after = self.answer(conn, stream)
                 if after == "closed":
@@ -122,6 +128,8 @@ class RawH2:
             conn.shutdown(socket.SHUT_RDWR)
             conn.close()
             return "closed"
+        elif self.mode == "after_reset":
+            conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200) + frame(DATA, 0, stream, b"\x00" * 5))
         elif self.mode == "stalled":
             conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200))
             return "hold"

@@ -42,15 +42,10 @@ const UNAVAILABLE: u32 = 14;
 const INTERNAL: u32 = 13;
 /// Why a TLS connection fails when its server goes on after closing it.
 const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
-/// Bytes of small-DATA-frame overhead h2 accepts before the call tasks
-/// drain them. h2 charges a frame under 256 bytes (256 - its length) and
-/// refunds it when the frame is read, so 4 MiB lets 16,384 small frames
-/// wait at once (a thousand calls in flight with a frame or few each,
-/// sixteen times over), while a server flooding tiny frames pins at most
-/// 4 MiB before h2 ends the connection with ENHANCE_YOUR_CALM. h2's own
-/// default (half the window, at least 25,600 bytes: a hundred frames) is
-/// too small for one read of a busy connection.
-const DATA_FRAME_BUDGET: usize = 4 << 20;
+
+/// Streams this side reset that h2 remembers (for a second) so as to ignore
+/// the frames still in flight for them; a few hundred bytes each.
+const REMEMBERED_RESETS: usize = 4096;
 
 /// The bytes between h2 and the socket, with TLS in between when enabled.
 #[derive(Default)]
@@ -278,13 +273,24 @@ impl Wire {
         }
         self.pipe = Arc::new(Mutex::new(pipe));
         let io = PipeIo(self.pipe.clone());
-        // One read can hold a small DATA frame for each of a thousand
-        // calls, all buffered before any call task runs; h2's default
-        // budget for small frames (against floods) would end the
-        // connection there.
+        // h2's budget for small DATA frames (against floods of them) is
+        // left at its default, half the connection window, as hyper leaves
+        // it under the runtime transport. h2 0.4.20 charges each small
+        // frame that arrives for a stream this side has reset (a cancelled
+        // call's frames in flight) and never refunds it, so any smaller
+        // budget runs out over a connection's life: at 4 MiB, a busy conn
+        // that cancelled streams ended itself (GOAWAY ENHANCE_YOUR_CALM)
+        // within a minute. Memory stays bounded by each stream's window,
+        // which a call's gate keeps closed while its caller holds messages.
+        // Frames still in flight for a stream this side reset are ignored
+        // while h2 remembers the reset; for a stream it forgot, each one
+        // costs a RST_STREAM that counts against h2's lifetime limit of
+        // 1,024 such resets, past which it ends the connection. h2
+        // remembers 50 resets for a second by default, fewer than a busy
+        // conn's cancels and deadlines make in a second.
         let mut handshake = Box::pin(
             h2::client::Builder::new()
-                .data_frame_budget(DATA_FRAME_BUDGET)
+                .max_concurrent_reset_streams(REMEMBERED_RESETS)
                 .initial_connection_window_size(CONNECTION_WINDOW)
                 .handshake::<_, Bytes>(io),
         );
