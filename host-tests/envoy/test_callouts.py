@@ -1,8 +1,10 @@
 """Callout mode in real Envoy: the filter answers JSON requests by calling
 the gRPC method itself through proxy_grpc_call / proxy_grpc_stream."""
 
+import http.client
 import json
 import os
+import socket
 import sys
 import time
 import urllib.error
@@ -118,6 +120,23 @@ def test_default_deadline_on_streams(testing):
     assert status in (200, 504), testing.log()
     assert (body[-1] if isinstance(body, list) else {"error": body})["error"]["code"] == 4, body
     assert time.time() - started < 2.5
+
+
+def test_a_request_body_that_stops_short_is_answered_at_its_deadline(testing):
+    """A unary call starts once its body is complete. A client that stops
+    sending used to hold the request until Envoy's own timeouts (minutes):
+    the deadline runs from the request's headers."""
+    sock = socket.create_connection(("127.0.0.1", testing.port), timeout=10)
+    started = time.time()
+    sock.sendall(b"POST /grpcwasm.testing.Testing/Sleep HTTP/1.1\r\nhost: x\r\n"
+                 b"content-type: application/json\r\ngrpc-timeout: 500m\r\ncontent-length: 100\r\n\r\n{")
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    body = json.loads(response.read())
+    elapsed = time.time() - started
+    sock.close()
+    assert (response.status, body["code"], body["message"]) == (504, 4, "deadline of 500 ms exceeded"), body
+    assert 0.45 < elapsed < 1.5, elapsed
 
 
 def test_metadata_from_prefixed_headers(testing):

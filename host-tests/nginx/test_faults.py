@@ -96,6 +96,84 @@ def test_a_server_that_breaks_http2_gets_a_clear_status_without_a_spin(nginx, mo
     assert spent < 0.3, spent
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_cancelled_streams_do_not_wear_the_connection_out(nginx, transport):
+    """Frames a server has in flight when its client cancels a stream still
+    arrive. h2 (0.4.20) charges each small one to its budget against floods
+    of tiny frames and, the stream being reset, never refunds it: with a
+    budget of 4 MiB the cosocket transport ended the connection (GOAWAY
+    ENHANCE_YOUR_CALM, every call on it UNAVAILABLE) after some 16,000 such
+    frames, which a soak reached in a minute. Here each cancel brings 1,000."""
+    server = RawH2("after_reset")
+    try:
+        counts, slowest, error = calls(nginx, name=f"cancels-{transport}", addr=server.addr,
+                                       transport=transport, do="cancels", n=100, timeout=2000)
+    finally:
+        server.stop()
+    print(f"{transport}: {counts} ({slowest} ms at most) {error}")
+    assert counts == {"ok": "100"}, (counts, error)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_stream_whose_request_never_ends_ends_at_its_deadline(nginx, transport):
+    """A server-streaming call starts once its one request message is
+    complete, at close_send. A caller that never half-closes used to wait
+    past the deadline until grpc.lua gave up a second later with INTERNAL
+    'timeout waiting for the call's end'."""
+    port = free_port()
+    server = start_server(port)
+    try:
+        counts, slowest, error = calls(nginx, name=f"unclosed-{transport}", addr=f"127.0.0.1:{port}",
+                                       transport=transport, do="unclosed", timeout=500)
+    finally:
+        server.kill()
+    print(f"{transport}: {counts} in {slowest} ms: {error}")
+    assert counts == {"DEADLINE_EXCEEDED": "1"}, (counts, error)
+    assert error == "DEADLINE_EXCEEDED (4): deadline of 500 ms exceeded"
+    assert 500 <= slowest < 800, slowest
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_graceful_stop_lets_the_calls_in_flight_finish(transport):
+    """nginx -s quit (as on a reload) while a handler makes two 1 s calls
+    in a row, with a fractional timeout as a caller's remaining budget
+    would be. The worker used to stop its wake-up reader and its
+    connections' pumps at once: on cosocket the call failed UNAVAILABLE
+    ('the connection is closed'), on runtime it ended only at its deadline
+    plus grpc.lua's second of slack, and a wait that came within a
+    millisecond of that slack spun the worker for good (the semaphore
+    returns at once for under 1 ms, and the cached clock never moves)."""
+    port = free_port()
+    server = start_server(port)
+    proxy = Nginx({"protos": PROTOS}, workers=1)
+    result = {}
+    try:
+        (worker,) = worker_pids(proxy)
+        thread = threading.Thread(target=lambda: result.update(r=calls(
+            proxy, name="quit", addr=f"127.0.0.1:{port}", transport=transport, n=2, ms=1000, timeout=8000.5)))
+        thread.start()
+        time.sleep(0.5)
+        proxy.proc.send_signal(signal.SIGQUIT)
+        thread.join(timeout=20)
+        deadline = time.time() + 5
+        while os.path.exists(f"/proc/{worker}") and time.time() < deadline:
+            spent = cpu_seconds(worker)
+            time.sleep(0.1)
+        exited = not os.path.exists(f"/proc/{worker}")
+        proxy.proc.wait(timeout=10)
+    finally:
+        server.kill()
+        if proxy.proc.poll() is None:
+            proxy.proc.kill()
+    counts, slowest, error = result["r"]
+    print(f"{transport}: {counts}, slowest {slowest} ms, CPU {spent:.2f} s: {error}")
+    assert counts == {"ok": "2"}, (counts, error)
+    assert slowest < 1500, slowest
+    assert exited, "the worker still runs 5 s after the calls ended"
+    assert spent < 0.5, spent
+    check_log(proxy)
+
+
 def start_server(port):
     """testing-server on a port of our choosing, so that it can come back there."""
     proc = subprocess.Popen([os.path.join(BIN, "testing-server"), "--addr", f"127.0.0.1:{port}"],

@@ -1,7 +1,12 @@
 -- Calls for the fault tests (test_faults.py), on conns this worker keeps by
 -- name across requests. ?name=&addr=&transport= pick the conn; then
---   do=sleep&ms=&timeout=       one Testing.Sleep call
+--   do=sleep&ms=&timeout=&n=     n Testing.Sleep calls one after another
 --   do=inflight&n=&ms=&timeout= n Sleep calls in flight at once
+--   do=cancels&n=&timeout=       n streams one after another, each closed
+--                                once its first message is in
+--   do=unclosed&timeout=         a server-streaming call whose request is
+--                                never half-closed: it must end at its
+--                                deadline
 -- Each call is counted by its outcome, "ok" or the status name; the answer
 -- is "<outcome>=<count> ... | <slowest call in ms> | <first error>", with
 -- status 500 when a call failed and the request asked for &strict=1.
@@ -30,7 +35,59 @@ local function one()
     end
 end
 
-if args["do"] == "inflight" then
+-- A stream counts "ok" when its first message came before it was closed.
+local function cancelled()
+    ngx.update_time()
+    local started = ngx.now()
+    local ok, stream = conn:new_stream("/grpcwasm.testing.Testing/StreamThenFail",
+                                       { timeout = tonumber(args.timeout) })
+    local res, info
+    if ok then
+        stream:send({ count = 1 })
+        stream:close_send()
+        ok, res, info = stream:recv()
+        ok = ok and res ~= nil
+        stream:close()
+    else
+        res = stream
+    end
+    ngx.update_time()
+    slowest = math.max(slowest, math.floor((ngx.now() - started) * 1000 + 0.5))
+    local outcome = ok and "ok" or (info and info.name or "FAILED")
+    counts[outcome] = (counts[outcome] or 0) + 1
+    if not ok then
+        first_error = first_error or tostring(res)
+    end
+end
+
+-- The call starts only once its request ends, which never comes.
+local function unclosed()
+    ngx.update_time()
+    local started = ngx.now()
+    local ok, stream = conn:new_stream("/grpcwasm.testing.Testing/StreamThenFail",
+                                       { timeout = tonumber(args.timeout) })
+    local res, info
+    if ok then
+        stream:send({ count = 1 })
+        ok, res, info = stream:recv()
+        stream:close()
+    else
+        res = stream
+    end
+    ngx.update_time()
+    slowest = math.floor((ngx.now() - started) * 1000 + 0.5)
+    local outcome = ok and "ok" or (info and info.name or "FAILED")
+    counts[outcome] = 1
+    first_error = not ok and tostring(res) or nil
+end
+
+if args["do"] == "unclosed" then
+    unclosed()
+elseif args["do"] == "cancels" then
+    for _ = 1, tonumber(args.n) do
+        cancelled()
+    end
+elseif args["do"] == "inflight" then
     local threads = {}
     for i = 1, tonumber(args.n) do
         threads[i] = ngx.thread.spawn(one)
@@ -39,7 +96,9 @@ if args["do"] == "inflight" then
         ngx.thread.wait(threads[i])
     end
 else
-    one()
+    for _ = 1, tonumber(args.n) or 1 do
+        one()
+    end
 end
 
 if args.strict and counts.ok ~= (tonumber(args.n) or 1) then

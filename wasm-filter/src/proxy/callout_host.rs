@@ -337,8 +337,10 @@ fn trailing_details(call: &Call) -> Option<Vec<u8>> {
 }
 
 fn fail(config: &FilterConfig, call: &mut Call, status: Status) -> Reply {
-    let _ = grpc_cancel(call.token);
-    forget(call.token);
+    if call.token != 0 {
+        let _ = grpc_cancel(call.token);
+        forget(call.token);
+    }
     Reply::error(config, &status)
 }
 
@@ -346,9 +348,13 @@ fn elapsed_ms(call: &Call) -> u64 {
     now_nanos().saturating_sub(call.started_ns) / 1_000_000
 }
 
-/// A stream past its deadline: cancelled, and answered DEADLINE_EXCEEDED.
+/// A call past its deadline: cancelled, and answered DEADLINE_EXCEEDED.
+/// The deadline runs from the request's headers, so a call still waiting
+/// for the end of its request body (a caller that never half-closes a
+/// server-streaming call) expires too, rather than waiting on forever.
 pub fn expire(config: &FilterConfig, call: &mut Call) -> Option<Reply> {
-    if call.token == 0 || context_of(call.token).is_none() || elapsed_ms(call) < call.deadline_ms {
+    let ended = call.token != 0 && context_of(call.token).is_none();
+    if ended || elapsed_ms(call) < call.deadline_ms {
         return None;
     }
     Some(fail(

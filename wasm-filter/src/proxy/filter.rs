@@ -811,6 +811,9 @@ pub extern "C" fn proxy_on_tick(root_id: u32) {
     });
     for context_id in contexts {
         with_stream(context_id, 0, |stream| {
+            if stream.answered {
+                return 0;
+            }
             let Some(mut call) = stream.call.take() else {
                 return 0;
             };
@@ -980,6 +983,11 @@ fn start_callout(
 /// Callout mode, request body: a streaming body feeds the stream as its
 /// messages complete; any other body waits for its end, then starts the call.
 fn callout_body(stream: &mut Stream, context_id: u32, size: usize, end_of_stream: bool) -> u32 {
+    // Answered already (the deadline passed while the body came): a call
+    // started now would run for nobody.
+    if stream.answered {
+        return PAUSE;
+    }
     let (Some(route), Some(mut call)) = (stream.route.clone(), stream.call.take()) else {
         return PAUSE;
     };

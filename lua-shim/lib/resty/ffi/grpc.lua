@@ -152,7 +152,10 @@ local function reader(premature, path)
     if not ok then
         ngx.log(ngx.ERR, "grpc-wasm: cannot connect the wake-up socket ", path, ": ", err)
     end
-    while ok and not ngx.worker.exiting() do
+    -- An exiting worker keeps reading while calls wait, so that calls in
+    -- flight end when their events come; the heartbeat brings it back
+    -- here to see when none is left.
+    while ok and (not ngx.worker.exiting() or next(waiters) ~= nil) do
         local data, rerr = sock:receiveany(4096)
         if not data then
             ngx.log(ngx.ERR, "grpc-wasm: wake-up socket: ", rerr)
@@ -285,6 +288,25 @@ local function pump_reader(pump, sock)
 end
 
 local IDLE = {} -- pump_writer's answer for a connection idle too long
+local swept = false
+
+-- Whether a pump keeps its connection: until the conn is closed and, once
+-- the worker exits (a reload, a graceful stop), while calls are open on
+-- it, so that calls in flight end as their server answers. One full
+-- collection first closes the calls no one holds any more.
+local function pump_serves(pump)
+    if pump.closed then
+        return false
+    end
+    if not ngx.worker.exiting() then
+        return true
+    end
+    if not swept then
+        swept = true
+        collectgarbage()
+    end
+    return pump.calls > 0
+end
 local next_ms = ffi_new("int64_t[1]")
 
 -- The shim's keepalive clock: PINGs, and the end of a connection whose
@@ -298,7 +320,8 @@ local function pump_tick(pump)
     if n < 0 or ms < 0 or ms >= 1000 then
         return 1
     end
-    return ms / 1000
+    -- A wait under a millisecond would not yield (see next_event).
+    return math.max(ms, 1) / 1000
 end
 
 local function idle_for(pump)
@@ -312,7 +335,7 @@ end
 -- connection is closed or idle; returns why it stopped.
 local function pump_writer(pump, sock)
     local len = ffi_new("size_t[1]")
-    while not pump.closed and not pump.broken and not ngx.worker.exiting() do
+    while not pump.broken and pump_serves(pump) do
         local ptr = C.grpc_wasm_wire_output(pump.id, len)
         if ptr ~= nil and len[0] > 0 then
             pump.active = ngx.now()
@@ -342,7 +365,7 @@ local function run_pump(premature, pump)
     if premature then
         return
     end
-    while not pump.closed and not ngx.worker.exiting() do
+    while pump_serves(pump) do
         local sock = ngx.socket.tcp()
         -- No read timeout to speak of: a connection without traffic is
         -- normal (no call, or a quiet stream), and nginx logs every timed
@@ -531,10 +554,19 @@ function ffi_backend.next_event(id, timeout_ms)
             waiters[id] = sema
         end
         -- The module ends every call by its deadline; this wait is only a
-        -- safety net against a lost wake-up.
+        -- safety net against a lost wake-up. The semaphore counts whole
+        -- milliseconds: asked to wait less than one, it returns at once
+        -- without yielding, so the cached clock never moves and the loop
+        -- would spin for good; the last fraction counts as expired.
         local left = deadline - ngx.now()
-        if left <= 0 then
+        if left < 0.001 then
             return nil, "timeout waiting for the call's end"
+        end
+        -- An exiting worker's reader stops once no call waits (it would
+        -- hold the worker), so a wait that starts after that looks for
+        -- its events every 50 ms.
+        if ngx.worker.exiting() then
+            left = math.min(left, 0.05)
         end
         local ok, err = sema:wait(left)
         if not ok and err ~= "timeout" then
