@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build build-tests test lint fuzz fuzz-ci unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
+.PHONY: all deps wasm build build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
 
 all: build
 
@@ -55,6 +55,12 @@ fuzz: deps
 
 fuzz-ci: deps
 	FUZZ_CI=1 FUZZ_SECONDS=20 scripts/fuzz.sh
+
+# Both hosts under 200 clients for SOAK_SECONDS (default 600) each; not in
+# make test. See the README's "Soak".
+SOAK_SECONDS ?= 600
+soak: build
+	SOAK_SECONDS=$(SOAK_SECONDS) GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 host-tests/soak.py
 
 # The differential test and the conformance suite each run the core twice:
 # natively, and as the .wasm the hosts run (CORE_WASM, host_tests::engine).
