@@ -63,7 +63,7 @@ soak: build
 	SOAK_SECONDS=$(SOAK_SECONDS) GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 host-tests/soak.py
 
 # The differential test and the conformance suite each run the core twice:
-# natively, and as the .wasm the hosts run (CORE_WASM, host_tests::engine).
+# natively, and as the .wasm the hosts run (CORE_WASM, host-tests/src/engine.rs).
 differential:
 	python3 -m pytest host-tests/differential -q
 	CORE_WASM=$(CURDIR)/$(WASM) python3 -m pytest host-tests/differential -q

@@ -7,12 +7,16 @@
 //!
 //! `CORE_WASM=<path to grpc_wasm.wasm>` selects the module; without it the
 //! engine is native.
+//!
+//! Each driver includes this file as a module of its own (see there), and
+//! uses only part of it.
+#![allow(dead_code)]
 
 use grpc_wasm::json::{decode_message, json_to_protobuf, protobuf_to_json};
 use grpc_wasm::{encode_deterministic, JsonOptions, Registry};
 use lua_shim::{CoreModule, HostError};
 
-use crate::BoxError;
+use host_tests::BoxError;
 
 /// Why a conversion gave no answer.
 #[derive(Debug)]

@@ -21,36 +21,13 @@ if not conn then
 end
 
 local counts, slowest, first_error = {}, 0, nil
-local function one()
-    ngx.update_time()
-    local started = ngx.now()
-    local ok, res, info = conn:unary("/grpcwasm.testing.Testing/Sleep", { millis = tonumber(args.ms) or 0 },
-                                     { timeout = tonumber(args.timeout) })
-    ngx.update_time()
-    slowest = math.max(slowest, math.floor((ngx.now() - started) * 1000 + 0.5))
-    local outcome = ok and "ok" or (info and info.name or "FAILED")
-    counts[outcome] = (counts[outcome] or 0) + 1
-    if not ok then
-        first_error = first_error or res
-    end
-end
 
--- A stream counts "ok" when its first message came before it was closed.
-local function cancelled()
+-- Runs call() (ok, res, info as a call returns them) and counts its
+-- outcome, "ok" or the status name, and its time.
+local function timed(call)
     ngx.update_time()
     local started = ngx.now()
-    local ok, stream = conn:new_stream("/grpcwasm.testing.Testing/StreamThenFail",
-                                       { timeout = tonumber(args.timeout) })
-    local res, info
-    if ok then
-        stream:send({ count = 1 })
-        stream:close_send()
-        ok, res, info = stream:recv()
-        ok = ok and res ~= nil
-        stream:close()
-    else
-        res = stream
-    end
+    local ok, res, info = call()
     ngx.update_time()
     slowest = math.max(slowest, math.floor((ngx.now() - started) * 1000 + 0.5))
     local outcome = ok and "ok" or (info and info.name or "FAILED")
@@ -60,32 +37,38 @@ local function cancelled()
     end
 end
 
--- The call starts only once its request ends, which never comes.
-local function unclosed()
-    ngx.update_time()
-    local started = ngx.now()
-    local ok, stream = conn:new_stream("/grpcwasm.testing.Testing/StreamThenFail",
-                                       { timeout = tonumber(args.timeout) })
-    local res, info
-    if ok then
+local function one()
+    timed(function()
+        return conn:unary("/grpcwasm.testing.Testing/Sleep", { millis = tonumber(args.ms) or 0 },
+                          { timeout = tonumber(args.timeout) })
+    end)
+end
+
+-- A StreamThenFail stream's first message; `half_close` false leaves the
+-- request open, and the call starts only once it ends, which never comes.
+-- The stream is closed after its first message (cancelled if it runs).
+local function first_of_stream(half_close)
+    timed(function()
+        local ok, stream = conn:new_stream("/grpcwasm.testing.Testing/StreamThenFail",
+                                           { timeout = tonumber(args.timeout) })
+        if not ok then
+            return false, stream
+        end
         stream:send({ count = 1 })
-        ok, res, info = stream:recv()
+        if half_close then
+            stream:close_send()
+        end
+        local rok, res, info = stream:recv()
         stream:close()
-    else
-        res = stream
-    end
-    ngx.update_time()
-    slowest = math.floor((ngx.now() - started) * 1000 + 0.5)
-    local outcome = ok and "ok" or (info and info.name or "FAILED")
-    counts[outcome] = 1
-    first_error = not ok and tostring(res) or nil
+        return rok and res ~= nil, res, info
+    end)
 end
 
 if args["do"] == "unclosed" then
-    unclosed()
+    first_of_stream(false)
 elseif args["do"] == "cancels" then
     for _ = 1, tonumber(args.n) do
-        cancelled()
+        first_of_stream(true)
     end
 elseif args["do"] == "inflight" then
     local threads = {}

@@ -1,6 +1,6 @@
 //! A testee for protobuf's conformance suite, over the core's conversions
 //! run natively or, with `CORE_WASM=path/grpc_wasm.wasm`, inside the module
-//! the hosts run (see `host_tests::engine`).
+//! the hosts run (see `host-tests/src/engine.rs`).
 //!
 //! The protobuf source tree (for conformance.proto and the test messages) is
 //! named by the PROTOBUF_SRC environment variable or the first argument; the
@@ -15,7 +15,12 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 use grpc_wasm::{JsonOptions, Registry};
-use host_tests::engine::{Engine, EngineError};
+// Not in the library: it links wasmtime, which every server binary would
+// then carry through its LTO link (minutes each).
+#[path = "../engine.rs"]
+mod engine;
+
+use engine::{Engine, EngineError};
 use prost::Message;
 use prost_reflect::{DynamicMessage, Value};
 

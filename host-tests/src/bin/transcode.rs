@@ -3,7 +3,7 @@
 //!
 //! Usage: transcode DIR FILE.proto...   (files named relative to DIR)
 //! `CORE_WASM=path/grpc_wasm.wasm` runs the core as that module instead of
-//! natively (see `host_tests::engine`).
+//! natively (see `host-tests/src/engine.rs`).
 //!
 //! Each stdin line is a JSON object:
 //!   {"type": "pkg.Msg", "json": "<JSON text>"}   → {"bin": "<base64>", "json": "<JSON from those bytes>"}
@@ -19,7 +19,12 @@ use std::io::{self, BufRead, Write};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use grpc_wasm::JsonOptions;
-use host_tests::engine::{Engine, EngineError};
+// Not in the library: it links wasmtime, which every server binary would
+// then carry through its LTO link (minutes each).
+#[path = "../engine.rs"]
+mod engine;
+
+use engine::{Engine, EngineError};
 use serde_json::{json, Value};
 
 fn main() -> Result<(), host_tests::BoxError> {
