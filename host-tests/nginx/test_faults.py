@@ -105,15 +105,20 @@ def test_cancelled_streams_do_not_wear_the_connection_out(nginx, transport):
     of tiny frames and, the stream being reset, never refunds it: with a
     budget of 4 MiB the cosocket transport ended the connection (GOAWAY
     ENHANCE_YOUR_CALM, every call on it UNAVAILABLE) after some 16,000 such
-    frames, which a soak reached in a minute. Here each cancel brings 1,000."""
+    frames, which a soak reached in a minute. Here each cancel brings 1,000.
+    h2 also remembers only 50 resets a second by default (the runtime
+    transport had that): each frame for a reset it forgot costs a
+    RST_STREAM, and after 1,024 of those in its life h2 ends the connection
+    (too_many_internal_resets): 300 quick cancels did it in 2 runs of 2,
+    100 in 1 of 2 and once in CI."""
     server = RawH2("after_reset")
     try:
         counts, slowest, error = calls(nginx, name=f"cancels-{transport}", addr=server.addr,
-                                       transport=transport, do="cancels", n=100, timeout=2000)
+                                       transport=transport, do="cancels", n=300, timeout=2000)
     finally:
         server.stop()
     print(f"{transport}: {counts} ({slowest} ms at most) {error}")
-    assert counts == {"ok": "100"}, (counts, error)
+    assert counts == {"ok": "300"}, (counts, error)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

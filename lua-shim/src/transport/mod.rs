@@ -33,6 +33,13 @@ use crate::host::{GrpcEvent, GrpcTarget, HeaderBlock, Pairs};
 /// on the connection. Memory stays bounded by the streams' own windows.
 pub(crate) const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
+/// Streams this side reset that h2 remembers, for a second, so as to ignore
+/// the frames still in flight for them; a few hundred bytes each. At h2's
+/// default of 50, the 51st cancel within a second is forgotten at once and
+/// each of its late frames costs a RST_STREAM, of which h2 allows 1,024 in
+/// a connection's life before it ends the connection (ENHANCE_YOUR_CALM).
+pub(crate) const REMEMBERED_RESETS: usize = 4096;
+
 /// How a connection finds out that its server is gone: a server that does
 /// not answer our HTTP/2 handshake within `handshake`, or a PING within
 /// `timeout`, ends the connection (its calls fail UNAVAILABLE) and the next
@@ -146,6 +153,7 @@ pub fn connect(
         .keep_alive_timeout(keepalive.timeout)
         .keep_alive_while_idle(false)
         .initial_connection_window_size(CONNECTION_WINDOW)
+        .http2_max_concurrent_reset_streams(REMEMBERED_RESETS)
         .tcp_nodelay(true);
     if tls.enabled() {
         let mut config = ClientTlsConfig::new();

@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::gate::Gate;
 use super::tls::ClientTls;
-use super::{Keepalive, CONNECTION_WINDOW};
+use super::{Keepalive, CONNECTION_WINDOW, REMEMBERED_RESETS};
 use crate::client::lock;
 use crate::host::{GrpcEvent, GrpcTarget, HeaderBlock};
 
@@ -42,10 +42,6 @@ const UNAVAILABLE: u32 = 14;
 const INTERNAL: u32 = 13;
 /// Why a TLS connection fails when its server goes on after closing it.
 const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
-
-/// Streams this side reset that h2 remembers (for a second) so as to ignore
-/// the frames still in flight for them; a few hundred bytes each.
-const REMEMBERED_RESETS: usize = 4096;
 
 /// The bytes between h2 and the socket, with TLS in between when enabled.
 #[derive(Default)]
