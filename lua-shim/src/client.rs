@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use base64::Engine;
+use grpc_wasm::proxy::contract::{JSON_OPTIONS_HEADER, METADATA_PREFIX};
 use grpc_wasm::timeout::encode_timeout;
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
@@ -506,12 +507,12 @@ impl Client {
             options
                 .json_options
                 .as_deref()
-                .map(|j| (none, &b"x-grpc-wasm-json-options"[..], j.as_bytes())),
+                .map(|j| (none, JSON_OPTIONS_HEADER.as_bytes(), j.as_bytes())),
         ];
         let metadata = options
             .metadata
             .iter()
-            .map(|(k, v)| (&b"grpc-metadata-"[..], k.as_bytes(), v.as_bytes()));
+            .map(|(k, v)| (METADATA_PREFIX.as_bytes(), k.as_bytes(), v.as_bytes()));
         let headers = HeaderBlock::from_entries(|| {
             fixed
                 .iter()

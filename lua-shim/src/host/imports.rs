@@ -5,27 +5,21 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use grpc_wasm::proxy::contract::{BufferType, MapType, Status, HOST_PROPERTY, SHIM_HOST};
 use wasmtime::{Caller, Linker};
 
 use super::pairs;
 use super::state::{GrpcCommand, GrpcTarget, HeaderBlock, HostState, LocalReply};
 
-pub const OK: u32 = 0;
-pub const NOT_FOUND: u32 = 1;
-pub const BAD_ARGUMENT: u32 = 2;
-pub const INVALID_MEMORY_ACCESS: u32 = 6;
-pub const UNIMPLEMENTED: u32 = 12;
-
-const BUFFER_REQUEST_BODY: u32 = 0;
-const BUFFER_GRPC_RECEIVE: u32 = 5;
-const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
-const MAP_REQUEST_HEADERS: u32 = 0;
-const MAP_GRPC_INITIAL: u32 = 4;
-const MAP_GRPC_TRAILING: u32 = 5;
-
 /// The host function the shim offers through `proxy_call_foreign_function`.
 pub use grpc_wasm::proxy::contract::DELIVER_FUNCTION;
-use grpc_wasm::proxy::contract::{HOST_PROPERTY, SHIM_HOST};
+
+// The answers as wasmtime host functions return them.
+const OK: u32 = Status::Ok as u32;
+const NOT_FOUND: u32 = Status::NotFound as u32;
+const BAD_ARGUMENT: u32 = Status::BadArgument as u32;
+const INVALID_MEMORY_ACCESS: u32 = Status::InvalidMemoryAccess as u32;
+const UNIMPLEMENTED: u32 = Status::Unimplemented as u32;
 
 type Ctx<'a> = Caller<'a, HostState>;
 
@@ -202,13 +196,13 @@ fn log(mut c: Ctx, level: u32, ptr: u32, len: u32) -> u32 {
 
 fn buffer_of<'a>(c: &'a Ctx<'_>, kind: u32) -> Option<&'a [u8]> {
     let state = c.data();
-    match kind {
-        BUFFER_REQUEST_BODY => state
+    match BufferType::try_from(kind).ok()? {
+        BufferType::HttpRequestBody => state
             .http
             .get(&state.effective)
             .map(|h| h.request_body.as_slice()),
-        BUFFER_GRPC_RECEIVE => Some(&state.grpc_message),
-        BUFFER_PLUGIN_CONFIGURATION => Some(&state.plugin_config),
+        BufferType::GrpcReceiveBuffer => Some(&state.grpc_message),
+        BufferType::PluginConfiguration => Some(&state.plugin_config),
         _ => None,
     }
 }
@@ -238,7 +232,7 @@ fn set_buffer_bytes(mut c: Ctx, kind: u32, start: u32, size: u32, ptr: u32, len:
     let Some(data) = read(&mut c, ptr, len) else {
         return INVALID_MEMORY_ACCESS;
     };
-    if kind != BUFFER_REQUEST_BODY {
+    if BufferType::try_from(kind) != Ok(BufferType::HttpRequestBody) {
         return NOT_FOUND;
     }
     let effective = c.data().effective;
@@ -259,13 +253,13 @@ fn set_buffer_bytes(mut c: Ctx, kind: u32, start: u32, size: u32, ptr: u32, len:
 
 fn map_of<'a>(c: &'a mut Ctx<'_>, kind: u32) -> Option<&'a mut HeaderBlock> {
     let state = c.data_mut();
-    match kind {
-        MAP_REQUEST_HEADERS => state
+    match MapType::try_from(kind).ok()? {
+        MapType::HttpRequestHeaders => state
             .http
             .get_mut(&state.effective)
             .map(|h| &mut h.request_headers),
-        MAP_GRPC_INITIAL => Some(&mut state.grpc_initial),
-        MAP_GRPC_TRAILING => Some(&mut state.grpc_trailing),
+        MapType::GrpcReceiveInitialMetadata => Some(&mut state.grpc_initial),
+        MapType::GrpcReceiveTrailingMetadata => Some(&mut state.grpc_trailing),
         _ => None,
     }
 }

@@ -11,6 +11,7 @@ pub mod state;
 
 use std::path::Path;
 
+use grpc_wasm::proxy::contract::Action;
 use wasmtime::{Config, Engine, Linker, Module, Store, TypedFunc};
 
 pub use imports::DELIVER_FUNCTION;
@@ -273,7 +274,7 @@ impl ProxyHost {
                 .request_headers
                 .call(&mut self.store, (id, count, 0))
         )?;
-        if action == CONTINUE
+        if Action::try_from(action) == Ok(Action::Continue)
             && self
                 .store
                 .data()
@@ -419,7 +420,6 @@ impl ProxyHost {
     }
 }
 
-const CONTINUE: u32 = 0;
 /// The largest context id: the C ABI hands ids out as `i32`.
 const MAX_ID: u32 = i32::MAX as u32;
 /// Ids tried before giving up: more calls than that in flight is a leak.

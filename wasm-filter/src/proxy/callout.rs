@@ -10,10 +10,7 @@ use crate::status::{percent_decode, Status};
 use crate::timeout::parse_timeout;
 
 use super::config::Callout;
-
-/// Request headers with this prefix become call metadata (grpc-gateway's
-/// convention, so clients of either carry metadata the same way).
-pub const METADATA_PREFIX: &str = "grpc-metadata-";
+use super::contract::METADATA_PREFIX;
 
 /// The call's deadline in milliseconds: the request's `grpc-timeout`, or
 /// the configured default. Never 0: Envoy fails a call with timeout 0 at once.

@@ -17,15 +17,13 @@ use crate::timeout::encode_timeout;
 
 use super::callout::{call_metadata, closed_status, deadline_ms, split_messages, ValueScanner};
 use super::config::FilterConfig;
-use super::contract::DELIVER_FUNCTION;
+use super::contract::{
+    BufferType, MapType, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX, TRAILER_PREFIX,
+};
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::pairs;
 use super::transcoder::{self, Reply, Route};
-
-/// The request header with this request's JSON options (see
-/// `transcoder::json_options_from`), honoured with `callout.upstream_header`.
-pub const JSON_OPTIONS_HEADER: &str = "x-grpc-wasm-json-options";
 
 /// One call in flight for an HTTP stream.
 #[derive(Debug, Default)]
@@ -229,11 +227,11 @@ pub fn add_stream_deadline(call: &mut Call) {
 }
 
 pub fn on_initial_metadata(call: &mut Call) {
-    call.initial = HeaderMap::read(MAP_GRPC_INITIAL_METADATA);
+    call.initial = HeaderMap::read(MapType::GrpcReceiveInitialMetadata);
 }
 
 pub fn on_trailing_metadata(call: &mut Call) {
-    call.trailing = HeaderMap::read(MAP_GRPC_TRAILING_METADATA);
+    call.trailing = HeaderMap::read(MapType::GrpcReceiveTrailingMetadata);
 }
 
 /// A response message. Returns the final reply when the call is over
@@ -250,7 +248,7 @@ pub fn on_message(
     if size > config.max_response_bytes {
         return Some(over_limit(config, call, size));
     }
-    let bytes = match host::buffer(BUFFER_GRPC_RECEIVE, 0, size) {
+    let bytes = match host::buffer(BufferType::GrpcReceiveBuffer, 0, size) {
         Ok(bytes) => bytes,
         Err(s) => {
             return Some(fail(
@@ -389,10 +387,10 @@ pub fn reply_headers(call: &Call, reply: &Reply) -> Vec<u8> {
     let reserved =
         |k: &[u8]| k.starts_with(b":") || k.starts_with(b"grpc-") || k == b"content-type";
     for (k, v) in call.initial.pairs().filter(|(k, _)| !reserved(k)) {
-        map.push(b"grpc-metadata-", k, v);
+        map.push(METADATA_PREFIX.as_bytes(), k, v);
     }
     for (k, v) in call.trailing.pairs().filter(|(k, _)| !reserved(k)) {
-        map.push(b"grpc-trailer-", k, v);
+        map.push(TRAILER_PREFIX.as_bytes(), k, v);
     }
     map.finish()
 }

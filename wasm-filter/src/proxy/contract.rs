@@ -1,5 +1,106 @@
-//! Names that the filter and the hosts embedding it must spell alike. The
-//! OpenResty shim imports these instead of repeating them.
+//! What the filter and the hosts embedding it must agree on: the proxy-wasm
+//! 0.2.1 numbers as Rust types, and the names (headers, foreign functions,
+//! properties) that are this project's own. It builds for every target, so
+//! the wasm32 filter and the OpenResty shim import it alike and no number
+//! or name is written twice.
+//!
+//! The ABI passes each kind as a bare `u32`; converting at the boundary
+//! (`as u32` out, `try_from` in) keeps a map kind from being passed where a
+//! buffer kind is meant, and an unknown number from being taken for one.
+
+/// Defines a `#[repr(u32)]` enum of ABI numbers with a checked conversion
+/// from the wire's `u32`, which answers `Err(n)` for any other number.
+macro_rules! abi_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u32)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant = $value,)+
+        }
+
+        impl TryFrom<u32> for $name {
+            type Error = u32;
+
+            fn try_from(value: u32) -> Result<Self, u32> {
+                match value {
+                    $($value => Ok(Self::$variant),)+
+                    other => Err(other),
+                }
+            }
+        }
+
+        impl From<$name> for u32 {
+            fn from(value: $name) -> u32 {
+                value as u32
+            }
+        }
+    };
+}
+
+abi_enum! {
+    /// What a host call answers (`proxy_status_t`).
+    Status {
+        Ok = 0,
+        NotFound = 1,
+        BadArgument = 2,
+        SerializationFailure = 3,
+        ParseFailure = 4,
+        InvalidMemoryAccess = 6,
+        Empty = 7,
+        CasMismatch = 8,
+        InternalFailure = 10,
+        Unimplemented = 12,
+    }
+}
+
+abi_enum! {
+    /// A header map the host keeps (`proxy_map_type_t`).
+    MapType {
+        HttpRequestHeaders = 0,
+        HttpRequestTrailers = 1,
+        HttpResponseHeaders = 2,
+        HttpResponseTrailers = 3,
+        GrpcReceiveInitialMetadata = 4,
+        GrpcReceiveTrailingMetadata = 5,
+        HttpCallResponseHeaders = 6,
+        HttpCallResponseTrailers = 7,
+    }
+}
+
+abi_enum! {
+    /// A byte buffer the host keeps (`proxy_buffer_type_t`).
+    BufferType {
+        HttpRequestBody = 0,
+        HttpResponseBody = 1,
+        DownstreamData = 2,
+        UpstreamData = 3,
+        HttpCallResponseBody = 4,
+        GrpcReceiveBuffer = 5,
+        VmConfiguration = 6,
+        PluginConfiguration = 7,
+    }
+}
+
+abi_enum! {
+    /// What an HTTP callback answers the host (`proxy_action_t`).
+    Action {
+        Continue = 0,
+        Pause = 1,
+    }
+}
+
+abi_enum! {
+    /// `proxy_log`'s levels (`proxy_log_level_t`).
+    LogLevel {
+        Trace = 0,
+        Debug = 1,
+        Info = 2,
+        Warn = 3,
+        Error = 4,
+        Critical = 5,
+    }
+}
 
 /// The shim's foreign function that hands a streamed message to its caller
 /// (arguments: the HTTP context id, little-endian u32, then the JSON).
@@ -12,3 +113,36 @@ pub const HOST_PROPERTY: &str = "grpc_wasm_host";
 
 /// The value of [`HOST_PROPERTY`] in the OpenResty shim.
 pub const SHIM_HOST: &[u8] = b"lua-shim";
+
+/// The request header with a callout request's JSON options (see
+/// `transcoder::json_options_from`), honoured with `callout.upstream_header`.
+pub const JSON_OPTIONS_HEADER: &str = "x-grpc-wasm-json-options";
+
+/// Callout request headers with this prefix become call metadata
+/// (grpc-gateway's convention, so clients of either carry metadata the same
+/// way).
+pub const METADATA_PREFIX: &str = "grpc-metadata-";
+
+/// A callout's answer carries the call's trailing metadata as response
+/// headers with this prefix (its initial metadata has [`METADATA_PREFIX`]).
+pub const TRAILER_PREFIX: &str = "grpc-trailer-";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abi_numbers_convert_both_ways_and_refuse_the_rest() {
+        assert_eq!(
+            MapType::try_from(4),
+            Ok(MapType::GrpcReceiveInitialMetadata)
+        );
+        assert_eq!(u32::from(BufferType::PluginConfiguration), 7);
+        assert_eq!(Status::try_from(12), Ok(Status::Unimplemented));
+        // 5 and 9 and 11 are holes in the spec's status numbers.
+        assert_eq!(Status::try_from(5), Err(5));
+        assert_eq!(MapType::try_from(8), Err(8));
+        assert_eq!(BufferType::try_from(u32::MAX), Err(u32::MAX));
+        assert_eq!(LogLevel::try_from(3), Ok(LogLevel::Warn));
+    }
+}

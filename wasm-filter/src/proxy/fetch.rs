@@ -11,6 +11,7 @@ use crate::code::Code;
 use crate::status::Status;
 
 use super::config::{Fetch, FilterConfig};
+use super::contract::{BufferType, LogLevel, MapType};
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::transcoder::Reply;
@@ -53,7 +54,7 @@ pub fn start(root_id: u32, inline: Vec<u8>, fetch: Fetch) {
     });
     if let Err(s) = host::ticks(root_id, true) {
         log(
-            LOG_ERROR,
+            LogLevel::Error,
             &format!("grpc-wasm: the host refused a tick period (status {}); the configuration cannot be fetched", s.0),
         );
     }
@@ -137,7 +138,7 @@ pub fn on_response(
         match checked {
             Ok(config) => {
                 log(
-                    LOG_INFO,
+                    LogLevel::Info,
                     &format!("grpc-wasm: configured from {}", source(&state.fetch)),
                 );
                 loading.remove(&root_id);
@@ -153,7 +154,7 @@ pub fn on_response(
 
 fn configuration(state: &Loading, body_size: usize) -> Result<FilterConfig, String> {
     let from = source(&state.fetch);
-    let headers = HeaderMap::read(MAP_HTTP_CALL_RESPONSE_HEADERS);
+    let headers = HeaderMap::read(MapType::HttpCallResponseHeaders);
     let status = headers.get(":status").unwrap_or_default();
     if status != "200" {
         // Hosts answer a failed call with no headers (Envoy) or with a
@@ -175,14 +176,14 @@ fn configuration(state: &Loading, body_size: usize) -> Result<FilterConfig, Stri
             "{from}: the document has {body_size} bytes, more than {MAX_DOCUMENT_BYTES}"
         ));
     }
-    let body = host::buffer(BUFFER_HTTP_CALL_RESPONSE_BODY, 0, body_size)
+    let body = host::buffer(BufferType::HttpCallResponseBody, 0, body_size)
         .map_err(|s| format!("{from}: cannot read the body (host status {})", s.0))?;
     FilterConfig::with_fetched(&state.inline, &body).map_err(|e| format!("{from}: {e}"))
 }
 
 fn failed(state: &mut Loading, reason: String) {
     log(
-        LOG_ERROR,
+        LogLevel::Error,
         &format!(
             "grpc-wasm: no configuration yet: {reason}; trying again in {} ms",
             state.backoff_ms

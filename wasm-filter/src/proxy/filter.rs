@@ -20,14 +20,14 @@ use crate::status::Status;
 
 use super::callout_host::{self, Call};
 use super::config::{FilterConfig, Loaded};
-use super::contract::{HOST_PROPERTY, SHIM_HOST};
+use super::contract::{Action, BufferType, LogLevel, MapType, HOST_PROPERTY, SHIM_HOST};
 use super::fetch;
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::transcoder::{self, Plan, Reply, Route};
 
-const CONTINUE: u32 = 0;
-const PAUSE: u32 = 1;
+const CONTINUE: u32 = Action::Continue as u32;
+const PAUSE: u32 = Action::Pause as u32;
 
 struct Stream {
     config: Rc<FilterConfig>,
@@ -109,11 +109,11 @@ pub extern "C" fn proxy_on_vm_start(_root_id: u32, _size: u32) -> u32 {
 /// problem, so that it never fails later at request time.
 #[no_mangle]
 pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
-    let bytes = match host::buffer(BUFFER_PLUGIN_CONFIGURATION, 0, size as usize) {
+    let bytes = match host::buffer(BufferType::PluginConfiguration, 0, size as usize) {
         Ok(bytes) => bytes,
         Err(status) => {
             log(
-                LOG_ERROR,
+                LogLevel::Error,
                 &format!(
                     "grpc-wasm: cannot read the plugin configuration (host status {})",
                     status.0
@@ -125,7 +125,7 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
     match FilterConfig::load(&bytes) {
         Ok(Loaded::Ready(config)) => install(root_id, *config),
         Ok(Loaded::Fetch(_)) if host_is_shim() => {
-            log(LOG_ERROR, "grpc-wasm: bad configuration: fetch: the OpenResty shim has no HTTP calls; give \"protos\" or \"descriptor_set\"");
+            log(LogLevel::Error, "grpc-wasm: bad configuration: fetch: the OpenResty shim has no HTTP calls; give \"protos\" or \"descriptor_set\"");
             0
         }
         Ok(Loaded::Fetch(f)) => {
@@ -133,7 +133,10 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
             1
         }
         Err(e) => {
-            log(LOG_ERROR, &format!("grpc-wasm: bad configuration: {e}"));
+            log(
+                LogLevel::Error,
+                &format!("grpc-wasm: bad configuration: {e}"),
+            );
             0
         }
     }
@@ -147,11 +150,14 @@ fn install(root_id: u32, config: FilterConfig) -> u32 {
             // callouts nothing needs ticks (a fetch may have started them).
             let _ = host::ticks(root_id, config.callout.is_some());
             ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
-            log(LOG_INFO, "grpc-wasm: configured");
+            log(LogLevel::Info, "grpc-wasm: configured");
             1
         }
         Err(e) => {
-            log(LOG_ERROR, &format!("grpc-wasm: bad configuration: {e}"));
+            log(
+                LogLevel::Error,
+                &format!("grpc-wasm: bad configuration: {e}"),
+            );
             0
         }
     }
@@ -181,7 +187,7 @@ pub extern "C" fn proxy_on_request_headers(
         return send_error(&reply);
     }
     with_stream(context_id, CONTINUE, |stream| {
-        let headers = HeaderMap::read(MAP_REQUEST_HEADERS);
+        let headers = HeaderMap::read(MapType::HttpRequestHeaders);
         let http_method = headers.get(":method").unwrap_or_default();
         let path = headers.get(":path").unwrap_or_default();
         match transcoder::plan(
@@ -234,7 +240,7 @@ pub extern "C" fn proxy_on_request_headers(
                 }
                 if rewrite_request_headers(&headers, path, route.method.path()).is_err() {
                     log(
-                        LOG_WARN,
+                        LogLevel::Warn,
                         "grpc-wasm: the host refused a request header change",
                     );
                 }
@@ -274,7 +280,7 @@ pub extern "C" fn proxy_on_request_body(
         if end_of_stream == 0 {
             return PAUSE;
         }
-        let body = match host::buffer(BUFFER_REQUEST_BODY, 0, size) {
+        let body = match host::buffer(BufferType::HttpRequestBody, 0, size) {
             Ok(body) if body.is_empty() && size > 0 => {
                 // The host announced a body it cannot show: nginx wrote it
                 // to a file.
@@ -293,26 +299,30 @@ pub extern "C" fn proxy_on_request_body(
         };
         match transcoder::encode_request(&stream.config, &route, &body) {
             // Some hosts cut the new body to `size`: pass the larger length.
-            Ok(frame) => match set_buffer(BUFFER_REQUEST_BODY, size.max(frame.len()), &frame) {
-                Ok(()) if host_kind() == HostKind::NgxWasmModule => {
-                    let length = frame.len().to_string();
-                    if set_header(MAP_REQUEST_HEADERS, "content-length", &length).is_err() {
-                        log(
-                            LOG_WARN,
-                            "grpc-wasm: the host refused the new content-length",
-                        );
+            Ok(frame) => {
+                match set_buffer(BufferType::HttpRequestBody, size.max(frame.len()), &frame) {
+                    Ok(()) if host_kind() == HostKind::NgxWasmModule => {
+                        let length = frame.len().to_string();
+                        if set_header(MapType::HttpRequestHeaders, "content-length", &length)
+                            .is_err()
+                        {
+                            log(
+                                LogLevel::Warn,
+                                "grpc-wasm: the host refused the new content-length",
+                            );
+                        }
+                        CONTINUE
                     }
-                    CONTINUE
+                    Ok(()) => CONTINUE,
+                    Err(s) => {
+                        let reply = internal(
+                            &stream.config,
+                            &format!("cannot replace the request body (host status {})", s.0),
+                        );
+                        answer(stream, &reply)
+                    }
                 }
-                Ok(()) => CONTINUE,
-                Err(s) => {
-                    let reply = internal(
-                        &stream.config,
-                        &format!("cannot replace the request body (host status {})", s.0),
-                    );
-                    answer(stream, &reply)
-                }
-            },
+            }
             Err(reply) => answer(stream, &reply),
         }
     })
@@ -331,7 +341,7 @@ pub extern "C" fn proxy_on_response_headers(
         if stream.answered {
             return CONTINUE;
         }
-        let headers = HeaderMap::read(MAP_RESPONSE_HEADERS);
+        let headers = HeaderMap::read(MapType::HttpResponseHeaders);
         let http_status = headers
             .get(":status")
             .and_then(|s| s.parse::<u16>().ok())
@@ -374,7 +384,7 @@ pub extern "C" fn proxy_on_response_headers(
             "application/json"
         };
         let _ = headers.edit(
-            MAP_RESPONSE_HEADERS,
+            MapType::HttpResponseHeaders,
             &[("content-type", content_type)],
             &["content-length"],
         );
@@ -444,7 +454,7 @@ fn rewrite_request_headers(
     } else {
         &set[..]
     };
-    headers.edit(MAP_REQUEST_HEADERS, set, &remove)
+    headers.edit(MapType::HttpRequestHeaders, set, &remove)
 }
 
 const ORIGINAL_PATH_HEADER: &str = "x-grpc-wasm-original-path";
@@ -454,7 +464,7 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
     let (Some(route), Some(decoder)) = (stream.route.clone(), stream.decoder.as_mut()) else {
         return CONTINUE;
     };
-    let chunk = host::buffer(BUFFER_RESPONSE_BODY, 0, size).unwrap_or_default();
+    let chunk = host::buffer(BufferType::HttpResponseBody, 0, size).unwrap_or_default();
     let mut piece = match transcoder::stream_piece(&stream.config, &route, decoder, &chunk) {
         Ok(piece) => piece,
         Err(status) => {
@@ -491,7 +501,7 @@ fn replace_response_chunk(size: usize, text: &[u8], end_of_stream: bool) -> Resu
         text => text,
     };
     // Some hosts cut the new body to the size argument: pass the larger.
-    set_buffer(BUFFER_RESPONSE_BODY, size.max(text.len()), text)
+    set_buffer(BufferType::HttpResponseBody, size.max(text.len()), text)
 }
 
 #[no_mangle]
@@ -580,7 +590,7 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
         if stream.route.is_none() || stream.answered {
             return CONTINUE;
         }
-        let trailers = HeaderMap::read(MAP_RESPONSE_TRAILERS);
+        let trailers = HeaderMap::read(MapType::HttpResponseTrailers);
         let status = status_in(&trailers).unwrap_or_else(|| {
             Status::new(
                 Code::Internal,
@@ -605,7 +615,7 @@ pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) ->
 /// The gRPC status trailers are the filter's business, not the client's.
 fn remove_status(trailers: &HeaderMap) {
     let _ = trailers.edit(
-        MAP_RESPONSE_TRAILERS,
+        MapType::HttpResponseTrailers,
         &[],
         &["grpc-status", "grpc-message", "grpc-status-details-bin"],
     );
@@ -623,7 +633,7 @@ fn first_frame_len(body: &[u8]) -> Option<u64> {
 }
 
 fn first_message_is_large(size: usize) -> bool {
-    let head = host::buffer(BUFFER_RESPONSE_BODY, 0, size.min(5)).unwrap_or_default();
+    let head = host::buffer(BufferType::HttpResponseBody, 0, size.min(5)).unwrap_or_default();
     first_frame_len(&head).is_some_and(|len| len > LARGE_MESSAGE_BYTES)
 }
 
@@ -681,7 +691,7 @@ fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
     );
     stream.answered = true;
     stream.held = Vec::new();
-    log(LOG_WARN, &format!("grpc-wasm: {message}"));
+    log(LogLevel::Warn, &format!("grpc-wasm: {message}"));
     let status = Status::new(Code::Internal, message);
     let code = status.code.as_i32().to_string();
     let encoded = status.encoded_message();
@@ -690,10 +700,17 @@ fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
         ("grpc-message", encoded.as_str()),
     ];
     if trailers
-        .edit(MAP_RESPONSE_TRAILERS, &set, &["grpc-status-details-bin"])
+        .edit(
+            MapType::HttpResponseTrailers,
+            &set,
+            &["grpc-status-details-bin"],
+        )
         .is_err()
     {
-        log(LOG_WARN, "grpc-wasm: the host refused a trailer change");
+        log(
+            LogLevel::Warn,
+            "grpc-wasm: the host refused a trailer change",
+        );
     }
     CONTINUE
 }
@@ -706,15 +723,16 @@ fn hold_response_chunk(stream: &mut Stream, size: usize) -> Result<(), Reply> {
             &format!("cannot {what} the response body (host status {})", s.0),
         )
     };
-    let chunk = host::buffer(BUFFER_RESPONSE_BODY, 0, size).map_err(|s| failed("read", s))?;
-    set_buffer(BUFFER_RESPONSE_BODY, size, b"").map_err(|s| failed("take", s))?;
+    let chunk =
+        host::buffer(BufferType::HttpResponseBody, 0, size).map_err(|s| failed("read", s))?;
+    set_buffer(BufferType::HttpResponseBody, size, b"").map_err(|s| failed("take", s))?;
     stream.held.extend_from_slice(&chunk);
     Ok(())
 }
 
 /// The whole response body: what the module holds, then what the host does.
 fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus> {
-    let rest = host::buffer(BUFFER_RESPONSE_BODY, 0, size)?;
+    let rest = host::buffer(BufferType::HttpResponseBody, 0, size)?;
     let mut body = std::mem::take(&mut stream.held);
     if body.is_empty() {
         return Ok(rest);
@@ -729,7 +747,8 @@ fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus
 fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
     stream.answered = true;
     let end = transcoder::stream_end(&stream.config, status);
-    let written = end.is_empty() || set_buffer(BUFFER_RESPONSE_BODY, 0, end.as_bytes()).is_ok();
+    let written =
+        end.is_empty() || set_buffer(BufferType::HttpResponseBody, 0, end.as_bytes()).is_ok();
     if written && status.is_ok() {
         remove_status(trailers);
     }
@@ -922,7 +941,7 @@ fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Repl
     stream.answered = true;
     if let Err(s) = set_effective_context(context_id) {
         log(
-            LOG_WARN,
+            LogLevel::Warn,
             &format!(
                 "grpc-wasm: the HTTP stream of a finished call is gone (host status {})",
                 s.0
@@ -933,7 +952,7 @@ fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Repl
     let headers = callout_host::reply_headers(call, reply);
     if let Err(s) = send_reply_map(reply.http_status, reply_details(), &reply.body, &headers) {
         log(
-            LOG_ERROR,
+            LogLevel::Error,
             &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
         );
     }
@@ -1008,7 +1027,7 @@ fn callout_body(stream: &mut Stream, context_id: u32, size: usize, end_of_stream
                 end_of_stream,
             )?;
             // Sent messages leave the host's buffer (Envoy drains `used` bytes).
-            let _ = set_buffer(BUFFER_REQUEST_BODY, used, b"");
+            let _ = set_buffer(BufferType::HttpRequestBody, used, b"");
             Ok(())
         })
     } else if end_of_stream {
@@ -1026,7 +1045,7 @@ fn callout_body(stream: &mut Stream, context_id: u32, size: usize, end_of_stream
 }
 
 fn read_body(config: &FilterConfig, size: usize) -> Result<Vec<u8>, Reply> {
-    host::buffer(BUFFER_REQUEST_BODY, 0, size).map_err(|s| {
+    host::buffer(BufferType::HttpRequestBody, 0, size).map_err(|s| {
         internal(
             config,
             &format!("cannot read the request body (host status {})", s.0),
@@ -1061,14 +1080,14 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
     let reply =
         transcoder::decode_response(&stream.config, &route, &body, stream.encoding, &status);
     match set_buffer(
-        BUFFER_RESPONSE_BODY,
+        BufferType::HttpResponseBody,
         body.len().max(reply.body.len()),
         reply.body.as_bytes(),
     ) {
         Ok(()) => CONTINUE,
         Err(s) => {
             log(
-                LOG_ERROR,
+                LogLevel::Error,
                 &format!(
                     "grpc-wasm: cannot replace the response body (host status {})",
                     s.0
@@ -1109,7 +1128,7 @@ fn send_error(reply: &Reply) -> u32 {
     ];
     if let Err(s) = send_reply(reply.http_status, reply_details(), &reply.body, &headers) {
         log(
-            LOG_ERROR,
+            LogLevel::Error,
             &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
         );
         return CONTINUE;
@@ -1155,9 +1174,12 @@ fn answer_response(stream: &mut Stream, reply: &Reply, headers: &HeaderMap) -> u
         "grpc-status-details-bin",
         "grpc-encoding",
     ];
-    if headers.edit(MAP_RESPONSE_HEADERS, &set, &remove).is_err() {
+    if headers
+        .edit(MapType::HttpResponseHeaders, &set, &remove)
+        .is_err()
+    {
         log(
-            LOG_WARN,
+            LogLevel::Warn,
             "grpc-wasm: the host refused a response header change",
         );
     }

@@ -7,29 +7,14 @@ use std::ops::Range;
 
 use super::pairs::{self, Change};
 
-pub const LOG_INFO: u32 = 2;
-pub const LOG_WARN: u32 = 3;
-pub const LOG_ERROR: u32 = 4;
-
-pub const BUFFER_REQUEST_BODY: u32 = 0;
-pub const BUFFER_RESPONSE_BODY: u32 = 1;
-pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
-pub const BUFFER_GRPC_RECEIVE: u32 = 5;
-pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
-
-pub const MAP_REQUEST_HEADERS: u32 = 0;
-pub const MAP_RESPONSE_HEADERS: u32 = 2;
-pub const MAP_RESPONSE_TRAILERS: u32 = 3;
-pub const MAP_GRPC_INITIAL_METADATA: u32 = 4;
-pub const MAP_GRPC_TRAILING_METADATA: u32 = 5;
-pub const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
-
-const STATUS_OK: u32 = 0;
-const STATUS_NOT_FOUND: u32 = 1;
+use super::contract::{BufferType, LogLevel, MapType, Status};
 
 /// A host status other than Ok.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostStatus(pub u32);
+
+const STATUS_OK: u32 = Status::Ok as u32;
+const STATUS_NOT_FOUND: u32 = Status::NotFound as u32;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -127,10 +112,10 @@ extern "C" {
     fn proxy_get_status(code: *mut u32, message_ptr: *mut *mut u8, message_len: *mut usize) -> u32;
 }
 
-pub fn log(level: u32, message: &str) {
+pub fn log(level: LogLevel, message: &str) {
     // Nothing useful can be done if logging itself fails.
     // SAFETY: every pointer and length comes from a live slice that outlives the call.
-    let _ = unsafe { proxy_log(level, message.as_ptr(), message.len()) };
+    let _ = unsafe { proxy_log(level.into(), message.as_ptr(), message.len()) };
 }
 
 /// Takes ownership of a buffer the host allocated in this module through
@@ -168,11 +153,12 @@ fn check(status: u32) -> Result<(), HostStatus> {
     }
 }
 
-pub fn buffer(kind: u32, start: usize, max: usize) -> Result<Vec<u8>, HostStatus> {
+pub fn buffer(kind: BufferType, start: usize, max: usize) -> Result<Vec<u8>, HostStatus> {
     // SAFETY: a host call that writes only a buffer it allocated in this
     // module into the out-parameters, as `with_buffer` requires.
-    let (status, bytes) =
-        unsafe { with_buffer(|ptr, len| proxy_get_buffer_bytes(kind, start, max, ptr, len)) };
+    let (status, bytes) = unsafe {
+        with_buffer(|ptr, len| proxy_get_buffer_bytes(kind.into(), start, max, ptr, len))
+    };
     match status {
         STATUS_OK => Ok(bytes),
         STATUS_NOT_FOUND => Ok(Vec::new()),
@@ -181,21 +167,27 @@ pub fn buffer(kind: u32, start: usize, max: usize) -> Result<Vec<u8>, HostStatus
 }
 
 /// Replaces the first `size` bytes of a buffer with `data`.
-pub fn set_buffer(kind: u32, size: usize, data: &[u8]) -> Result<(), HostStatus> {
+pub fn set_buffer(kind: BufferType, size: usize, data: &[u8]) -> Result<(), HostStatus> {
     // SAFETY: every pointer and length comes from a live slice that outlives the call.
-    check(unsafe { proxy_set_buffer_bytes(kind, 0, size, data.as_ptr(), data.len()) })
+    check(unsafe { proxy_set_buffer_bytes(kind.into(), 0, size, data.as_ptr(), data.len()) })
 }
 
-pub fn set_header(map: u32, key: &str, value: &str) -> Result<(), HostStatus> {
+pub fn set_header(map: MapType, key: &str, value: &str) -> Result<(), HostStatus> {
     // SAFETY: every pointer and length comes from a live slice that outlives the call.
     check(unsafe {
-        proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len())
+        proxy_replace_header_map_value(
+            map.into(),
+            key.as_ptr(),
+            key.len(),
+            value.as_ptr(),
+            value.len(),
+        )
     })
 }
 
-pub fn remove_header(map: u32, key: &str) -> Result<(), HostStatus> {
+pub fn remove_header(map: MapType, key: &str) -> Result<(), HostStatus> {
     // SAFETY: every pointer and length comes from a live slice that outlives the call.
-    check(unsafe { proxy_remove_header_map_value(map, key.as_ptr(), key.len()) })
+    check(unsafe { proxy_remove_header_map_value(map.into(), key.as_ptr(), key.len()) })
 }
 
 /// A header map read in one host call; lookups stay in the module and
@@ -207,11 +199,11 @@ pub struct HeaderMap {
 }
 
 impl HeaderMap {
-    pub fn read(map: u32) -> HeaderMap {
+    pub fn read(map: MapType) -> HeaderMap {
         // SAFETY: a host call that writes only a buffer it allocated in this
         // module into the out-parameters, as `with_buffer` requires.
         let (status, bytes) =
-            unsafe { with_buffer(|ptr, len| proxy_get_header_map_pairs(map, ptr, len)) };
+            unsafe { with_buffer(|ptr, len| proxy_get_header_map_pairs(map.into(), ptr, len)) };
         let entries = match status {
             STATUS_OK => pairs::index(&bytes).unwrap_or_default(),
             _ => Vec::new(),
@@ -234,7 +226,12 @@ impl HeaderMap {
 
     /// Sets `set` and drops `remove` in the host's map `map` (the one this
     /// was read from), with a host call only for what differs.
-    pub fn edit(&self, map: u32, set: &[(&str, &str)], remove: &[&str]) -> Result<(), HostStatus> {
+    pub fn edit(
+        &self,
+        map: MapType,
+        set: &[(&str, &str)],
+        remove: &[&str],
+    ) -> Result<(), HostStatus> {
         for change in pairs::changes(self.pairs(), set, remove) {
             match change {
                 Change::Set(name, value) => set_header(map, name, value)?,
