@@ -38,12 +38,15 @@ def task(h, rt, **request):
 
 
 def end_of(answer):
-    """An `E <status> <headers length>` event: (http status, headers, body)."""
+    """An `E <status> <code> <headers length>` event: (http status, headers,
+    body), its gRPC code checked against the reply's grpc-status."""
     head, rest = answer.split(b"\n", 1)
-    _, status, length = head.split(b" ")
+    _, status, code, length = head.split(b" ")
     raw, body = rest[:int(length)], rest[int(length):]
     parts = raw.split(b"\0")[:-1]
-    return int(status), dict(zip(parts[::2], parts[1::2])), body
+    headers = dict(zip(parts[::2], parts[1::2]))
+    assert int(code) == int(headers.get(b"grpc-status", b"2")), answer
+    return int(status), headers, body
 
 
 def test_init_copies_cfg_and_reports_failure(h):

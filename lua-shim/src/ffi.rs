@@ -632,8 +632,8 @@ pub struct EventView {
     /// The reply's headers as `key\0value\0` pairs.
     pub headers: *const u8,
     pub headers_len: usize,
-    /// The reply's gRPC status code (its `grpc-status`), so that a caller
-    /// that wants nothing more parses no headers; -1 when it has none.
+    /// The reply's gRPC status code (`LocalReply::grpc_code`) for an end;
+    /// -1 for a message.
     pub code: i32,
     /// 1 when taking this event let the call's stream be read again: its
     /// connection's socket may have bytes to send (flow-control credit).
@@ -678,11 +678,7 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
                     body_len: reply.body.len(),
                     headers: flat.as_ptr(),
                     headers_len: flat.len(),
-                    code: reply
-                        .headers
-                        .get("grpc-status")
-                        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-                        .unwrap_or(-1),
+                    code: reply.grpc_code().as_i32(),
                     resumed,
                 }
             }

@@ -445,14 +445,19 @@ impl Runtime {
     }
 }
 
-/// An event for Lua: `M\n<json>` for a message; `E <http status> <headers
-/// length>\n<key\0value\0...><body>` for the end.
+/// An event for Lua: `M\n<json>` for a message; `E <http status> <gRPC
+/// code> <headers length>\n<key\0value\0...><body>` for the end.
 fn encode(event: &Event) -> Vec<u8> {
     match event {
         Event::Message(json) => [b"M\n".as_slice(), json].concat(),
         Event::End(reply) => {
             let headers = reply.headers.flat();
-            let head = format!("E {} {}\n", reply.http_status, headers.len());
+            let head = format!(
+                "E {} {} {}\n",
+                reply.http_status,
+                reply.grpc_code().as_i32(),
+                headers.len()
+            );
             [head.as_bytes(), headers, &reply.body].concat()
         }
     }

@@ -2,6 +2,7 @@
 //! contexts' headers and bodies, the buffers of the gRPC callback in
 //! progress, and what the module asked for (replies, calls, messages).
 
+use grpc_wasm::Code;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use wasmtime::{Memory, TypedFunc};
@@ -23,6 +24,18 @@ pub struct LocalReply {
     pub http_status: u32,
     pub body: Vec<u8>,
     pub headers: HeaderBlock,
+}
+
+impl LocalReply {
+    /// The call's gRPC status code as the module answered it, by the
+    /// core's rule: a missing or malformed `grpc-status` is UNKNOWN. Both
+    /// ways into Lua hand it over, so that Lua parses no status itself.
+    pub fn grpc_code(&self) -> Code {
+        self.headers
+            .get("grpc-status")
+            .and_then(Code::from_header)
+            .unwrap_or(Code::Unknown)
+    }
 }
 
 /// What the module asked the host to do with gRPC; carried out by the

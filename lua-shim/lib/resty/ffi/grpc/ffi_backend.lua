@@ -1,0 +1,483 @@
+-- resty.ffi.grpc.ffi_backend: the backend over LuaJIT's FFI (mode "ffi",
+-- the default). Calls go straight into liblua_shim.so; a coroutine waits
+-- on a semaphore that a light thread reading the shim's wake-up socket
+-- posts. A connection's bytes go through a cosocket of its own (transport
+-- "cosocket", the default: HTTP/2 runs in the shim on nginx's thread) or
+-- through the shim's runtime thread (transport "runtime"). The interface
+-- it implements is written in resty.ffi.grpc.
+local ffi = require("ffi")
+local semaphore = require("ngx.semaphore")
+local native = require("resty.ffi.grpc.shim")
+
+local ngx = ngx
+local pairs, tostring, tonumber = pairs, tostring, tonumber
+local concat = table.concat
+local ffi_string, ffi_new = ffi.string, ffi.new
+local settings, find_shim, find_module = native.settings, native.find_shim, native.find_module
+local cache_dir, keepalive_of = native.cache_dir, native.keepalive_of
+
+local C
+-- The shim's defaults (ms), for the cosocket's own connect timeout.
+local DEFAULT_HANDSHAKE_TIMEOUT = 10000
+local waiters = {} -- call id -> semaphore
+-- Semaphores of finished calls, for the next ones: a call then allocates none.
+local spare_semas, n_spare = {}, 0
+local event = ffi_new("grpc_wasm_event[1]")
+local ready_ids = ffi_new("uint32_t[256]")
+
+local function last_error()
+    return ffi_string(C.grpc_wasm_last_error())
+end
+
+-- Wakes the calls whose ids are the first n of ids.
+local function post_ready(ids, n)
+    for i = 0, n - 1 do
+        local sema = waiters[ids[i]]
+        if sema then
+            sema:post(1)
+        end
+    end
+end
+
+-- The semaphores of ready calls are posted from here: one light thread per
+-- worker reading the socket the native side writes a byte to.
+local function reader(premature, path)
+    if premature then
+        return
+    end
+    local sock = ngx.socket.tcp()
+    -- The native side writes a heartbeat byte every 0.5 s: a read that
+    -- times out means the native side is gone.
+    sock:settimeouts(1000, 1000, 5000)
+    local ok, err = sock:connect("unix:" .. path)
+    if not ok then
+        ngx.log(ngx.ERR, "grpc-wasm: cannot connect the wake-up socket ", path, ": ", err)
+    end
+    -- An exiting worker keeps reading while calls wait, so that calls in
+    -- flight end when their events come; the heartbeat brings it back
+    -- here to see when none is left.
+    while ok and (not ngx.worker.exiting() or next(waiters) ~= nil) do
+        local data, rerr = sock:receiveany(4096)
+        if not data then
+            ngx.log(ngx.ERR, "grpc-wasm: wake-up socket: ", rerr)
+            break
+        end
+        while true do
+            local n = C.grpc_wasm_ready(ready_ids, 256)
+            post_ready(ready_ids, n)
+            if n < 256 then
+                break
+            end
+        end
+    end
+    sock:close()
+    if not ngx.worker.exiting() then
+        ngx.timer.at(0.01, reader, path)
+    end
+end
+
+local ffi_backend = {}
+
+function ffi_backend.init()
+    local shim, err = find_shim()
+    if not shim then
+        return nil, err
+    end
+    local ok, lib = pcall(ffi.load, shim)
+    if not ok then
+        return nil, "cannot load " .. shim .. ": " .. tostring(lib)
+    end
+    local module, merr = find_module(shim)
+    if not module then
+        return nil, merr
+    end
+    C = lib
+    if C.grpc_wasm_init(module, cache_dir(), settings.socket_dir) ~= 0 then
+        return nil, last_error()
+    end
+    if C.grpc_wasm_set_max_queued_bytes(settings.max_queued_bytes or 0) ~= 0 then
+        return nil, last_error()
+    end
+    local path = C.grpc_wasm_socket_path()
+    if path == nil then
+        return nil, last_error()
+    end
+    local tok, terr = ngx.timer.at(0, reader, ffi_string(path))
+    if not tok then
+        return nil, "cannot start the wake-up reader: " .. terr
+    end
+    return true
+end
+
+local function status(rc)
+    if rc ~= 0 then
+        return nil, last_error()
+    end
+    return true
+end
+
+function ffi_backend.loadfile(path, include)
+    return status(C.grpc_wasm_loadfile(path, include and concat(include, "\n") or nil))
+end
+
+function ffi_backend.load_descriptor_set(bytes)
+    return status(C.grpc_wasm_load_descriptor_set(bytes, #bytes))
+end
+
+function ffi_backend.set_json_options(json)
+    return status(C.grpc_wasm_set_print_options(json, #json))
+end
+
+-- Cosocket connections: HTTP/2 and TLS run in the shim, on this thread;
+-- a timer per connection owns its socket and moves the bytes (one light
+-- thread reads, one writes). A call then never leaves nginx's thread.
+local pumps = {} -- conn id -> pump
+local call_pumps = {} -- call id -> pump
+
+-- The longest timeout a cosocket takes (lua-nginx-module refuses more
+-- than 2^31-1 ms): about 24 days.
+local MAX_TIMEOUT = 2147483647
+
+local function pump_reset(pump, reason)
+    local n = C.grpc_wasm_wire_reset(pump.id, reason, pump.ids, 256)
+    if n > 0 then
+        post_ready(pump.ids, n)
+    end
+    return n >= 0
+end
+
+-- Reads until the socket fails; returns why.
+local function pump_reader(pump, sock)
+    local ids = ffi_new("uint32_t[256]")
+    while true do
+        local data, err = sock:receiveany(65536)
+        if not data then
+            if err ~= "timeout" then
+                pump.broken = err
+                pump.wake:post(1)
+                return
+            end
+        else
+            pump.active = ngx.now()
+            local n = C.grpc_wasm_wire_input(pump.id, data, #data, ids, 256)
+            if n < 0 then
+                pump.broken = last_error()
+                pump.wake:post(1)
+                return
+            end
+            post_ready(ids, n)
+            -- HTTP/2's own answers (acks, window updates), or its end.
+            if C.grpc_wasm_wire_pending(pump.id) ~= 0 then
+                pump.wake:post(1)
+            end
+        end
+    end
+end
+
+local IDLE = {} -- pump_writer's answer for a connection idle too long
+local swept = false
+
+-- Whether a pump keeps its connection: until the conn is closed and, once
+-- the worker exits (a reload, a graceful stop), while calls are open on
+-- it, so that calls in flight end as their server answers. One full
+-- collection first closes the calls no one holds any more.
+local function pump_serves(pump)
+    if pump.closed then
+        return false
+    end
+    if not ngx.worker.exiting() then
+        return true
+    end
+    if not swept then
+        swept = true
+        collectgarbage()
+    end
+    return pump.calls > 0
+end
+local next_ms = ffi_new("int64_t[1]")
+
+-- The shim's keepalive clock: PINGs, and the end of a connection whose
+-- server does not answer. Returns how long to wait at most (s).
+local function pump_tick(pump)
+    local n = C.grpc_wasm_wire_tick(pump.id, pump.ids, 256, next_ms)
+    if n > 0 then
+        post_ready(pump.ids, n)
+    end
+    local ms = tonumber(next_ms[0])
+    if n < 0 or ms < 0 or ms >= 1000 then
+        return 1
+    end
+    -- A wait under a millisecond would not yield (see next_event).
+    return math.max(ms, 1) / 1000
+end
+
+local function idle_for(pump)
+    if pump.calls > 0 or not pump.idle_timeout then
+        return nil
+    end
+    return (ngx.now() - pump.active) * 1000 >= pump.idle_timeout
+end
+
+-- Sends what the shim has for the socket until the socket fails or the
+-- connection is closed or idle; returns why it stopped.
+local function pump_writer(pump, sock)
+    local len = ffi_new("size_t[1]")
+    while not pump.broken and pump_serves(pump) do
+        local ptr = C.grpc_wasm_wire_output(pump.id, len)
+        if ptr ~= nil and len[0] > 0 then
+            pump.active = ngx.now()
+            local ok, err = sock:send(ffi_string(ptr, len[0]))
+            if not ok then
+                return err
+            end
+        elseif C.grpc_wasm_wire_pending(pump.id) == 2 then
+            return "the server ended the HTTP/2 connection"
+        elseif idle_for(pump) then
+            return IDLE
+        else
+            local wait = pump_tick(pump)
+            -- A PING to send, or the connection ended: look again at once.
+            if C.grpc_wasm_wire_pending(pump.id) == 0 then
+                -- Woken by calls and the reader. The shim's own deadline
+                -- cancels also wake the call's waiter, whose close wakes
+                -- this; the timeout is the keepalive's next tick at most.
+                pump.wake:wait(wait)
+            end
+        end
+    end
+    return pump.broken or "the connection is closed"
+end
+
+local function run_pump(premature, pump)
+    if premature then
+        return
+    end
+    while pump_serves(pump) do
+        local sock = ngx.socket.tcp()
+        -- No read timeout to speak of: a connection without traffic is
+        -- normal (no call, or a quiet stream), and nginx logs every timed
+        -- out cosocket read at error level. Idle connections are closed by
+        -- idle_timeout instead, without a word.
+        sock:settimeouts(pump.handshake_timeout, 10000, MAX_TIMEOUT)
+        local ok, err = sock:connect(pump.host, pump.port)
+        if not ok then
+            if not pump_reset(pump, "connect to " .. pump.addr .. " failed: " .. tostring(err)) then
+                return
+            end
+            -- Dial again when a call wants the connection.
+            pump.wake:wait(1)
+        else
+            pump.broken = nil
+            pump.active = ngx.now()
+            local reading = ngx.thread.spawn(pump_reader, pump, sock)
+            local why = pump_writer(pump, sock)
+            ngx.thread.kill(reading)
+            sock:close()
+            if pump.closed then
+                return
+            end
+            if why == IDLE then
+                -- No call to fail; a fresh HTTP/2 state waits for the next.
+                if not pump_reset(pump, "the connection was idle") then
+                    return
+                end
+                while pump.calls == 0 and not pump.closed and not ngx.worker.exiting() do
+                    pump.wake:wait(1)
+                end
+            elseif not pump_reset(pump, "the connection failed: " .. tostring(why)) then
+                return
+            else
+                -- A server that failed us (a handshake or a PING without an
+                -- answer, a closed connection) is dialled again for the
+                -- next call, not in a loop meanwhile.
+                while pump.calls == 0 and not pump.closed and not ngx.worker.exiting() do
+                    pump.wake:wait(1)
+                end
+            end
+        end
+    end
+end
+
+local function wake_pump(pump)
+    if pump and C.grpc_wasm_wire_pending(pump.id) > 0 then
+        pump.wake:post(1)
+    end
+end
+
+-- cosocket unless told otherwise: a call then costs no thread hop.
+local function transport_of(opts)
+    local transport = opts.transport or settings.transport or os.getenv("GRPC_WASM_TRANSPORT")
+    if transport == nil or transport == "" then
+        return "cosocket"
+    end
+    return transport
+end
+
+function ffi_backend.connect(addr, opts)
+    local transport = transport_of(opts)
+    local interval, ka_timeout, handshake = keepalive_of(opts)
+    if transport == "runtime" then
+        local id = C.grpc_wasm_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key,
+                                       interval, ka_timeout, handshake)
+        if id < 0 then
+            return nil, last_error()
+        end
+        return id
+    end
+    if transport ~= "cosocket" then
+        return nil, "unknown transport '" .. tostring(transport) .. "' (runtime or cosocket)"
+    end
+    local host, port = addr:match("^(.+):(%d+)$")
+    if not host then
+        return nil, "invalid address '" .. addr .. "': expected host:port"
+    end
+    local id = C.grpc_wasm_wire_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key,
+                                        interval, ka_timeout, handshake)
+    if id < 0 then
+        return nil, last_error()
+    end
+    local pump = { id = id, addr = addr, host = host, port = tonumber(port),
+                   wake = semaphore.new(), ids = ffi_new("uint32_t[256]"),
+                   calls = 0, active = ngx.now(), idle_timeout = settings.idle_timeout,
+                   handshake_timeout = handshake > 0 and handshake or DEFAULT_HANDSHAKE_TIMEOUT }
+    local ok, err = ngx.timer.at(0, run_pump, pump)
+    if not ok then
+        C.grpc_wasm_conn_close(id)
+        return nil, "cannot start the connection's timer: " .. tostring(err)
+    end
+    pumps[id] = pump
+    return id
+end
+
+function ffi_backend.conn_close(id)
+    local pump = pumps[id]
+    pumps[id] = nil
+    C.grpc_wasm_conn_close(id)
+    if pump then
+        pump.closed = true
+        pump.wake:post(1)
+    end
+end
+
+-- key\0value\0 pairs
+local function flatten(metadata)
+    if not metadata then
+        return nil, 0
+    end
+    local parts = {}
+    for k, v in pairs(metadata) do
+        parts[#parts + 1] = k
+        parts[#parts + 1] = v
+    end
+    local flat = concat(parts, "\0") .. "\0"
+    return flat, #flat
+end
+
+function ffi_backend.start(conn, path, body, timeout, metadata, json)
+    local md, md_len = flatten(metadata)
+    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, json)
+    if id < 0 then
+        return nil, last_error()
+    end
+    local pump = pumps[conn]
+    if pump then
+        call_pumps[id] = pump
+        pump.calls = pump.calls + 1
+        wake_pump(pump)
+    end
+    return id
+end
+
+function ffi_backend.send(id, body)
+    local rc = C.grpc_wasm_send(id, body, #body)
+    wake_pump(call_pumps[id])
+    return status(rc)
+end
+
+function ffi_backend.close_send(id)
+    local rc = C.grpc_wasm_close_send(id)
+    wake_pump(call_pumps[id])
+    return status(rc)
+end
+
+-- "message", json | "end", body, http status, raw headers, code | nil, err
+function ffi_backend.next_event(id, timeout_ms)
+    local deadline = ngx.now() + timeout_ms / 1000 + 1
+    while true do
+        local n = C.grpc_wasm_next_event(id, event)
+        if n < 0 then
+            return nil, last_error()
+        end
+        if n == 1 then
+            local ev = event[0]
+            if ev.resumed ~= 0 then
+                -- Its stream is read again: the server gets window.
+                wake_pump(call_pumps[id])
+            end
+            local body = ffi_string(ev.body, ev.body_len)
+            if ev.kind == 1 then
+                return "message", body
+            end
+            return "end", body, ev.http_status, ffi_string(ev.headers, ev.headers_len), ev.code
+        end
+        local sema = waiters[id]
+        if not sema then
+            if n_spare > 0 then
+                sema = spare_semas[n_spare]
+                spare_semas[n_spare] = nil
+                n_spare = n_spare - 1
+            else
+                sema = semaphore.new()
+            end
+            waiters[id] = sema
+        end
+        -- The module ends every call by its deadline; this wait is only a
+        -- safety net against a lost wake-up. The semaphore counts whole
+        -- milliseconds: asked to wait less than one, it returns at once
+        -- without yielding, so the cached clock never moves and the loop
+        -- would spin for good; the last fraction counts as expired.
+        local left = deadline - ngx.now()
+        if left < 0.001 then
+            return nil, "timeout waiting for the call's end"
+        end
+        -- An exiting worker's reader stops once no call waits (it would
+        -- hold the worker), so a wait that starts after that looks for
+        -- its events every 50 ms.
+        if ngx.worker.exiting() then
+            left = math.min(left, 0.05)
+        end
+        local ok, err = sema:wait(left)
+        if not ok and err ~= "timeout" then
+            return nil, err
+        end
+    end
+end
+
+-- `ended`: the call's end was read, so closing it sends nothing.
+function ffi_backend.close(id, ended)
+    local sema = waiters[id]
+    if sema then
+        waiters[id] = nil
+        -- Kept for reuse only when nothing is posted and nobody waits: a
+        -- stale post would wake the next call that takes it (harmless, it
+        -- looks again, but wasted).
+        if sema:count() == 0 and n_spare < 1024 then
+            n_spare = n_spare + 1
+            spare_semas[n_spare] = sema
+        end
+    end
+    C.grpc_wasm_close(id)
+    local pump = call_pumps[id]
+    if pump then
+        call_pumps[id] = nil
+        pump.calls = pump.calls - 1
+        if not ended then
+            wake_pump(pump)
+        end
+    end
+end
+
+ffi_backend.collect_conn = ffi_backend.conn_close
+ffi_backend.collect_call = ffi_backend.close
+
+return ffi_backend

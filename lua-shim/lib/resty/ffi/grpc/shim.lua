@@ -1,0 +1,136 @@
+-- resty.ffi.grpc.shim: where the native side is and what it was told. The
+-- settings grpc.init records, how the shim (liblua_shim.so) and the module
+-- (grpc_wasm.wasm) are found, and the shim's C declarations: what both
+-- backends share, so that they find and configure the native side alike.
+local ffi = require("ffi")
+
+local tostring = tostring
+
+local _M = {}
+
+ffi.cdef [[
+typedef struct {
+    int kind;
+    int http_status;
+    const char *body;
+    size_t body_len;
+    const char *headers;
+    size_t headers_len;
+    int code;
+    int resumed;
+} grpc_wasm_event;
+
+const char *grpc_wasm_last_error(void);
+int grpc_wasm_init(const char *module_path, const char *cache_dir, const char *socket_dir);
+const char *grpc_wasm_socket_path(void);
+int grpc_wasm_ready(uint32_t *out, int max);
+int grpc_wasm_loadfile(const char *path, const char *include);
+int grpc_wasm_load_descriptor_set(const char *data, size_t len);
+int grpc_wasm_set_print_options(const char *json, size_t len);
+int grpc_wasm_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key,
+                      int64_t keepalive_ms, int64_t keepalive_timeout_ms, int64_t handshake_timeout_ms);
+int grpc_wasm_set_max_queued_bytes(int64_t bytes);
+void grpc_wasm_conn_close(uint32_t conn);
+int grpc_wasm_start(uint32_t conn, const char *path, size_t path_len, const char *body, size_t body_len,
+                    int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options);
+int grpc_wasm_send(uint32_t id, const char *json, size_t len);
+int grpc_wasm_close_send(uint32_t id);
+int grpc_wasm_next_event(uint32_t id, grpc_wasm_event *out);
+void grpc_wasm_close(uint32_t id);
+int grpc_wasm_wire_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key,
+                           int64_t keepalive_ms, int64_t keepalive_timeout_ms, int64_t handshake_timeout_ms);
+int grpc_wasm_wire_tick(uint32_t conn, uint32_t *out, int max, int64_t *next_ms);
+int grpc_wasm_wire_input(uint32_t conn, const char *data, size_t len, uint32_t *out, int max);
+const char *grpc_wasm_wire_output(uint32_t conn, size_t *len);
+int grpc_wasm_wire_reset(uint32_t conn, const char *reason, uint32_t *out, int max);
+int grpc_wasm_wire_pending(uint32_t conn);
+]]
+
+
+-- What grpc.init recorded (its opts), read by the backends at their init
+-- and by each connect.
+local settings = {}
+_M.settings = settings
+
+local function dirname(path)
+    return path:match("^(.*)/[^/]*$") or "."
+end
+
+-- The first readable file among patterns such as package.cpath's.
+local function search(patterns, name)
+    for pattern in patterns:gmatch("[^;]+") do
+        local path = pattern:gsub("%?", name)
+        local f = io.open(path, "rb")
+        if f then
+            f:close()
+            return path
+        end
+    end
+    return nil
+end
+
+-- An environment variable, "" counting as unset (nginx's `env NAME=;`).
+local function getenv(name)
+    local v = os.getenv(name)
+    if v == "" then
+        return nil
+    end
+    return v
+end
+
+local function find_shim()
+    local path = settings.shim or getenv("GRPC_WASM_SHIM") or search(package.cpath, "liblua_shim")
+    if not path then
+        return nil, "liblua_shim.so not found: set GRPC_WASM_SHIM, grpc.init{shim = path} or package.cpath"
+    end
+    return path
+end
+
+-- The module, sought the same way on both paths; a missing one is named
+-- with where it was sought, as the native side could only say "failed".
+local function find_module(shim)
+    local path, from = settings.module, "grpc.init{module = ...}"
+    if not path then
+        path, from = getenv("GRPC_WASM_MODULE"), "GRPC_WASM_MODULE"
+    end
+    if not path then
+        path, from = dirname(shim) .. "/grpc_wasm.wasm", "next to the shim " .. shim
+    end
+    local f, err = io.open(path, "rb")
+    if not f then
+        return nil, "grpc_wasm.wasm not found: " .. tostring(err) .. " (sought " .. from
+            .. "; set grpc.init{module = path} or GRPC_WASM_MODULE)"
+    end
+    f:close()
+    return path
+end
+
+-- The compiled-module cache: nil lets the shim pick its private default
+-- directory; false (or "") disables the cache.
+local function cache_dir()
+    local dir = settings.cache_dir
+    if dir == nil then
+        dir = os.getenv("GRPC_WASM_CACHE_DIR")
+    end
+    if dir == false then
+        return ""
+    end
+    return dir
+end
+
+-- A connection's keepalive interval and timeout and handshake timeout
+-- (ms): from connect's opts, else grpc.init's, else 0 (the shim's default).
+local function keepalive_of(opts)
+    local function ms(key)
+        return opts[key] or settings[key] or 0
+    end
+    return ms("keepalive_interval"), ms("keepalive_timeout"), ms("handshake_timeout")
+end
+
+_M.getenv = getenv
+_M.find_shim = find_shim
+_M.find_module = find_module
+_M.cache_dir = cache_dir
+_M.keepalive_of = keepalive_of
+
+return _M
