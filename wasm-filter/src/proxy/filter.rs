@@ -59,12 +59,12 @@ thread_local! {
     static STREAMS: RefCell<IdMap<Rc<RefCell<Stream>>>> = RefCell::new(IdMap::default());
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_abi_version_0_2_1() {}
 
 /// The host's allocator for buffers it hands to the module; `host::take`
 /// turns them back into `Vec`s, so capacity must equal the size.
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
     let mut buf = Vec::<u8>::with_capacity(size);
     let ptr = buf.as_mut_ptr();
@@ -72,7 +72,7 @@ pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
     ptr
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
     if parent_id == 0 {
         return;
@@ -100,14 +100,14 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
     });
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_vm_start(_root_id: u32, _size: u32) -> u32 {
     1
 }
 
 /// A bad configuration is refused here, with one log line naming the
 /// problem, so that it never fails later at request time.
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
     let bytes = match host::buffer(BufferType::PluginConfiguration, 0, size as usize) {
         Ok(bytes) => bytes,
@@ -164,7 +164,7 @@ fn install(root_id: u32, config: FilterConfig) -> u32 {
 }
 
 /// The fetched configuration document (see [`fetch`]).
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_http_call_response(
     root_id: u32,
     token: u32,
@@ -177,7 +177,7 @@ pub extern "C" fn proxy_on_http_call_response(
     }
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_request_headers(
     context_id: u32,
     _headers: u32,
@@ -254,7 +254,7 @@ pub extern "C" fn proxy_on_request_headers(
     })
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_request_body(
     context_id: u32,
     body_size: u32,
@@ -328,7 +328,7 @@ pub extern "C" fn proxy_on_request_body(
     })
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_response_headers(
     context_id: u32,
     _headers: u32,
@@ -504,7 +504,7 @@ fn replace_response_chunk(size: usize, text: &[u8], end_of_stream: bool) -> Resu
     set_buffer(BufferType::HttpResponseBody, size.max(text.len()), text)
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_response_body(
     context_id: u32,
     body_size: u32,
@@ -584,7 +584,7 @@ pub extern "C" fn proxy_on_response_body(
     })
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
         if stream.route.is_none() || stream.answered {
@@ -758,16 +758,16 @@ fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32
 /// ngx_wasm_module calls `proxy_on_done` and `proxy_on_log` at the end of
 /// every request without checking that the module exports them (nginx
 /// crashes on a missing one), so both exist; the filter needs neither.
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_done(_context_id: u32) -> u32 {
     1
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_log(_context_id: u32) {}
 
 /// The host lets calls outlive the HTTP stream: ours end with it.
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
     let removed = STREAMS.with(|s| s.borrow_mut().remove(&context_id));
     if let Some(call) = removed.and_then(|st| st.try_borrow_mut().ok()?.call.take()) {
@@ -777,7 +777,7 @@ pub extern "C" fn proxy_on_delete(context_id: u32) {
     fetch::forget(context_id);
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u32, _headers: u32) {
     with_call(token, |_, call, _| {
         callout_host::on_initial_metadata(call);
@@ -785,7 +785,7 @@ pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u
     });
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
     with_call(token, |stream, call, context_id| {
         let route = stream.route.as_ref()?;
@@ -793,7 +793,7 @@ pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
     });
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
     _root_id: u32,
     token: u32,
@@ -805,7 +805,7 @@ pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
     });
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u32) {
     with_call(token, |stream, call, _| {
         let route = stream.route.as_ref()?;
@@ -818,7 +818,7 @@ pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u3
     });
 }
 
-#[no_mangle]
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_tick(root_id: u32) {
     fetch::on_tick(root_id);
     let contexts: Vec<u32> = STREAMS.with(|s| {
@@ -1199,3 +1199,7 @@ fn with_stream(context_id: u32, default: u32, f: impl FnOnce(&mut Stream) -> u32
     };
     f(&mut stream)
 }
+
+#[cfg(test)]
+#[path = "filter_tests.rs"]
+mod tests;

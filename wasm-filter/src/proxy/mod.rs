@@ -1,11 +1,14 @@
 //! The proxy-wasm HTTP filter: JSON/REST ⇄ gRPC transcoding on the proxy's
 //! own route.
 //!
-//! The pure parts ([`config`], [`pairs`], [`transcoder`]) build and test
-//! natively; the ABI bindings and the exported callbacks exist only in the
-//! wasm32 build. The filter talks to the host through its own bindings to
-//! the raw proxy-wasm 0.2.1 ABI rather than the Rust SDK, whose dispatcher
-//! panics (a trap, in wasm) on host answers it does not expect.
+//! Everything builds and tests natively. The exported callbacks
+//! ([`filter`]) reach the host only through the [`host::Host`] trait: in
+//! the wasm32 build its implementation is the raw proxy-wasm 0.2.1 ABI
+//! (the filter's own bindings rather than the Rust SDK, whose dispatcher
+//! panics, a trap in wasm, on host answers it does not expect); natively,
+//! tests drive the callbacks through [`host::mock::MockHost`] in the orders
+//! Envoy and ngx_wasm_module call them. [`contract`] holds what the filter
+//! and the hosts must agree on.
 
 pub mod callout;
 pub mod config;
@@ -15,11 +18,7 @@ pub mod id_map;
 pub mod pairs;
 pub mod transcoder;
 
-#[cfg(target_arch = "wasm32")]
 mod callout_host;
-#[cfg(target_arch = "wasm32")]
 mod fetch;
-#[cfg(target_arch = "wasm32")]
-mod filter;
-#[cfg(target_arch = "wasm32")]
-mod host;
+pub mod filter;
+pub mod host;

@@ -1,0 +1,301 @@
+//! The filter driven natively through a mock proxy, in the callback orders
+//! Envoy and ngx_wasm_module use.
+
+use std::rc::Rc;
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::proxy::host::install;
+use crate::proxy::host::mock::MockHost;
+
+const ROOT: u32 = 1;
+const HTTP: u32 = 2;
+const HELLOWORLD: &str = include_str!("../../../protos/helloworld.proto");
+/// HelloRequest { name: "ann" } and HelloReply { message: "hi ann" }.
+const REQUEST: &[u8] = b"\x0a\x03ann";
+const REPLY: &[u8] = b"\x0a\x06hi ann";
+
+/// A configured filter with one HTTP stream, on Envoy or ngx_wasm_module.
+fn filter(config: Value, ngx: bool) -> Rc<MockHost> {
+    let host = Rc::new(MockHost::default());
+    if ngx {
+        let mut state = host.state.borrow_mut();
+        state
+            .properties
+            .insert(b"ngx\0hostname".to_vec(), b"test".to_vec());
+    }
+    let config = config.to_string();
+    host.set_buffer_bytes(BufferType::PluginConfiguration, config.as_bytes());
+    install(host.clone());
+    proxy_on_context_create(ROOT, 0);
+    let configured = proxy_on_configure(ROOT, config.len() as u32);
+    assert_eq!(configured, 1, "{:?}", host.state.borrow().logs);
+    proxy_on_context_create(HTTP, ROOT);
+    host
+}
+
+fn transcoding(ngx: bool) -> Rc<MockHost> {
+    filter(json!({"protos": {"helloworld.proto": HELLOWORLD}}), ngx)
+}
+
+fn callout(extra: Value, ngx: bool) -> Rc<MockHost> {
+    let mut callout = json!({"upstream": "greeter"});
+    if let (Some(c), Some(extra)) = (callout.as_object_mut(), extra.as_object()) {
+        c.extend(extra.clone());
+    }
+    filter(
+        json!({"protos": {"helloworld.proto": HELLOWORLD}, "callout": callout}),
+        ngx,
+    )
+}
+
+fn frame(message: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0];
+    frame.extend((message.len() as u32).to_be_bytes());
+    frame.extend(message);
+    frame
+}
+
+/// The request headers arrive; returns the filter's action.
+fn request_headers(host: &MockHost, extra: &[(&str, &str)], end_of_stream: bool) -> u32 {
+    let mut headers = vec![
+        (":method", "POST"),
+        (":path", "/helloworld.Greeter/SayHello"),
+        (":authority", "test"),
+        ("content-type", "application/json"),
+    ];
+    headers.extend_from_slice(extra);
+    host.set_map(MapType::HttpRequestHeaders, &headers);
+    proxy_on_request_headers(HTTP, headers.len() as u32, u32::from(end_of_stream))
+}
+
+/// The request body so far (hosts buffer it) arrives.
+fn request_body(host: &MockHost, body: &[u8], end_of_stream: bool) -> u32 {
+    host.set_buffer_bytes(BufferType::HttpRequestBody, body);
+    proxy_on_request_body(HTTP, body.len() as u32, u32::from(end_of_stream))
+}
+
+fn response_headers(host: &MockHost, headers: &[(&str, &str)], end_of_stream: bool) -> u32 {
+    host.set_map(MapType::HttpResponseHeaders, headers);
+    proxy_on_response_headers(HTTP, headers.len() as u32, u32::from(end_of_stream))
+}
+
+fn response_body(host: &MockHost, body: &[u8], end_of_stream: bool) -> u32 {
+    host.set_buffer_bytes(BufferType::HttpResponseBody, body);
+    proxy_on_response_body(HTTP, body.len() as u32, u32::from(end_of_stream))
+}
+
+const GRPC_OK: [(&str, &str); 2] = [(":status", "200"), ("content-type", "application/grpc")];
+
+fn response_text(host: &MockHost) -> String {
+    let body = host
+        .buffer_bytes(BufferType::HttpResponseBody)
+        .unwrap_or_default();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The one local reply sent: its HTTP status and JSON body.
+fn the_reply(host: &MockHost) -> (u32, Value) {
+    let state = host.state.borrow();
+    let [reply] = state.replies.as_slice() else {
+        panic!("expected one reply, got {:?}", state.replies);
+    };
+    let body = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+    (reply.http_status, body)
+}
+
+#[test]
+fn envoy_a_body_in_chunks_and_a_status_in_trailers() {
+    let host = transcoding(false);
+    assert_eq!(request_headers(&host, &[], false), CONTINUE);
+    let header = |k| host.map_value(MapType::HttpRequestHeaders, k);
+    assert_eq!(
+        header("content-type").as_deref(),
+        Some(&b"application/grpc"[..])
+    );
+    assert_eq!(header("te").as_deref(), Some(&b"trailers"[..]));
+    // The body is held until its end, then replaced by one gRPC frame.
+    assert_eq!(request_body(&host, br#"{"name":"#, false), PAUSE);
+    assert_eq!(request_body(&host, br#"{"name":"ann"}"#, true), CONTINUE);
+    assert_eq!(
+        host.buffer_bytes(BufferType::HttpRequestBody),
+        Some(frame(REQUEST))
+    );
+
+    assert_eq!(response_headers(&host, &GRPC_OK, false), CONTINUE);
+    let content_type = host.map_value(MapType::HttpResponseHeaders, "content-type");
+    assert_eq!(content_type.as_deref(), Some(&b"application/json"[..]));
+    // Envoy buffers what a paused body callback saw; trailers end it.
+    let reply = frame(REPLY);
+    assert_eq!(response_body(&host, &reply[..4], false), PAUSE);
+    assert_eq!(response_body(&host, &reply, false), PAUSE);
+    host.set_map(MapType::HttpResponseTrailers, &[("grpc-status", "0")]);
+    assert_eq!(proxy_on_response_trailers(HTTP, 1), CONTINUE);
+    assert_eq!(response_text(&host), r#"{"message":"hi ann"}"#);
+    assert!(host.state.borrow().replies.is_empty());
+}
+
+#[test]
+fn envoy_a_trailers_only_error_is_a_json_error_with_its_http_status() {
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    let trailers_only = [
+        (":status", "200"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", "5"),
+        ("grpc-message", "no%20such%20greeter"),
+    ];
+    response_headers(&host, &trailers_only, true);
+    let (status, body) = the_reply(&host);
+    assert_eq!(status, 404);
+    assert_eq!(
+        body,
+        json!({"code": 5, "message": "no such greeter", "details": []})
+    );
+}
+
+#[test]
+fn envoy_a_body_that_ends_without_trailers_is_internal() {
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    response_headers(&host, &GRPC_OK, false);
+    assert_eq!(response_body(&host, &frame(REPLY), true), CONTINUE);
+    let body: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
+    assert_eq!(
+        (body["code"].clone(), body["message"].clone()),
+        (
+            json!(13),
+            json!("the upstream ended the response without grpc-status")
+        )
+    );
+}
+
+#[test]
+fn envoy_an_upstream_that_answers_503_without_grpc_is_unavailable() {
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    response_headers(&host, &[(":status", "503")], true);
+    let (status, body) = the_reply(&host);
+    assert_eq!((status, body["code"].clone()), (503, json!(14)));
+}
+
+#[test]
+fn ngx_wasm_module_sets_the_length_and_a_body_without_trailers_stands() {
+    let host = transcoding(true);
+    let body = br#"{"name":"ann"}"#;
+    let length = body.len().to_string();
+    assert_eq!(
+        request_headers(&host, &[("content-length", &length)], false),
+        CONTINUE
+    );
+    assert_eq!(request_body(&host, body, true), CONTINUE);
+    // nginx sends the length it has: the filter sets the frame's.
+    let length = host.map_value(MapType::HttpRequestHeaders, "content-length");
+    assert_eq!(length, Some(frame(REQUEST).len().to_string().into_bytes()));
+    response_headers(&host, &GRPC_OK, false);
+    // No trailers callback there: the end of the body ends the response.
+    assert_eq!(response_body(&host, &frame(REPLY), true), CONTINUE);
+    assert_eq!(response_text(&host), r#"{"message":"hi ann"}"#);
+}
+
+#[test]
+fn ngx_wasm_module_an_http1_request_without_a_body_is_refused_at_once() {
+    let host = transcoding(true);
+    host.state
+        .borrow_mut()
+        .properties
+        .insert(b"request\0protocol".to_vec(), b"HTTP/1.1".to_vec());
+    // ngx_wasm_module says a body follows, and never calls the body
+    // callback: HTTP/1.1 without a length or chunks has none.
+    request_headers(&host, &[], false);
+    let (status, body) = the_reply(&host);
+    assert_eq!(
+        (status, body["code"].clone(), body["message"].clone()),
+        (
+            400,
+            json!(3),
+            json!("a JSON request body is required (use {} for an empty message)")
+        )
+    );
+}
+
+#[test]
+fn a_callout_is_answered_from_the_grpc_callbacks() {
+    let host = callout(json!({}), false);
+    assert_eq!(request_headers(&host, &[], false), PAUSE);
+    assert!(host.state.borrow().opened.is_empty());
+    assert_eq!(request_body(&host, br#"{"name":"ann"}"#, true), PAUSE);
+    let token = {
+        let state = host.state.borrow();
+        let [call] = state.opened.as_slice() else {
+            panic!("expected one call, got {:?}", state.opened);
+        };
+        assert_eq!(
+            (
+                call.upstream.as_slice(),
+                call.service.as_str(),
+                call.method.as_str()
+            ),
+            (&b"greeter"[..], "helloworld.Greeter", "SayHello")
+        );
+        // The host frames the message itself.
+        assert_eq!(call.message.as_deref(), Some(REQUEST));
+        call.token
+    };
+    host.set_buffer_bytes(BufferType::GrpcReceiveBuffer, REPLY);
+    proxy_on_grpc_receive(ROOT, token, REPLY.len() as u32);
+    host.state.borrow_mut().status = Some((0, Vec::new()));
+    proxy_on_grpc_close(ROOT, token, 0);
+    assert_eq!(host.state.borrow().effective_context, HTTP);
+    assert_eq!(the_reply(&host), (200, json!({"message": "hi ann"})));
+}
+
+#[test]
+fn a_callout_whose_request_body_never_ends_is_answered_at_its_deadline() {
+    let host = callout(json!({"timeout_ms": 500}), false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"#, false);
+    host.state.borrow_mut().now_nanos = 400_000_000;
+    proxy_on_tick(ROOT);
+    assert!(host.state.borrow().replies.is_empty());
+    host.state.borrow_mut().now_nanos = 600_000_000;
+    proxy_on_tick(ROOT);
+    let (status, body) = the_reply(&host);
+    assert_eq!(
+        (status, body["code"].clone(), body["message"].clone()),
+        (504, json!(4), json!("deadline of 500 ms exceeded"))
+    );
+    // The end of the body comes too late: no call starts for nobody.
+    assert_eq!(request_body(&host, br#"{"name":"ann"}"#, true), PAUSE);
+    assert!(host.state.borrow().opened.is_empty());
+    assert_eq!(host.state.borrow().replies.len(), 1);
+}
+
+#[test]
+fn ngx_wasm_module_callouts_are_refused_with_unimplemented() {
+    let host = callout(json!({}), true);
+    request_headers(&host, &[], false);
+    let (status, body) = the_reply(&host);
+    assert_eq!((status, body["code"].clone()), (501, json!(12)));
+    assert!(host.state.borrow().opened.is_empty());
+}
+
+#[test]
+fn a_request_for_another_path_passes_through_untouched() {
+    let host = transcoding(false);
+    host.set_map(
+        MapType::HttpRequestHeaders,
+        &[(":method", "GET"), (":path", "/healthz")],
+    );
+    assert_eq!(proxy_on_request_headers(HTTP, 2, 1), CONTINUE);
+    assert_eq!(
+        host.map_value(MapType::HttpRequestHeaders, ":path")
+            .as_deref(),
+        Some(&b"/healthz"[..])
+    );
+    assert!(host.state.borrow().replies.is_empty());
+}
