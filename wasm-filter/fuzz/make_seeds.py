@@ -149,5 +149,31 @@ def header_values():
     write("header_values", "metadata", bytes([3]) + b"aGk")
 
 
-for make in (frames, json_seeds, status_details, http_rule, header_map, descriptors, header_values):
+def filter_callbacks():
+    """Byte-coded callbacks (src/filter.rs): the root (0 transcoding, 1
+    callout), then steps of end-of-stream flag, callback and its choices."""
+    def text(b):
+        return bytes([len(b)]) + b
+
+    request, reply = b'{"name":"ann"}', b"\x0a\x06hi ann"
+    headers = bytes([0, 0, 0, 0, 0])  # SayHello, JSON, no other header
+    seeds = {
+        # The body, gRPC response headers, a framed reply, trailers with status 0.
+        "transcode": bytes([0]) + headers + bytes([1, 1]) + text(request) + bytes([0])
+        + bytes([0, 2, 0, 1, 0, 0]) + bytes([0, 3, 0]) + text(reply) + bytes([1, 0, 0])
+        + bytes([0, 4]) + text(b"0") + text(b"") + text(b"") + bytes([0]),
+        # The body, then the call's message and its close with status 0.
+        "callout": bytes([1]) + headers + bytes([1, 1]) + text(request) + bytes([0])
+        + bytes([0, 6, 0]) + text(reply) + bytes([0, 8, 0, 0]) + text(b""),
+        # Half a body, then 4 s pass.
+        "deadline": bytes([1]) + headers + bytes([0, 1]) + text(b'{"name":') + bytes([0])
+        + bytes([0, 9, 200, 0, 9, 200]),
+    }
+    for target in ("filter_envoy", "filter_ngx"):
+        for name, data in seeds.items():
+            write(target, name, data)
+
+
+for make in (frames, json_seeds, status_details, http_rule, header_map, descriptors, header_values,
+             filter_callbacks):
     make()

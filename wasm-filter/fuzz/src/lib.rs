@@ -7,6 +7,8 @@ use std::sync::{Mutex, OnceLock};
 
 use grpc_wasm::{JsonOptions, Registry};
 
+pub mod filter;
+
 /// The stack a wasm host gives the module (wasmtime's default
 /// `max_wasm_stack`; V8's is smaller still in frames of this size): each
 /// input runs on a thread this small, so that a walk deep enough to trap

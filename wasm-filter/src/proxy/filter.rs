@@ -238,6 +238,9 @@ pub extern "C" fn proxy_on_request_headers(
                     );
                     return answer(stream, &Reply::error(&stream.config, &status));
                 }
+                if let Err(reply) = transcoder::check_request_line(&stream.config, &route) {
+                    return answer(stream, &reply);
+                }
                 if rewrite_request_headers(&headers, path, route.method.path()).is_err() {
                     log(
                         LogLevel::Warn,
@@ -261,6 +264,11 @@ pub extern "C" fn proxy_on_request_body(
     end_of_stream: u32,
 ) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
+        // Answered already: a host that calls again must not get a second
+        // reply, nor the body a gRPC frame.
+        if stream.answered && stream.call.is_none() {
+            return PAUSE;
+        }
         if stream.call.is_some() {
             return callout_body(stream, context_id, body_size as usize, end_of_stream != 0);
         }

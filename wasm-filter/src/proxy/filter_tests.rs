@@ -299,3 +299,52 @@ fn a_request_for_another_path_passes_through_untouched() {
     );
     assert!(host.state.borrow().replies.is_empty());
 }
+
+#[test]
+fn a_stream_answered_from_its_request_body_is_answered_once() {
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    assert_eq!(request_body(&host, b"{not json", true), PAUSE);
+    // Found by the filter fuzz target: a second body callback got a second
+    // reply (and the body was transcoded again).
+    assert_eq!(request_body(&host, b"{not json", true), PAUSE);
+    let (status, body) = the_reply(&host);
+    assert_eq!((status, body["code"].clone()), (400, json!(3)));
+    assert_eq!(
+        host.buffer_bytes(BufferType::HttpRequestBody).as_deref(),
+        Some(&b"{not json"[..])
+    );
+}
+
+#[test]
+fn a_query_refused_at_the_request_headers_never_reaches_the_upstream() {
+    let host = filter(
+        json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")}}),
+        false,
+    );
+    let deep = vec!["book"; 200].join(".");
+    let path = format!("/v1/shelves/1/books?{deep}=1");
+    host.set_map(
+        MapType::HttpRequestHeaders,
+        &[
+            (":method", "POST"),
+            (":path", &path),
+            ("content-type", "application/json"),
+        ],
+    );
+    // Envoy sends the headers upstream as soon as they pass: the refusal
+    // must come here, not at the body (where it raced the upstream's own
+    // answer to the rewritten request).
+    assert_eq!(proxy_on_request_headers(HTTP, 3, 0), PAUSE);
+    let (status, body) = the_reply(&host);
+    assert_eq!(
+        (status, body["code"].clone(), body["message"].clone()),
+        (
+            400,
+            json!(3),
+            json!("query parameter 'book.book.book.book.book.book.book.book....': field path deeper than 100 fields")
+        )
+    );
+    let path_now = host.map_value(MapType::HttpRequestHeaders, ":path");
+    assert_eq!(path_now, Some(path.into_bytes()));
+}

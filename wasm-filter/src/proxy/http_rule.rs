@@ -282,7 +282,6 @@ pub fn request_json(
     query: &str,
     body: &[u8],
 ) -> Result<Vec<u8>, String> {
-    let input = binding.method.input();
     let parsed_body = || -> Result<Value, String> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Value::Object(Map::new()));
@@ -301,22 +300,42 @@ pub fn request_json(
     if !root.is_object() {
         return Err("expected a JSON object as the request body".into());
     }
+    fill_from_request_line(&mut root, binding, vars, query)?;
+    serde_json::to_vec(&root).map_err(|e| e.to_string())
+}
+
+/// Checks what the request line gives (path variables, query parameters)
+/// before any body comes: a request refused for them then never reaches
+/// the upstream, which a proxy starts once the headers pass.
+pub fn check_request_line(binding: &Binding, vars: PathVars, query: &str) -> Result<(), String> {
+    fill_from_request_line(&mut Value::Object(Map::new()), binding, vars, query)
+}
+
+/// Sets the path variables, then the query parameters (unless the body is
+/// the whole message), typed by the input message's fields.
+fn fill_from_request_line(
+    root: &mut Value,
+    binding: &Binding,
+    vars: PathVars,
+    query: &str,
+) -> Result<(), String> {
+    let input = binding.method.input();
     for (path, value) in vars {
         let typed = typed_scalar(&input, &path, value)?;
-        set(&mut root, &path, typed);
+        set(root, &path, typed);
     }
     if binding.body != "*" {
         for (key, value) in query_pairs(query) {
             let path = query_field_path(&key)?;
             let typed = typed_scalar(&input, &path, value)?;
             if is_repeated(&input, &path) {
-                push(&mut root, &path, typed);
+                push(root, &path, typed);
             } else {
-                set(&mut root, &path, typed);
+                set(root, &path, typed);
             }
         }
     }
-    serde_json::to_vec(&root).map_err(|e| e.to_string())
+    Ok(())
 }
 
 /// The part of a printed response that `response_body` selects.

@@ -11,7 +11,9 @@ use crate::json::JsonOptions;
 use crate::status::Status;
 
 use super::config::{FilterConfig, StreamFormat};
-use super::http_rule::{request_json, response_part, Binding, PathVars};
+use super::http_rule::{
+    check_request_line as check_line, request_json, response_part, Binding, PathVars,
+};
 
 /// A response the filter writes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,9 +210,7 @@ pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
             config.max_request_bytes,
         ));
     }
-    let bad_request = |message: String| {
-        Reply::error_with_http(config, &Status::new(Code::InvalidArgument, message), 400)
-    };
+    let bad_request = |message: String| bad_request(config, message);
     let assembled;
     let json = match &route.binding {
         Some((binding, vars, query)) => {
@@ -225,6 +225,21 @@ pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
         .input_type()
         .json_to_protobuf(json, route.json(config))
         .map_err(|e| bad_request(e.to_string()))
+}
+
+/// The request line's part of the request (path variables, query), checked
+/// at the request headers: 400 for what `encode_message` would refuse
+/// there anyway.
+pub fn check_request_line(config: &FilterConfig, route: &Route) -> Result<(), Reply> {
+    let Some((binding, vars, query)) = &route.binding else {
+        return Ok(());
+    };
+    check_line(binding, vars.clone(), query).map_err(|message| bad_request(config, message))
+}
+
+/// A request the client must change: 400 with INVALID_ARGUMENT.
+fn bad_request(config: &FilterConfig, message: String) -> Reply {
+    Reply::error_with_http(config, &Status::new(Code::InvalidArgument, message), 400)
 }
 
 /// One response message (bare protobuf) as JSON, cut to `response_body`.
