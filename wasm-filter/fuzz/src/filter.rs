@@ -186,6 +186,18 @@ fn body(choices: &mut Choices) -> Vec<u8> {
     framed
 }
 
+/// The next chunk of a body the host buffers: what it holds grows (or,
+/// `drained`, starts again, as after the filter took it); returns its size.
+fn more_body(choices: &mut Choices, host: &MockHost, kind: BufferType, drained: bool) -> u32 {
+    let mut held = host.buffer_bytes(kind).unwrap_or_default();
+    if drained {
+        held.clear();
+    }
+    held.extend(body(choices));
+    host.set_buffer_bytes(kind, &held);
+    held.len() as u32
+}
+
 fn token(choices: &mut Choices, host: &MockHost) -> u32 {
     let state = host.state.borrow();
     match state.opened.len() {
@@ -217,13 +229,7 @@ fn step(choices: &mut Choices, host: &MockHost, root: u32, context: u32) {
             proxy_on_request_headers(context, headers.len() as u32, u32::from(end));
         }
         1 => {
-            // Hosts buffer: the body so far grows.
-            let mut held = host
-                .buffer_bytes(BufferType::HttpRequestBody)
-                .unwrap_or_default();
-            held.extend(body(choices));
-            let size = held.len() as u32;
-            host.set_buffer_bytes(BufferType::HttpRequestBody, &held);
+            let size = more_body(choices, host, BufferType::HttpRequestBody, false);
             proxy_on_request_body(context, size, u32::from(end));
         }
         2 => {
@@ -241,15 +247,8 @@ fn step(choices: &mut Choices, host: &MockHost, root: u32, context: u32) {
             proxy_on_response_headers(context, headers.len() as u32, u32::from(end));
         }
         3 => {
-            let mut held = host
-                .buffer_bytes(BufferType::HttpResponseBody)
-                .unwrap_or_default();
-            if choices.flag() {
-                held.clear();
-            }
-            held.extend(body(choices));
-            let size = held.len() as u32;
-            host.set_buffer_bytes(BufferType::HttpResponseBody, &held);
+            let drained = choices.flag();
+            let size = more_body(choices, host, BufferType::HttpResponseBody, drained);
             proxy_on_response_body(context, size, u32::from(end));
         }
         4 => {
