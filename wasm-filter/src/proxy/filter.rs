@@ -1121,9 +1121,13 @@ fn internal(config: &FilterConfig, message: &str) -> Reply {
 
 /// Sends `reply` as the response; the stream stops here, and the filter
 /// leaves its own reply alone when it passes the response callbacks.
+/// Answers the stream with `reply`. Only a reply the host took answers
+/// it: when the host refuses one, the request goes on (CONTINUE) and the
+/// later callbacks must treat it as any other.
 fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
-    stream.answered = true;
-    send_error(reply)
+    let action = send_error(reply);
+    stream.answered = action == PAUSE;
+    action
 }
 
 /// Sends `reply` (an error) as the response; PAUSE when the host took it.

@@ -348,3 +348,21 @@ fn a_query_refused_at_the_request_headers_never_reaches_the_upstream() {
     let path_now = host.map_value(MapType::HttpRequestHeaders, ":path");
     assert_eq!(path_now, Some(path.into_bytes()));
 }
+
+#[test]
+fn a_reply_the_host_refuses_does_not_hold_the_request() {
+    let host = transcoding(false);
+    host.state.borrow_mut().refuse_replies = true;
+    request_headers(&host, &[], false);
+    // The body callback's reply is refused: the request goes on as it is
+    // (CONTINUE), and a later body callback is not held for a reply that
+    // never comes.
+    assert_eq!(request_body(&host, b"{not json", true), CONTINUE);
+    assert_eq!(request_body(&host, b"{not json", true), CONTINUE);
+    let logs = &host.state.borrow().logs;
+    assert!(
+        logs.iter()
+            .any(|(_, l)| l.contains("the host refused a local reply")),
+        "{logs:?}"
+    );
+}

@@ -435,6 +435,10 @@ local function wait_event(id, timeout_ms)
     if kind ~= "end" then
         return kind, body
     end
+    -- The shim always gives one; UNKNOWN keeps a mismatched shim honest.
+    if not code or code < 0 then
+        code = 2
+    end
     return "end", setmetatable({ code = code, http_status = http_status, body = body, raw = raw }, Info)
 end
 

@@ -58,6 +58,8 @@ pub struct MockState {
     pub half_closed: Vec<u32>,
     pub cancelled: Vec<u32>,
     pub http_calls: Vec<(String, Pairs)>,
+    /// Refuse local replies (InternalFailure), as a host may.
+    pub refuse_replies: bool,
     next_token: u32,
 }
 
@@ -271,6 +273,9 @@ impl Host for MockHost {
         body: &[u8],
         headers: &[u8],
     ) -> Result<(), HostStatus> {
+        if self.state.borrow().refuse_replies {
+            return Err(HostStatus(Status::InternalFailure as u32));
+        }
         let headers = pairs::deserialize(headers).unwrap_or_default();
         self.state.borrow_mut().replies.push(Reply {
             http_status,
