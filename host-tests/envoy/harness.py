@@ -131,6 +131,17 @@ class Envoy:
     """Envoy on free loopback ports; its log is kept for failure reports."""
 
     def __init__(self, plugin_config, clusters, http_filters=None, buffer_limit=None):
+        # A port free_port() found can be taken by another process before
+        # Envoy binds it: start again on new ports then.
+        for attempt in range(3):
+            try:
+                self.start(plugin_config, clusters, http_filters, buffer_limit)
+                return
+            except RuntimeError:
+                if attempt == 2 or "Address already in use" not in self.log():
+                    raise
+
+    def start(self, plugin_config, clusters, http_filters, buffer_limit):
         self.port, self.admin = free_port(), free_port()
         self.dir = tempfile.mkdtemp(prefix="grpc-wasm-envoy-")
         self.config_path = os.path.join(self.dir, "envoy.json")
