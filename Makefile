@@ -42,12 +42,15 @@ unit:
 lint: deps
 	cargo fmt --all --check
 	cd wasm-filter/fuzz && cargo fmt --check
+	cd lua-shim/fuzz && cargo fmt --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p lua-shim --no-default-features --lib -- -D warnings
 	cargo clippy -p grpc-wasm --target wasm32-wasip1 --lib -- -D warnings
 	luacheck -q lua-shim/lib host-tests
 
-# libFuzzer on the core (wasm-filter/fuzz): every target for FUZZ_SECONDS
-# (default 600) on the hosts' 512 KiB stack; `make test` runs 20 s each,
+# libFuzzer on the core (wasm-filter/fuzz) and the shim's wire transport
+# (lua-shim/fuzz): every target for FUZZ_SECONDS
+# (default 600), the core's on the hosts' 512 KiB stack; `make test` runs 20 s each,
 # which replays the committed seeds first.
 FUZZ_SECONDS ?= 600
 fuzz: deps

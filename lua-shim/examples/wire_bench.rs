@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
-use lua_shim::host::{GrpcEvent, GrpcTarget};
+use lua_shim::call::{GrpcEvent, GrpcTarget};
 use lua_shim::transport::wire::Wire;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

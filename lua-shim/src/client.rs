@@ -14,17 +14,21 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
 use grpc_wasm::proxy::contract::{JSON_OPTIONS_HEADER, METADATA_PREFIX};
 use grpc_wasm::timeout::encode_timeout;
+use grpc_wasm::Code;
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use crate::host::{GrpcCommand, GrpcEvent, HeaderBlock, HostError, LocalReply, Outputs, ProxyHost};
+use crate::call::events::close_as;
+use crate::call::{GrpcEvent, HeaderBlock};
+use crate::host::{GrpcCommand, HostError, LocalReply, Outputs, ProxyHost};
+use crate::sync::lock;
 use crate::transport::tls::ClientTls;
 use crate::transport::wire::{Produced, Wire};
 use crate::transport::{self, Gate, Keepalive, Sink, TlsOptions, TransportError};
@@ -158,11 +162,6 @@ impl Queue {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere must not make every later call fail.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Client {
@@ -955,7 +954,7 @@ fn trapped(error: &HostError) -> LocalReply {
 }
 
 fn closed_conn() -> GrpcEvent {
-    GrpcEvent::Close(14, b"the connection is closed".to_vec())
+    close_as(Code::Unavailable, "the connection is closed")
 }
 
 #[cfg(test)]

@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
-use crate::client::{lock, CallOptions, Client, Event};
+use crate::client::{CallOptions, Client, Event};
 use crate::notify::Notifier;
+use crate::sync::lock;
 use crate::transport::{Keepalive, TlsOptions};
 
 struct Process {

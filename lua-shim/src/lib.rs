@@ -1,5 +1,8 @@
-//! The native side of grpc-wasm for OpenResty.
+//! The native side of grpc-wasm for OpenResty, in layers that import
+//! downward only:
 //!
+//! - [`call`]: a gRPC call as the module sees it (target, events, header
+//!   maps), whichever transport carries it;
 //! - [`host`]: a proxy-wasm host (wasmtime) that runs the grpc-wasm module
 //!   in callout mode, exactly as Envoy would;
 //! - [`transport`]: HTTP/2 with tonic and rustls;
@@ -8,13 +11,24 @@
 //!   and [`resty_ffi`]: the lua-resty-ffi runtime contract (`libffi_init`).
 //! - [`wasm`]: the WASI subset and a typed client of the core's own exports.
 
-pub mod client;
-pub mod ffi;
-pub mod host;
-mod notify;
-pub mod resty_ffi;
+pub mod call;
+mod sync;
 pub mod transport;
+
+#[cfg(feature = "host")]
+pub mod client;
+#[cfg(feature = "host")]
+pub mod ffi;
+#[cfg(feature = "host")]
+pub mod host;
+#[cfg(feature = "host")]
+mod notify;
+#[cfg(feature = "host")]
+pub mod resty_ffi;
+#[cfg(feature = "host")]
 pub mod wasm;
 
+#[cfg(feature = "host")]
 pub use client::{CallOptions, Client, ClientError, Event};
+#[cfg(feature = "host")]
 pub use wasm::{CoreModule, HostError};

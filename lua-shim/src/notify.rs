@@ -16,7 +16,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::client::lock;
+use crate::sync::lock;
 
 #[derive(Default)]
 struct Ready {

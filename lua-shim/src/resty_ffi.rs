@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::client::{lock, Client, Event};
+use crate::client::{Client, Event};
+use crate::sync::lock;
 use crate::transport::TlsOptions;
 
 type Poll = unsafe extern "C" fn(*mut c_void) -> *mut c_void;

@@ -8,8 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use grpc_wasm::proxy::contract::{BufferType, MapType, Status, HOST_PROPERTY, SHIM_HOST};
 use wasmtime::{Caller, Linker};
 
-use super::pairs;
-use super::state::{GrpcCommand, GrpcTarget, HeaderBlock, HostState, LocalReply};
+use super::state::{GrpcCommand, HostState, LocalReply};
+use crate::call::header_block as pairs;
+use crate::call::{GrpcTarget, HeaderBlock};
 
 /// The host function the shim offers through `proxy_call_foreign_function`.
 pub use grpc_wasm::proxy::contract::DELIVER_FUNCTION;

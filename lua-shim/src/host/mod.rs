@@ -6,7 +6,6 @@
 
 pub mod cache;
 mod imports;
-pub mod pairs;
 pub mod state;
 
 use std::path::Path;
@@ -15,8 +14,10 @@ use grpc_wasm::proxy::contract::Action;
 use wasmtime::{Config, Engine, Linker, Module, Store, TypedFunc};
 
 pub use imports::DELIVER_FUNCTION;
-pub use state::{GrpcCommand, GrpcTarget, HeaderBlock, LocalReply, Outputs, Pairs};
+pub use state::{GrpcCommand, LocalReply, Outputs};
 use state::{HostState, HttpContext};
+
+use crate::call::{GrpcEvent, HeaderBlock};
 
 use crate::wasm::instance::{export, instantiate, load, trap};
 use crate::wasm::wasi;
@@ -51,16 +52,6 @@ pub struct ProxyHost {
     /// Kept to make a fresh instance after a trap.
     module: Module,
     memory_limit: Option<usize>,
-}
-
-/// A transport event for a call, delivered to the module as Envoy would.
-#[derive(Debug)]
-pub enum GrpcEvent {
-    InitialMetadata(HeaderBlock),
-    Message(Vec<u8>),
-    TrailingMetadata(HeaderBlock),
-    /// The call ended: status code and the raw (percent-encoded) message.
-    Close(u32, Vec<u8>),
 }
 
 impl ProxyHost {

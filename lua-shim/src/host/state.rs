@@ -7,10 +7,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use wasmtime::{Memory, TypedFunc};
 
-pub use super::pairs::HeaderBlock;
-
-/// A header map in arrival order; keys may repeat.
-pub type Pairs = Vec<(String, Vec<u8>)>;
+use crate::call::{GrpcTarget, HeaderBlock};
 
 #[derive(Default)]
 pub struct HttpContext {
@@ -64,14 +61,6 @@ pub enum GrpcCommand {
     Cancel {
         token: u32,
     },
-}
-
-#[derive(Debug, Clone)]
-pub struct GrpcTarget {
-    pub upstream: String,
-    pub service: String,
-    pub method: String,
-    pub metadata: Pairs,
 }
 
 /// Everything the module produced during one host call.

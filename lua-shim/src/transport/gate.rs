@@ -9,7 +9,7 @@ use std::future::poll_fn;
 use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 
-use crate::client::lock;
+use crate::sync::lock;
 
 #[derive(Default)]
 pub struct Gate(Mutex<State>);

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grpc_wasm::framing::{FrameError, DEFAULT_MAX_MESSAGE_SIZE};
-use grpc_wasm::status::percent_encode;
 use grpc_wasm::{Code, Status};
 use http::uri::PathAndQuery;
 use tokio::sync::mpsc;
@@ -24,7 +23,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 pub use codec::RawCodec;
 pub use gate::Gate;
 
-use crate::host::{GrpcEvent, GrpcTarget, HeaderBlock, Pairs};
+use crate::call::events::{self, close, close_as};
+use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Pairs};
 
 /// HTTP/2 connection-level flow-control window, the largest HTTP/2 allows.
 /// A call whose caller does not read leaves its stream's data unreleased
@@ -267,32 +267,14 @@ fn path(target: &GrpcTarget) -> Result<PathAndQuery, tonic::Status> {
 
 fn request<T>(message: T, metadata: &Pairs) -> tonic::Request<T> {
     let mut headers = http::HeaderMap::new();
-    for (k, v) in metadata {
-        if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(k.as_bytes()),
-            http::HeaderValue::from_bytes(v),
-        ) {
-            headers.append(name, value);
-        }
-    }
+    events::append_metadata(&mut headers, metadata);
     let mut request = tonic::Request::new(message);
     *request.metadata_mut() = MetadataMap::from_headers(headers);
     request
 }
 
 fn pairs(metadata: &MetadataMap) -> HeaderBlock {
-    header_block(&metadata.clone().into_headers(), None)
-}
-
-/// A response's header map for the module, with one more entry if given.
-pub(crate) fn header_block(headers: &http::HeaderMap, extra: Option<(&str, &[u8])>) -> HeaderBlock {
-    HeaderBlock::from_entries(|| {
-        headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_bytes()))
-            .chain(extra)
-            .map(|(k, v)| (&b""[..], k.as_bytes(), v))
-    })
+    events::header_block(&metadata.clone().into_headers(), None)
 }
 
 /// A failed call as Envoy reports it: trailing metadata (with the details
@@ -303,11 +285,10 @@ fn report_failure(sink: &Sink, token: u32, status: &tonic::Status, keepalive: &K
             "the server did not answer a keepalive PING within {} ms",
             keepalive.timeout.as_millis()
         );
-        let close = GrpcEvent::Close(tonic::Code::Unavailable as u32, raw_message(&message));
-        return sink(token, vec![close]);
+        return sink(token, vec![close_as(Code::Unavailable, &message)]);
     }
     if let Some(failure) = connection_failure(status) {
-        return sink(token, vec![close_with(&failure)]);
+        return sink(token, vec![close(&failure)]);
     }
     use base64::Engine;
     let encoded = (!status.details().is_empty())
@@ -315,31 +296,13 @@ fn report_failure(sink: &Sink, token: u32, status: &tonic::Status, keepalive: &K
     let details = encoded
         .as_deref()
         .map(|e| ("grpc-status-details-bin", e.as_bytes()));
-    let trailing = header_block(&status.metadata().clone().into_headers(), details);
+    let trailing = events::header_block(&status.metadata().clone().into_headers(), details);
+    // tonic decoded `grpc-message`; the event carries it encoded again.
+    let code = Code::from_i32(status.code() as i32);
     sink(
         token,
-        vec![
-            GrpcEvent::TrailingMetadata(trailing),
-            GrpcEvent::Close(status.code() as u32, raw_message(status.message())),
-        ],
+        events::ended(trailing, &Status::new(code, status.message())),
     );
-}
-
-/// tonic decodes `grpc-message`; the module expects it as it was on the wire.
-fn raw_message(message: &str) -> Vec<u8> {
-    percent_encode(message).into_bytes()
-}
-
-/// A status as a close event carries it: the code, and `grpc-message` as
-/// it goes on the wire.
-pub(crate) fn wire_status(status: &Status) -> (u32, Vec<u8>) {
-    (status.code as u32, status.encoded_message().into_bytes())
-}
-
-/// The close event for a status this side decided.
-pub(crate) fn close_with(status: &Status) -> GrpcEvent {
-    let (code, message) = wire_status(status);
-    GrpcEvent::Close(code, message)
 }
 
 /// A unary call with its deadline, enforced here as well as sent. It goes
@@ -389,23 +352,8 @@ pub fn unary(
             Ok::<_, tonic::Status>((pairs(&headers), messages, trailers))
         };
         match tokio::time::timeout(timeout, call).await {
-            Ok(Ok((headers, mut messages, trailers))) if messages.len() == 1 => {
-                let events = vec![
-                    GrpcEvent::InitialMetadata(headers),
-                    GrpcEvent::TrailingMetadata(trailers),
-                    GrpcEvent::Message(messages.remove(0)),
-                ];
-                sink(token, events);
-            }
-            Ok(Ok((_, messages, _))) => {
-                let message = format!("expected one response message, got {}", messages.len());
-                sink(
-                    token,
-                    vec![GrpcEvent::Close(
-                        tonic::Code::Internal as u32,
-                        raw_message(&message),
-                    )],
-                );
+            Ok(Ok((headers, messages, trailers))) => {
+                sink(token, events::unary_answer(headers, trailers, messages));
             }
             // tonic ends a call at its deadline as CANCELLED ("Timeout
             // expired"); gRPC, the wire transport and Envoy say
@@ -424,7 +372,7 @@ pub fn unary(
 
 fn deadline_exceeded(sink: &Sink, token: u32, timeout: Duration) {
     let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-    sink(token, vec![close_with(&Status::deadline_exceeded(ms))]);
+    sink(token, vec![close(&Status::deadline_exceeded(ms))]);
 }
 
 /// A stream: messages go out as the module sends them; dropping the sender
@@ -464,13 +412,7 @@ pub fn stream(
             Ok::<_, tonic::Status>(trailers)
         };
         match run.await {
-            Ok(trailers) => sink(
-                token,
-                vec![
-                    GrpcEvent::TrailingMetadata(trailers),
-                    GrpcEvent::Close(0, Vec::new()),
-                ],
-            ),
+            Ok(trailers) => sink(token, events::ended(trailers, &Status::ok())),
             Err(status) => report_failure(&sink, token, &status, &upstream.keepalive),
         }
     });

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
 use grpc_wasm::timeout::encode_timeout;
+use grpc_wasm::{Code, Status};
 use h2::client::SendRequest;
 use h2::{Ping, PingPong};
 use rustc_hash::FxHashMap as HashMap;
@@ -28,8 +29,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::gate::Gate;
 use super::tls::ClientTls;
 use super::{Keepalive, CONNECTION_WINDOW, REMEMBERED_RESETS};
-use crate::client::lock;
-use crate::host::{GrpcEvent, GrpcTarget, HeaderBlock};
+use crate::call::events::{self, close, close_as};
+use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock};
+use crate::sync::lock;
 
 /// What a connection's calls produced: the call's token and its events.
 pub type Produced = Vec<(u32, Vec<GrpcEvent>)>;
@@ -38,8 +40,6 @@ type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The id of the connection's own task; calls use their tokens.
 const CONNECTION: u32 = 0;
-const UNAVAILABLE: u32 = 14;
-const INTERNAL: u32 = 13;
 /// Why a TLS connection fails when its server goes on after closing it.
 const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
 
@@ -391,16 +391,19 @@ impl Wire {
         gate: Option<Arc<Gate>>,
     ) -> Produced {
         let Some(send) = self.send.clone() else {
-            return vec![(token, vec![close(UNAVAILABLE, "the connection is closed")])];
+            return vec![(
+                token,
+                vec![close_as(Code::Unavailable, "the connection is closed")],
+            )];
         };
         let request = match self.request(&target, timeout_ms) {
             Ok(request) => request,
-            Err(e) => return vec![(token, vec![close(INTERNAL, &e)])],
+            Err(e) => return vec![(token, vec![close_as(Code::Internal, &e)])],
         };
         let unary = message.is_some();
         let first = match message.map(frame).transpose() {
             Ok(first) => first,
-            Err(e) => return vec![(token, vec![close(INTERNAL, &e)])],
+            Err(e) => return vec![(token, vec![close_as(Code::Internal, &e)])],
         };
         let outbox = Arc::new(Mutex::new(Outbox {
             messages: first.into_iter().collect(),
@@ -426,7 +429,7 @@ impl Wire {
             Ok(framed) => self.outbox(token, |outbox| outbox.messages.push_back(framed)),
             Err(e) => {
                 let mut produced = self.cancel(token);
-                produced.push((token, vec![close(INTERNAL, &e)]));
+                produced.push((token, vec![close_as(Code::Internal, &e)]));
                 produced
             }
         }
@@ -568,14 +571,7 @@ impl Wire {
                 headers.insert(GRPC_TIMEOUT, value);
             }
         }
-        for (k, v) in &target.metadata {
-            if let (Ok(name), Ok(value)) = (
-                http::HeaderName::from_bytes(k.as_bytes()),
-                http::HeaderValue::from_bytes(v),
-            ) {
-                headers.append(name, value);
-            }
-        }
+        events::append_metadata(headers, &target.metadata);
         Ok(request)
     }
 
@@ -589,7 +585,7 @@ impl Wire {
         lock(&self.ready).clear();
         tokens
             .into_iter()
-            .map(|token| (token, vec![close(UNAVAILABLE, reason)]))
+            .map(|token| (token, vec![close_as(Code::Unavailable, reason)]))
             .collect()
     }
 
@@ -662,10 +658,6 @@ fn unanswered(what: &str, within: Duration) -> String {
     )
 }
 
-fn close(code: u32, message: &str) -> GrpcEvent {
-    GrpcEvent::Close(code, super::raw_message(message))
-}
-
 /// One length-prefixed, uncompressed gRPC message, framed by the core.
 fn frame(message: &[u8]) -> Result<Bytes, String> {
     encode_frame(message, Compression::Identity)
@@ -674,16 +666,7 @@ fn frame(message: &[u8]) -> Result<Bytes, String> {
 }
 
 fn pairs(headers: &http::HeaderMap) -> HeaderBlock {
-    super::header_block(headers, None)
-}
-
-/// The gRPC status a response ends with: from its trailers, or from its
-/// headers (trailers-only).
-fn status_of(headers: &http::HeaderMap) -> Option<(u32, Vec<u8>)> {
-    let value = |name: &str| headers.get(name).map(|v| v.as_bytes());
-    let status =
-        grpc_wasm::Status::from_header_values(value("grpc-status"), value("grpc-message"), None)?;
-    Some(super::wire_status(&status))
+    events::header_block(headers, None)
 }
 
 /// A call's request half: the messages its outbox gets, then the end.
@@ -734,7 +717,7 @@ async fn run_call(
     events: &Events,
 ) -> Vec<GrpcEvent> {
     let Call { token, unary, .. } = *call;
-    let failed = |e: h2::Error| vec![super::close_with(&super::h2_failure(&e))];
+    let failed = |e: h2::Error| vec![close(&super::h2_failure(&e))];
     if let Err(e) = std::future::poll_fn(|cx| send.poll_ready(cx)).await {
         return failed(e);
     }
@@ -759,21 +742,18 @@ async fn run_call(
         Err(e) => return failed(e),
     };
     let (parts, mut recv) = response.into_parts();
-    if let Some((code, message)) = status_of(&parts.headers) {
+    if let Some(status) = events::status_of(&parts.headers) {
         // Trailers-only: the status is all there is.
-        let mut out = vec![GrpcEvent::TrailingMetadata(pairs(&parts.headers))];
-        if code != 0 || !unary {
-            out.push(GrpcEvent::Close(code, message));
-        } else {
-            out.push(close(INTERNAL, "expected one response message, got 0"));
+        let trailing = pairs(&parts.headers);
+        if unary && status.is_ok() {
+            return events::unary_answer(HeaderBlock::default(), trailing, Vec::new());
         }
-        return out;
+        return events::ended(trailing, &status);
     }
     if parts.status != http::StatusCode::OK {
-        let status = grpc_wasm::Status::from_http_status(parts.status.as_u16());
-        return vec![close(status.code.as_i32() as u32, &status.message)];
+        return vec![close(&Status::from_http_status(parts.status.as_u16()))];
     }
-    let initial = GrpcEvent::InitialMetadata(pairs(&parts.headers));
+    let initial = pairs(&parts.headers);
     let mut received = Vec::new();
     // We ask for no compression (no grpc-accept-encoding).
     let mut decoder = FrameDecoder::default();
@@ -783,10 +763,10 @@ async fn run_call(
         // trailers, and the worker would run out of memory first.
         decoder.limit_total(DEFAULT_MAX_MESSAGE_SIZE);
     }
-    let mut initial = if unary {
+    let initial = if unary {
         Some(initial)
     } else {
-        lock(events).push((token, vec![initial]));
+        lock(events).push((token, vec![GrpcEvent::InitialMetadata(initial)]));
         None
     };
     while let Some(chunk) = std::future::poll_fn(|cx| {
@@ -813,7 +793,7 @@ async fn run_call(
                 Ok(Some(message)) => complete.push(message),
                 Ok(None) => break,
                 // Too much (RESOURCE_EXHAUSTED) or a broken stream (INTERNAL).
-                Err(e) => return vec![close(e.code().as_i32() as u32, &e.to_string())],
+                Err(e) => return vec![close(&Status::from(e))],
             }
         }
         if unary {
@@ -832,24 +812,14 @@ async fn run_call(
         Err(e) => return failed(e),
     };
     if let Err(e) = decoder.finish() {
-        return vec![close(INTERNAL, &e.to_string())];
+        return vec![close_as(Code::Internal, &e.to_string())];
     }
-    let (code, message) = status_of(&trailers).unwrap_or((
-        INTERNAL,
-        b"the server ended the response without grpc-status".to_vec(),
-    ));
-    let trailing = GrpcEvent::TrailingMetadata(pairs(&trailers));
-    if unary && code == 0 {
-        if received.len() != 1 {
-            let message = format!("expected one response message, got {}", received.len());
-            return vec![close(INTERNAL, &message)];
-        }
-        let initial = initial
-            .take()
-            .unwrap_or(GrpcEvent::InitialMetadata(HeaderBlock::default()));
-        return vec![initial, trailing, GrpcEvent::Message(received.remove(0))];
+    let status = events::status_of(&trailers).unwrap_or_else(events::missing_status);
+    let trailing = pairs(&trailers);
+    if unary && status.is_ok() {
+        return events::unary_answer(initial.unwrap_or_default(), trailing, received);
     }
-    vec![trailing, GrpcEvent::Close(code, message)]
+    events::ended(trailing, &status)
 }
 
 #[cfg(test)]

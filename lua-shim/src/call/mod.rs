@@ -1,0 +1,33 @@
+//! A gRPC call as the module sees it, whichever transport carries it: what
+//! the module asks for ([`GrpcTarget`]), what comes back ([`GrpcEvent`], in
+//! Envoy's order, made by [`events`]), and the header maps both carry
+//! ([`HeaderBlock`]). This layer depends on the core only; the transports
+//! and the wasmtime host both build on it.
+
+pub mod events;
+pub mod header_block;
+
+pub use header_block::HeaderBlock;
+
+/// A header map in arrival order; keys may repeat.
+pub type Pairs = Vec<(String, Vec<u8>)>;
+
+/// Where a call goes: the connection's name, the method, and the
+/// metadata the module sends with it.
+#[derive(Debug, Clone)]
+pub struct GrpcTarget {
+    pub upstream: String,
+    pub service: String,
+    pub method: String,
+    pub metadata: Pairs,
+}
+
+/// A transport event for a call, delivered to the module as Envoy would.
+#[derive(Debug)]
+pub enum GrpcEvent {
+    InitialMetadata(HeaderBlock),
+    Message(Vec<u8>),
+    TrailingMetadata(HeaderBlock),
+    /// The call ended: status code and the raw (percent-encoded) message.
+    Close(u32, Vec<u8>),
+}
