@@ -55,10 +55,13 @@ SEEDS = {
     + headers(1, [("grpc-status", "5"), ("grpc-message", "gone")], end_stream=True),
     "reset-and-goaway": unary() + bytes([STREAM]) + bytes([RST, 1, 8])
     + bytes([GOAWAY, 2, 11]) + short(b"too_many_pings"),
-    "keepalive": bytes([STREAM]) + tick(11000) + bytes([PING, 1]) + bytes(8) + tick(31000)
-    + tick(11000),
+    # The ACK carries the payload of h2's own PING (`Ping::opaque`), which
+    # proves the handshake; then a keepalive PING goes unanswered.
+    "keepalive": bytes([STREAM]) + bytes([PING, 1]) + bytes.fromhex("3b7cdb7a0b8716b4")
+    + tick(31000) + tick(11000),
+    "trailers-only-ok": unary() + headers(1, OK + [("grpc-status", "0")], end_stream=True),
     "cancel-then-data": bytes([STREAM, CANCEL, 0]) + headers(1, OK) + grpc_data(1, [b"late"])
-    + bytes([WINDOW, 0, 0xFF, 0xFF, 15]) + bytes([SETTINGS, 0]) + short(struct.pack(">HI", 4, 0)),
+    + bytes([WINDOW, 0, 0xFF, 0xFF, 0]) + bytes([SETTINGS, 0]) + short(struct.pack(">HI", 4, 0)),
     "partial-frame": unary() + headers(1, OK)
     + bytes([GRPC_DATA, 4 | 1, 1, 1]) + short(b"cut"),
 }
