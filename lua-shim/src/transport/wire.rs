@@ -1069,6 +1069,17 @@ mod tests {
     /// runs a unary call to it over a blocking socket from this thread
     /// until the call ends, and returns the call's events.
     fn unary_answered_with(frames: Vec<Bytes>) -> Vec<GrpcEvent> {
+        unary_answered(Answer::Body(frames))
+    }
+
+    enum Answer {
+        /// Headers, these DATA frames, then trailers with grpc-status 0.
+        Body(Vec<Bytes>),
+        /// One HEADERS frame that ends the stream with grpc-status 0.
+        TrailersOnly,
+    }
+
+    fn unary_answered(answer: Answer) -> Vec<GrpcEvent> {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1087,10 +1098,17 @@ mod tests {
                 };
                 // The connection's I/O runs while the answer is sent.
                 let driver = tokio::spawn(async move { while conn.accept().await.is_some() {} });
-                let response = http::Response::builder()
-                    .header("content-type", "application/grpc")
-                    .body(())
-                    .unwrap();
+                let response = http::Response::builder().header("content-type", "application/grpc");
+                let frames = match answer {
+                    Answer::Body(frames) => frames,
+                    Answer::TrailersOnly => {
+                        let response = response.header("grpc-status", "0").body(()).unwrap();
+                        let _ = respond.send_response(response, true);
+                        let _ = driver.await;
+                        return;
+                    }
+                };
+                let response = response.body(()).unwrap();
                 let mut send = respond.send_response(response, false).unwrap();
                 for frame in frames {
                     if send.send_data(frame, false).is_err() {
@@ -1147,6 +1165,21 @@ mod tests {
                 assert_eq!(m.len(), 3 << 20)
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_ok_unary_answer_without_a_message_ends_internal_and_alone() {
+        // As the runtime transport (and `call::events::unary_answer`) has
+        // it: the close alone, with no trailing metadata before it.
+        for answer in [Answer::TrailersOnly, Answer::Body(Vec::new())] {
+            match &unary_answered(answer)[..] {
+                [GrpcEvent::Close(code, message)] => assert_eq!(
+                    (*code, String::from_utf8_lossy(message).as_ref()),
+                    (13, "expected one response message, got 0")
+                ),
+                other => panic!("{other:?}"),
+            }
         }
     }
 
