@@ -1026,6 +1026,48 @@ mod tests {
         }
     }
 
+    const SAY_HELLO: &str = "/helloworld.Greeter/SayHello";
+    const LOST: &str = "the grpc-wasm module failed (the wasm module trapped: wasm trap: wasm \
+                        `unreachable` instruction executed); its instance was rebuilt and this \
+                        call was lost";
+
+    /// Starts a call the module cannot take: it must grow its memory for
+    /// the body, the memory is capped at its size, and the module aborts
+    /// (a trap), as on any allocation failure.
+    fn trapping_call(client: &Client, conn: u32) -> u32 {
+        {
+            let mut host = lock(&client.inner.host);
+            let size = host.memory_size();
+            host.limit_memory(Some(size));
+        }
+        let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(2 << 20));
+        let id = client
+            .start(
+                conn,
+                SAY_HELLO,
+                Some(big.as_bytes()),
+                &CallOptions::default(),
+            )
+            .unwrap();
+        lock(&client.inner.host).limit_memory(None);
+        id
+    }
+
+    /// The fresh instance has the protos: the module itself checks this.
+    fn assert_serving(client: &Client, conn: u32) {
+        let later = client
+            .start(
+                conn,
+                SAY_HELLO,
+                Some(br#"{"name":5}"#),
+                &CallOptions::default(),
+            )
+            .unwrap();
+        let refused = "name: expected string, got number";
+        assert_eq!(end(client, later), ("3".to_string(), refused.to_string()));
+        client.close(later);
+    }
+
     #[test]
     fn a_trap_rebuilds_the_instance_and_fails_its_calls_with_internal() {
         let Some(client) = client() else { return };
@@ -1033,35 +1075,35 @@ mod tests {
             .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
             .unwrap();
         let waiting = in_flight(&client, conn);
-        {
-            let mut host = lock(&client.inner.host);
-            let size = host.memory_size();
-            host.limit_memory(Some(size));
-        }
-        // The module must grow its memory to take this body; it cannot,
-        // and aborts (a trap), as on any allocation failure.
-        let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(2 << 20));
-        let path = "/helloworld.Greeter/SayHello";
-        let options = CallOptions::default();
-        let id = client
-            .start(conn, path, Some(big.as_bytes()), &options)
-            .unwrap();
-        lock(&client.inner.host).limit_memory(None);
-        let lost = "the grpc-wasm module failed (the wasm module trapped: wasm trap: wasm \
-                    `unreachable` instruction executed); its instance was rebuilt and this \
-                    call was lost";
-        assert_eq!(end(&client, id), ("13".to_string(), lost.to_string()));
-        assert_eq!(end(&client, waiting), ("13".to_string(), lost.to_string()));
+        let id = trapping_call(&client, conn);
+        assert_eq!(end(&client, id), ("13".to_string(), LOST.to_string()));
+        assert_eq!(end(&client, waiting), ("13".to_string(), LOST.to_string()));
         assert_eq!(client.next_event(waiting), None);
-        // The fresh instance has the protos: the module itself checks this.
-        let later = client
-            .start(conn, path, Some(br#"{"name":5}"#), &options)
-            .unwrap();
-        let refused = "name: expected string, got number";
-        assert_eq!(end(&client, later), ("3".to_string(), refused.to_string()));
-        client.close(later);
+        assert_serving(&client, conn);
         client.close(id);
         client.close(waiting);
+    }
+
+    #[test]
+    fn traps_under_load_end_every_call_in_flight_and_the_instance_keeps_serving() {
+        let Some(client) = client() else { return };
+        let conn = client
+            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
+            .unwrap();
+        let baseline = lock(&client.inner.host).memory_size();
+        for _ in 0..10 {
+            let waiting: Vec<u32> = (0..200).map(|_| in_flight(&client, conn)).collect();
+            let id = trapping_call(&client, conn);
+            for &call in waiting.iter().chain([&id]) {
+                assert_eq!(end(&client, call), ("13".to_string(), LOST.to_string()));
+                assert_eq!(client.next_event(call), None);
+                client.close(call);
+            }
+            assert_serving(&client, conn);
+        }
+        // Each rebuilt instance starts afresh: ten traps leak nothing.
+        let after = lock(&client.inner.host).memory_size();
+        assert!(after <= baseline + (1 << 20), "{baseline} -> {after}");
     }
 
     #[test]
