@@ -11,13 +11,14 @@
 //! everything happens on its thread; only the module's ticks (deadlines)
 //! run on the runtime.
 
+mod protos;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use base64::Engine;
 use grpc_wasm::proxy::contract::{JSON_OPTIONS_HEADER, METADATA_PREFIX};
 use grpc_wasm::timeout::encode_timeout;
 use grpc_wasm::Code;
@@ -32,6 +33,7 @@ use crate::sync::lock;
 use crate::transport::tls::ClientTls;
 use crate::transport::wire::{Produced, Wire};
 use crate::transport::{self, Gate, Keepalive, Sink, TlsOptions, TransportError};
+use protos::ProtoSet;
 
 /// The request header that names the connection (the module's
 /// `callout.upstream_header`).
@@ -100,13 +102,6 @@ enum Conn {
     Wire(Arc<Mutex<Wire>>),
 }
 
-#[derive(Default)]
-struct Protos {
-    sources: BTreeMap<String, String>,
-    descriptor_sets: Vec<u8>,
-    print_options: serde_json::Map<String, serde_json::Value>,
-}
-
 struct Inner {
     host: Mutex<ProxyHost>,
     runtime: tokio::runtime::Runtime,
@@ -114,7 +109,11 @@ struct Inner {
     next_conn: AtomicU32,
     calls: Mutex<HashMap<u32, Transport>>,
     events: Mutex<HashMap<u32, Queue>>,
-    protos: Mutex<Protos>,
+    /// What the module is configured with (see [`ProtoSet`]).
+    protos: Mutex<ProtoSet>,
+    /// Held through a change of `protos`, so that two changes do not each
+    /// build on the set the other replaces. Never taken under `host`.
+    changing: Mutex<()>,
     ticking: AtomicBool,
     wake: Wake,
     max_queued: AtomicUsize,
@@ -182,13 +181,14 @@ impl Client {
                 next_conn: AtomicU32::new(1),
                 calls: Mutex::new(HashMap::default()),
                 events: Mutex::new(HashMap::default()),
-                protos: Mutex::new(Protos::default()),
+                protos: Mutex::new(ProtoSet::default()),
+                changing: Mutex::new(()),
                 ticking: AtomicBool::new(false),
                 wake,
                 max_queued: AtomicUsize::new(DEFAULT_MAX_QUEUED_BYTES),
             }),
         };
-        client.reconfigure()?;
+        client.configure(&ProtoSet::default())?;
         Ok(client)
     }
 
@@ -211,25 +211,13 @@ impl Client {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let _changing = lock(&self.inner.changing);
         let mut found = BTreeMap::new();
         self.collect(&name, path, &dirs, &mut found)?;
-        let added: Vec<String> = found.keys().cloned().collect();
-        lock(&self.inner.protos).sources.extend(found);
-        let result = self.reconfigure();
-        if result.is_err() {
-            // A file that parses but does not compile must not stay loaded:
-            // it would fail every later load, and shadow a fixed file of
-            // the same name.
-            let mut protos = lock(&self.inner.protos);
-            for name in &added {
-                protos.sources.remove(name);
-            }
-            drop(protos);
-            // The module keeps its old configuration after a refusal, but
-            // not after a trap (its fresh instance took the bad one).
-            let _ = self.reconfigure();
-        }
-        result
+        // A file that parses but does not compile must not stay loaded: it
+        // would fail every later load, and shadow a fixed file of the same
+        // name.
+        self.change_protos(|protos| protos.with_files(found))
     }
 
     fn collect(
@@ -239,7 +227,7 @@ impl Client {
         dirs: &[PathBuf],
         found: &mut BTreeMap<String, String>,
     ) -> Result<(), ClientError> {
-        if found.contains_key(name) || lock(&self.inner.protos).sources.contains_key(name) {
+        if found.contains_key(name) || lock(&self.inner.protos).has_file(name) {
             return Ok(());
         }
         let source = std::fs::read_to_string(path)
@@ -268,16 +256,8 @@ impl Client {
 
     /// Adds a serialized `FileDescriptorSet` (sets concatenate into one).
     pub fn load_descriptor_set(&self, bytes: &[u8]) -> Result<(), ClientError> {
-        lock(&self.inner.protos)
-            .descriptor_sets
-            .extend_from_slice(bytes);
-        let result = self.reconfigure();
-        if result.is_err() {
-            let mut protos = lock(&self.inner.protos);
-            let keep = protos.descriptor_sets.len() - bytes.len();
-            protos.descriptor_sets.truncate(keep);
-        }
-        result
+        let _changing = lock(&self.inner.changing);
+        self.change_protos(|protos| protos.with_descriptor_set(bytes))
     }
 
     /// Sets the module's JSON print options (`emit_defaults`, ...).
@@ -285,16 +265,23 @@ impl Client {
         &self,
         options: serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), ClientError> {
-        let old = std::mem::replace(&mut lock(&self.inner.protos).print_options, options);
-        let result = self.reconfigure();
-        if result.is_err() {
-            lock(&self.inner.protos).print_options = old;
-        }
-        result
+        let _changing = lock(&self.inner.changing);
+        self.change_protos(|protos| protos.with_print_options(options))
     }
 
-    fn reconfigure(&self) -> Result<(), ClientError> {
-        let config = self.config();
+    /// Configures the module with the set `change` makes of the current
+    /// one, and keeps it only if the module took it. A refusal leaves the
+    /// module as it was; a trap rebuilds it (`recover`) with the current
+    /// set, which never held the change. The caller holds `changing`.
+    fn change_protos(&self, change: impl FnOnce(&ProtoSet) -> ProtoSet) -> Result<(), ClientError> {
+        let next = change(&lock(&self.inner.protos));
+        self.configure(&next)?;
+        *lock(&self.inner.protos) = next;
+        Ok(())
+    }
+
+    fn configure(&self, protos: &ProtoSet) -> Result<(), ClientError> {
+        let config = protos.config(UPSTREAM_HEADER);
         let mut host = lock(&self.inner.host);
         let result = host.configure(config.as_bytes());
         self.checked(&mut host, result).map_err(Into::into)
@@ -302,23 +289,7 @@ impl Client {
 
     /// The module's configuration for what is loaded now.
     fn config(&self) -> String {
-        {
-            let protos = lock(&self.inner.protos);
-            let mut config = serde_json::json!({
-                "protos": protos.sources,
-                "callout": {"upstream_header": UPSTREAM_HEADER},
-                "print_options": protos.print_options,
-            });
-            if !protos.descriptor_sets.is_empty() {
-                config["descriptor_set"] = base64::engine::general_purpose::STANDARD
-                    .encode(&protos.descriptor_sets)
-                    .into();
-            }
-            if protos.sources.is_empty() && protos.descriptor_sets.is_empty() {
-                config["protos"] = serde_json::json!({"empty.proto": "syntax = \"proto3\";"});
-            }
-            config.to_string()
-        }
+        lock(&self.inner.protos).config(UPSTREAM_HEADER)
     }
 
     /// The cap on what each call holds for its caller (at least 1 byte).
@@ -1082,6 +1053,31 @@ mod tests {
         assert_serving(&client, conn);
         client.close(id);
         client.close(waiting);
+    }
+
+    #[test]
+    fn a_load_that_traps_the_module_leaves_what_was_loaded_as_it_was() {
+        let Some(client) = client() else { return };
+        let conn = client
+            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
+            .unwrap();
+        let before = client.config();
+        {
+            let mut host = lock(&client.inner.host);
+            let size = host.memory_size();
+            host.limit_memory(Some(size));
+        }
+        // The configuration must grow the module's memory; it cannot.
+        let result = client.load_descriptor_set(&vec![0x0a; 2 << 20]);
+        lock(&client.inner.host).limit_memory(None);
+        assert!(
+            matches!(result, Err(ClientError::Host(HostError::Trap(_)))),
+            "{result:?}"
+        );
+        // The rebuilt instance took the set from before the load: it
+        // serves the files loaded then.
+        assert_eq!(client.config(), before);
+        assert_serving(&client, conn);
     }
 
     #[test]
