@@ -964,9 +964,7 @@ mod tests {
     #[test]
     fn call_ids_stay_positive_and_never_reuse_a_held_id_across_the_wrap() {
         let Some(client) = client() else { return };
-        let conn = client
-            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
-            .unwrap();
+        let conn = dead_conn(&client);
         let max = i32::MAX as u32;
         lock(&client.inner.host).set_last_id(max - 2);
         let ids: Vec<u32> = (0..4).map(|_| in_flight(&client, conn)).collect();
@@ -1002,26 +1000,36 @@ mod tests {
                         `unreachable` instruction executed); its instance was rebuilt and this \
                         call was lost";
 
-    /// Starts a call the module cannot take: it must grow its memory for
-    /// the body, the memory is capped at its size, and the module aborts
-    /// (a trap), as on any allocation failure.
-    fn trapping_call(client: &Client, conn: u32) -> u32 {
+    /// Runs `f` with the module's memory capped at its size: whatever
+    /// must grow it fails, and the module aborts (a trap), as on any
+    /// allocation failure.
+    fn with_memory_capped<T>(client: &Client, f: impl FnOnce() -> T) -> T {
         {
             let mut host = lock(&client.inner.host);
             let size = host.memory_size();
             host.limit_memory(Some(size));
         }
-        let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(2 << 20));
-        let id = client
-            .start(
-                conn,
-                SAY_HELLO,
-                Some(big.as_bytes()),
-                &CallOptions::default(),
-            )
-            .unwrap();
+        let result = f();
         lock(&client.inner.host).limit_memory(None);
-        id
+        result
+    }
+
+    /// A connection whose socket nobody drives: its calls stay in flight.
+    fn dead_conn(client: &Client) -> u32 {
+        client
+            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
+            .unwrap()
+    }
+
+    /// Starts a call the module cannot take: its body must grow the
+    /// capped memory.
+    fn trapping_call(client: &Client, conn: u32) -> u32 {
+        let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(2 << 20));
+        let options = CallOptions::default();
+        with_memory_capped(client, || {
+            client.start(conn, SAY_HELLO, Some(big.as_bytes()), &options)
+        })
+        .unwrap()
     }
 
     /// The fresh instance has the protos: the module itself checks this.
@@ -1042,9 +1050,7 @@ mod tests {
     #[test]
     fn a_trap_rebuilds_the_instance_and_fails_its_calls_with_internal() {
         let Some(client) = client() else { return };
-        let conn = client
-            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
-            .unwrap();
+        let conn = dead_conn(&client);
         let waiting = in_flight(&client, conn);
         let id = trapping_call(&client, conn);
         assert_eq!(end(&client, id), ("13".to_string(), LOST.to_string()));
@@ -1058,18 +1064,11 @@ mod tests {
     #[test]
     fn a_load_that_traps_the_module_leaves_what_was_loaded_as_it_was() {
         let Some(client) = client() else { return };
-        let conn = client
-            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
-            .unwrap();
+        let conn = dead_conn(&client);
         let before = client.config();
-        {
-            let mut host = lock(&client.inner.host);
-            let size = host.memory_size();
-            host.limit_memory(Some(size));
-        }
         // The configuration must grow the module's memory; it cannot.
-        let result = client.load_descriptor_set(&vec![0x0a; 2 << 20]);
-        lock(&client.inner.host).limit_memory(None);
+        let result =
+            with_memory_capped(&client, || client.load_descriptor_set(&vec![0x0a; 2 << 20]));
         assert!(
             matches!(result, Err(ClientError::Host(HostError::Trap(_)))),
             "{result:?}"
@@ -1083,9 +1082,7 @@ mod tests {
     #[test]
     fn traps_under_load_end_every_call_in_flight_and_the_instance_keeps_serving() {
         let Some(client) = client() else { return };
-        let conn = client
-            .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
-            .unwrap();
+        let conn = dead_conn(&client);
         let baseline = lock(&client.inner.host).memory_size();
         for _ in 0..10 {
             let waiting: Vec<u32> = (0..200).map(|_| in_flight(&client, conn)).collect();
