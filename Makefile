@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
+.PHONY: all deps wasm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
 
 all: build
 
@@ -23,6 +23,12 @@ wasm: deps
 build: wasm
 	cargo build --release --workspace --lib --bins --examples
 	cp $(WASM) target/release/grpc_wasm.wasm
+
+# What to install: the shim with thin LTO (Cargo.toml's `dist` profile),
+# beside the module, in target/dist.
+dist: wasm
+	cargo build --profile dist -p lua-shim --lib
+	cp $(WASM) target/dist/grpc_wasm.wasm
 
 # Everything `make test` runs, built in one go: with the tests'
 # dev-dependencies cargo resolves features differently from a plain build, so
