@@ -22,6 +22,15 @@ pub fn close_as(code: Code, message: &str) -> GrpcEvent {
     close(&Status::new(code, message))
 }
 
+/// Why a call on a connection the caller closed (or never had) ends.
+pub const CONNECTION_CLOSED: &str = "the connection is closed";
+
+/// The end of a call whose connection is closed: UNAVAILABLE, as the call
+/// never reached a server.
+pub fn connection_closed() -> GrpcEvent {
+    close_as(Code::Unavailable, CONNECTION_CLOSED)
+}
+
 /// The status a response's header map carries (its trailers, or the
 /// headers of a trailers-only response); `None` without `grpc-status`.
 pub fn status_of(headers: &http::HeaderMap) -> Option<Status> {

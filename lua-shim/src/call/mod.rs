@@ -31,3 +31,7 @@ pub enum GrpcEvent {
     /// The call ended: status code and the raw (percent-encoded) message.
     Close(u32, Vec<u8>),
 }
+
+/// What a connection's calls produced at once: each call's token and its
+/// events, in order.
+pub type Produced = Vec<(u32, Vec<GrpcEvent>)>;

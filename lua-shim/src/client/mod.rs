@@ -21,18 +21,18 @@ use std::time::Duration;
 
 use grpc_wasm::proxy::contract::{JSON_OPTIONS_HEADER, METADATA_PREFIX};
 use grpc_wasm::timeout::encode_timeout;
-use grpc_wasm::Code;
 use rustc_hash::FxHashMap as HashMap;
-use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 
-use crate::call::events::close_as;
-use crate::call::{GrpcEvent, HeaderBlock};
+use crate::call::events;
+use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced};
 use crate::host::{GrpcCommand, HostError, LocalReply, Outputs, ProxyHost};
 use crate::sync::lock;
+use crate::transport::runtime::{self, Upstream};
 use crate::transport::tls::ClientTls;
-use crate::transport::wire::{Produced, Wire};
-use crate::transport::{self, Gate, Keepalive, Sink, TlsOptions, TransportError};
+use crate::transport::wire::Wire;
+use crate::transport::{
+    CallTransport, Gate, Keepalive, NewCall, RunningCall, Sink, Started, TlsOptions, TransportError,
+};
 use protos::ProtoSet;
 
 /// The request header that names the connection (the module's
@@ -87,19 +87,21 @@ pub enum Event {
 /// Called with a call id when that call has a new event.
 pub type Wake = Arc<dyn Fn(u32) + Send + Sync>;
 
-enum Transport {
-    Unary(AbortHandle),
-    Stream(Option<mpsc::UnboundedSender<Vec<u8>>>, AbortHandle),
-    /// A call on a caller-driven connection (its id).
-    Wire(u32, bool),
-}
-
 /// A connection: a tonic channel on the runtime, or a [`Wire`] whose
 /// socket the caller drives (a cosocket).
 #[derive(Clone)]
 enum Conn {
-    Tonic(transport::Upstream),
+    Tonic(Upstream),
     Wire(Arc<Mutex<Wire>>),
+}
+
+impl Conn {
+    fn transport(&self) -> &dyn CallTransport {
+        match self {
+            Conn::Tonic(upstream) => upstream,
+            Conn::Wire(wire) => wire,
+        }
+    }
 }
 
 struct Inner {
@@ -107,7 +109,8 @@ struct Inner {
     runtime: tokio::runtime::Runtime,
     conns: Mutex<HashMap<u32, Conn>>,
     next_conn: AtomicU32,
-    calls: Mutex<HashMap<u32, Transport>>,
+    /// The module's calls (by token) while their transport runs them.
+    calls: Mutex<HashMap<u32, Box<dyn RunningCall>>>,
     events: Mutex<HashMap<u32, Queue>>,
     /// What the module is configured with (see [`ProtoSet`]).
     protos: Mutex<ProtoSet>,
@@ -307,7 +310,7 @@ impl Client {
         keepalive: &Keepalive,
     ) -> Result<u32, ClientError> {
         let _guard = self.inner.runtime.enter();
-        let upstream = transport::connect(addr, tls, keepalive)?;
+        let upstream = runtime::connect(addr, tls, keepalive)?;
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.conns).insert(id, Conn::Tonic(upstream));
         Ok(id)
@@ -335,7 +338,7 @@ impl Client {
         } else {
             None
         };
-        let wire = Wire::with_keepalive(addr, tls, *keepalive).map_err(TransportError::Tls)?;
+        let wire = Wire::with_keepalive(addr, tls, *keepalive)?;
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.conns).insert(id, Conn::Wire(Arc::new(Mutex::new(wire))));
         Ok(id)
@@ -345,7 +348,7 @@ impl Client {
         let removed = lock(&self.inner.conns).remove(&conn);
         if let Some(Conn::Wire(wire)) = removed {
             let produced = lock(&wire)
-                .reset("the connection is closed")
+                .reset(events::CONNECTION_CLOSED)
                 .unwrap_or_default();
             let woken = self.produced(produced);
             self.wake(woken);
@@ -399,7 +402,7 @@ impl Client {
     /// UNAVAILABLE, and a fresh HTTP/2 connection waits for a new socket.
     pub fn wire_reset(&self, conn: u32, reason: &str) -> Result<Vec<u32>, ClientError> {
         let wire = self.wire(conn)?;
-        let produced = lock(&wire).reset(reason).map_err(TransportError::Tls)?;
+        let produced = lock(&wire).reset(reason)?;
         Ok(self.produced(produced))
     }
 
@@ -431,10 +434,7 @@ impl Client {
         let mut calls = lock(&self.inner.calls);
         let over = events.iter().any(|e| matches!(e, GrpcEvent::Close(..)))
             || (events.iter().any(|e| matches!(e, GrpcEvent::Message(_)))
-                && matches!(
-                    calls.get(&token),
-                    Some(Transport::Unary(_) | Transport::Wire(_, true))
-                ));
+                && calls.get(&token).is_some_and(|call| call.is_unary()));
         if over {
             calls.remove(&token);
         }
@@ -625,6 +625,9 @@ impl Client {
             let Some((token, event)) = pending.pop_front() else {
                 break;
             };
+            // A wire call may have ended as it started (its connection
+            // is over): forgotten here, as the runtime's are by `produced`.
+            self.transport_over(token, std::slice::from_ref(&event));
             match host.grpc_event(token, event) {
                 Ok(()) => outputs = host.take_outputs(),
                 Err(e) => return merge(woken, self.recover(host, &e)),
@@ -697,17 +700,13 @@ impl Client {
     /// Stops the transport side of every call: their tokens belonged to
     /// the old instance.
     fn abandon_transports(&self) {
-        let calls: Vec<(u32, Transport)> = lock(&self.inner.calls).drain().collect();
-        for (token, transport) in calls {
-            match transport {
-                Transport::Unary(handle) | Transport::Stream(_, handle) => handle.abort(),
-                Transport::Wire(conn, _) => {
-                    if let Ok(wire) = self.wire(conn) {
-                        // Whatever else it produced belongs to failed calls too.
-                        let _ = lock(&wire).cancel(token);
-                    }
-                }
-            }
+        let calls: Vec<Box<dyn RunningCall>> = lock(&self.inner.calls)
+            .drain()
+            .map(|(_, call)| call)
+            .collect();
+        for call in calls {
+            // Whatever else it produced belongs to failed calls too.
+            let _ = call.cancel();
         }
     }
 
@@ -722,92 +721,67 @@ impl Client {
     }
 
     fn command(&self, command: GrpcCommand, pending: &mut VecDeque<(u32, GrpcEvent)>) {
-        let rt = self.inner.runtime.handle();
-        match command {
+        let produced = match command {
             GrpcCommand::Call {
                 token,
                 target,
                 message,
                 timeout_ms,
-            } => match self.conn(&target.upstream) {
-                Some(Conn::Wire(wire)) => {
-                    let conn = target.upstream.parse().unwrap_or(0);
-                    lock(&self.inner.calls).insert(token, Transport::Wire(conn, true));
-                    let produced = lock(&wire).unary(token, target, &message, timeout_ms);
-                    queue(produced, pending);
-                }
-                Some(Conn::Tonic(upstream)) => {
-                    let handle = transport::unary(
-                        rt,
-                        upstream,
-                        token,
-                        target,
-                        message,
-                        timeout_ms,
-                        self.sink(),
-                    );
-                    lock(&self.inner.calls).insert(token, Transport::Unary(handle));
-                }
-                None => pending.push_back((token, closed_conn())),
-            },
+            } => self.start_call(token, target, |conn, call| {
+                conn.transport().unary(call, message, timeout_ms)
+            }),
             GrpcCommand::Stream {
                 token,
                 target,
                 context,
-            } => match self.conn(&target.upstream) {
-                Some(Conn::Wire(wire)) => {
-                    let conn = target.upstream.parse().unwrap_or(0);
-                    lock(&self.inner.calls).insert(token, Transport::Wire(conn, false));
-                    let gate = self.gate(context, Some(conn));
-                    let produced = lock(&wire).stream(token, target, gate);
-                    queue(produced, pending);
-                }
-                Some(Conn::Tonic(upstream)) => {
-                    let gate = self.gate(context, None);
-                    let sink = self.sink();
-                    let (tx, handle) = transport::stream(rt, upstream, token, target, sink, gate);
-                    lock(&self.inner.calls).insert(token, Transport::Stream(Some(tx), handle));
-                }
-                None => pending.push_back((token, closed_conn())),
-            },
-            GrpcCommand::Send { token, message } => {
-                let wire = match lock(&self.inner.calls).get(&token) {
-                    Some(Transport::Stream(Some(tx), _)) => {
-                        let _ = tx.send(message);
-                        return;
-                    }
-                    Some(Transport::Wire(conn, _)) => *conn,
-                    _ => return,
-                };
-                if let Ok(wire) = self.wire(wire) {
-                    let produced = lock(&wire).send(token, &message);
-                    queue(produced, pending);
-                }
+            } => {
+                let conn_id = target.upstream.parse().ok();
+                self.start_call(token, target, |conn, call| {
+                    // A wire's tasks run when the caller drives them, so
+                    // the one whose gate opens is driven then.
+                    let wire = matches!(conn, Conn::Wire(_)).then_some(conn_id).flatten();
+                    conn.transport().stream(call, self.gate(context, wire))
+                })
             }
-            GrpcCommand::Close { token } => {
-                let wire = match lock(&self.inner.calls).get_mut(&token) {
-                    Some(Transport::Stream(tx, _)) => {
-                        tx.take();
-                        return;
-                    }
-                    Some(Transport::Wire(conn, _)) => *conn,
-                    _ => return,
-                };
-                if let Ok(wire) = self.wire(wire) {
-                    let produced = lock(&wire).close_send(token);
-                    queue(produced, pending);
-                }
-            }
+            GrpcCommand::Send { token, message } => self.on_call(token, |c| c.send(message)),
+            GrpcCommand::Close { token } => self.on_call(token, |c| c.close_send()),
             GrpcCommand::Cancel { token } => match lock(&self.inner.calls).remove(&token) {
-                Some(Transport::Unary(handle) | Transport::Stream(_, handle)) => handle.abort(),
-                Some(Transport::Wire(conn, _)) => {
-                    if let Ok(wire) = self.wire(conn) {
-                        let produced = lock(&wire).cancel(token);
-                        queue(produced, pending);
-                    }
-                }
-                None => {}
+                Some(call) => call.cancel(),
+                None => Vec::new(),
             },
+        };
+        queue(produced, pending);
+    }
+
+    /// Starts call `token` on its target's connection with `start`; a
+    /// connection that is gone ends the call UNAVAILABLE.
+    fn start_call(
+        &self,
+        token: u32,
+        target: GrpcTarget,
+        start: impl FnOnce(&Conn, NewCall<'_>) -> Started,
+    ) -> Produced {
+        let Some(conn) = self.conn(&target.upstream) else {
+            return vec![(token, vec![events::connection_closed()])];
+        };
+        let sink = self.sink();
+        let call = NewCall {
+            token,
+            target,
+            runtime: self.inner.runtime.handle(),
+            sink: &sink,
+        };
+        let (running, produced) = start(&conn, call);
+        lock(&self.inner.calls).insert(token, running);
+        produced
+    }
+
+    /// `f` on a running call; a call its transport finished has nothing
+    /// more to do.
+    fn on_call(&self, token: u32, f: impl FnOnce(&mut dyn RunningCall) -> Produced) -> Produced {
+        match lock(&self.inner.calls).get_mut(&token) {
+            Some(call) => f(call.as_mut()),
+            None => Vec::new(),
         }
     }
 
@@ -921,10 +895,6 @@ fn trapped(error: &HostError) -> LocalReply {
         body: body.into_bytes(),
         headers: HeaderBlock::from_entries(|| headers.iter().copied()),
     }
-}
-
-fn closed_conn() -> GrpcEvent {
-    close_as(Code::Unavailable, "the connection is closed")
 }
 
 #[cfg(test)]
@@ -1044,6 +1014,34 @@ mod tests {
         let refused = "name: expected string, got number";
         assert_eq!(end(client, later), ("3".to_string(), refused.to_string()));
         client.close(later);
+    }
+
+    #[test]
+    fn calls_on_a_connection_that_is_over_end_unavailable_and_leave_nothing_behind() {
+        let Some(client) = client() else { return };
+        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos/route_guide.proto");
+        client.load_file(&proto, &[]).unwrap();
+        let conn = dead_conn(&client);
+        // A server that speaks no HTTP/2 ends the connection.
+        client
+            .wire_input(conn, b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            .unwrap();
+        assert!(client.wire_state(conn).unwrap().1, "the connection is over");
+        let calls = [
+            (SAY_HELLO, Some(&br#"{"name":"a"}"#[..])),
+            ("/routeguide.RouteGuide/RouteChat", None),
+        ];
+        for (path, body) in calls {
+            let id = client
+                .start(conn, path, body, &CallOptions::default())
+                .unwrap();
+            let closed = ("14".to_string(), events::CONNECTION_CLOSED.to_string());
+            assert_eq!(end(&client, id), closed, "{path}");
+            client.close(id);
+        }
+        // Their transport ended them as they started: nothing of theirs
+        // stays behind, however many such calls come.
+        assert_eq!(lock(&client.inner.calls).len(), 0);
     }
 
     #[test]

@@ -64,9 +64,9 @@ impl ClientTls {
         })
     }
 
-    pub(crate) fn connection(&self) -> Result<rustls::ClientConnection, String> {
+    pub(crate) fn connection(&self) -> Result<rustls::ClientConnection, TransportError> {
         rustls::ClientConnection::new(self.config.clone(), self.server_name.clone())
-            .map_err(|e| format!("TLS: {e}"))
+            .map_err(|e| TransportError::Tls(e.to_string()))
     }
 }
 

@@ -4,188 +4,42 @@
 //! costs no thread hop; the tonic transport costs two (into its runtime and
 //! back to nginx's event loop).
 //!
-//! h2 is driven by a small executor of our own: the connection and each
-//! call are futures, polled when their waker fired. No runtime is needed:
-//! h2 only reads and writes, and here reads come from [`Wire::input`] and
-//! writes land in a buffer that [`Wire::take_output`] hands back.
+//! Three parts, each in its module: the [`pipe`] between h2 and the
+//! socket (with TLS), the [`executor`] that polls the connection's futures
+//! on the caller's thread, and each [`call`]'s task. This module is the
+//! connection: its handshake, keepalive, and the calls it runs.
 
-use std::collections::VecDeque;
+mod call;
+mod executor;
+mod pipe;
+
 use std::future::Future;
-use std::io::{Read, Write};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
-use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
-use grpc_wasm::timeout::encode_timeout;
-use grpc_wasm::{Code, Status};
+use bytes::Bytes;
+use grpc_wasm::Code;
 use h2::client::SendRequest;
 use h2::{Ping, PingPong};
 use rustc_hash::FxHashMap as HashMap;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use self::call::{frame, Call, Events, Outbox};
+use self::executor::Executor;
+use self::pipe::{Pipe, PipeIo};
 use super::gate::Gate;
 use super::tls::ClientTls;
-use super::{Keepalive, CONNECTION_WINDOW, REMEMBERED_RESETS};
-use crate::call::events::{self, close, close_as};
-use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock};
+use super::{
+    CallTransport, Keepalive, NewCall, RunningCall, Started, TransportError, CONNECTION_WINDOW,
+    REMEMBERED_RESETS,
+};
+use crate::call::events::{self, close_as};
+use crate::call::GrpcTarget;
+pub use crate::call::Produced;
 use crate::sync::lock;
-
-/// What a connection's calls produced: the call's token and its events.
-pub type Produced = Vec<(u32, Vec<GrpcEvent>)>;
-
-type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The id of the connection's own task; calls use their tokens.
 const CONNECTION: u32 = 0;
-/// Why a TLS connection fails when its server goes on after closing it.
-const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
-
-/// The bytes between h2 and the socket, with TLS in between when enabled.
-#[derive(Default)]
-struct Pipe {
-    tls: Option<rustls::ClientConnection>,
-    /// Plaintext for h2 to read.
-    inbound: BytesMut,
-    /// Bytes for the socket.
-    outbound: Vec<u8>,
-    /// The socket is gone: h2 reads end-of-file.
-    eof: bool,
-    reader: Option<Waker>,
-}
-
-impl Pipe {
-    fn feed(&mut self, mut bytes: &[u8]) -> Result<(), String> {
-        match &mut self.tls {
-            None => self.inbound.extend_from_slice(bytes),
-            Some(tls) => {
-                while !bytes.is_empty() {
-                    // After the peer's close_notify rustls takes nothing
-                    // more (Ok(0)); looping on would spin the caller's
-                    // thread forever.
-                    if tls.read_tls(&mut bytes).map_err(|e| e.to_string())? == 0 {
-                        return Err(AFTER_CLOSE_NOTIFY.into());
-                    }
-                    let state = tls.process_new_packets().map_err(|e| format!("TLS: {e}"))?;
-                    let mut plain = [0u8; 16384];
-                    loop {
-                        match tls.reader().read(&mut plain) {
-                            Ok(0) => break,
-                            Ok(n) => self.inbound.extend_from_slice(&plain[..n]),
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                            Err(e) => return Err(format!("TLS: {e}")),
-                        }
-                    }
-                    if state.peer_has_closed() {
-                        // A clean TLS end is the end of the stream for h2.
-                        self.eof = true;
-                        if !bytes.is_empty() {
-                            return Err(AFTER_CLOSE_NOTIFY.into());
-                        }
-                    }
-                }
-                // Handshake answers, alerts.
-                while tls.wants_write() {
-                    tls.write_tls(&mut self.outbound)
-                        .map_err(|e| e.to_string())?;
-                }
-            }
-        }
-        if let Some(waker) = self.reader.take() {
-            waker.wake();
-        }
-        Ok(())
-    }
-
-    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
-        match &mut self.tls {
-            None => self.outbound.extend_from_slice(data),
-            Some(tls) => {
-                // rustls holds plaintext written before the handshake ends.
-                tls.writer().write_all(data)?;
-                while tls.wants_write() {
-                    tls.write_tls(&mut self.outbound)?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// h2's end of the pipe.
-#[derive(Clone)]
-struct PipeIo(Arc<Mutex<Pipe>>);
-
-impl AsyncRead for PipeIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let mut pipe = lock(&self.0);
-        if !pipe.inbound.is_empty() {
-            let n = pipe.inbound.len().min(buf.remaining());
-            buf.put_slice(&pipe.inbound[..n]);
-            pipe.inbound.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        if pipe.eof {
-            return Poll::Ready(Ok(()));
-        }
-        pipe.reader = Some(cx.waker().clone());
-        Poll::Pending
-    }
-}
-
-impl AsyncWrite for PipeIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Poll::Ready(lock(&self.0).write(data).map(|()| data.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-/// Marks a task as ready to poll.
-struct TaskWaker {
-    id: u32,
-    ready: Arc<Mutex<VecDeque<u32>>>,
-}
-
-impl Wake for TaskWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let mut ready = lock(&self.ready);
-        if !ready.contains(&self.id) {
-            ready.push_back(self.id);
-        }
-    }
-}
-
-/// A call's outgoing half, shared between [`Wire`]'s methods and its task.
-#[derive(Default)]
-struct Outbox {
-    messages: VecDeque<Bytes>,
-    closed: bool,
-    task: Option<Waker>,
-}
-
-/// Events a task produced, taken out after each drive.
-type Events = Arc<Mutex<Produced>>;
 
 /// What the connection knows of its server being there (see [`Keepalive`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,9 +59,7 @@ pub struct Wire {
     tls: Option<ClientTls>,
     pipe: Arc<Mutex<Pipe>>,
     send: Option<SendRequest<Bytes>>,
-    tasks: HashMap<u32, Task>,
-    wakers: HashMap<u32, Waker>,
-    ready: Arc<Mutex<VecDeque<u32>>>,
+    executor: Executor,
     outboxes: HashMap<u32, Arc<Mutex<Outbox>>>,
     events: Events,
     /// Why the HTTP/2 connection ended, once it has.
@@ -221,7 +73,7 @@ impl Wire {
     /// A connection to `authority` (host:port, as in the `:authority`
     /// header), with TLS when `tls` is given. Its first bytes (the HTTP/2
     /// preface, or the TLS hello) are ready in [`Wire::take_output`].
-    pub fn new(authority: &str, tls: Option<ClientTls>) -> Result<Wire, String> {
+    pub fn new(authority: &str, tls: Option<ClientTls>) -> Result<Wire, TransportError> {
         Wire::with_keepalive(authority, tls, Keepalive::default())
     }
 
@@ -231,15 +83,13 @@ impl Wire {
         authority: &str,
         tls: Option<ClientTls>,
         keepalive: Keepalive,
-    ) -> Result<Wire, String> {
+    ) -> Result<Wire, TransportError> {
         let mut wire = Wire {
             origin: origin(authority, tls.is_some()),
             tls,
             pipe: Arc::default(),
             send: None,
-            tasks: HashMap::default(),
-            wakers: HashMap::default(),
-            ready: Arc::default(),
+            executor: Executor::default(),
             outboxes: HashMap::default(),
             events: Arc::default(),
             ended: Arc::default(),
@@ -255,19 +105,16 @@ impl Wire {
 
     /// A fresh HTTP/2 connection (the socket was replaced); calls that were
     /// running fail with UNAVAILABLE and `reason`.
-    pub fn reset(&mut self, reason: &str) -> Result<Produced, String> {
+    pub fn reset(&mut self, reason: &str) -> Result<Produced, TransportError> {
         let mut produced = self.fail_all(reason);
         self.restart()?;
         produced.append(&mut self.drive());
         Ok(produced)
     }
 
-    fn restart(&mut self) -> Result<(), String> {
-        let mut pipe = Pipe::default();
-        if let Some(tls) = &self.tls {
-            pipe.tls = Some(tls.connection()?);
-        }
-        self.pipe = Arc::new(Mutex::new(pipe));
+    fn restart(&mut self) -> Result<(), TransportError> {
+        let tls = self.tls.as_ref().map(ClientTls::connection).transpose()?;
+        self.pipe = Arc::new(Mutex::new(Pipe::new(tls)));
         let io = PipeIo(self.pipe.clone());
         // h2's budget for small DATA frames (against floods of them) is
         // left at its default, half the connection window, as hyper leaves
@@ -291,15 +138,12 @@ impl Wire {
                 .handshake::<_, Bytes>(io),
         );
         // The client half of the handshake only writes, so it never waits.
-        let waker = Waker::from(Arc::new(TaskWaker {
-            id: CONNECTION,
-            ready: self.ready.clone(),
-        }));
+        let waker = self.executor.waker(CONNECTION);
         let (send, mut connection) = match handshake.as_mut().poll(&mut Context::from_waker(&waker))
         {
             Poll::Ready(Ok(pair)) => pair,
-            Poll::Ready(Err(e)) => return Err(format!("HTTP/2 handshake: {e}")),
-            Poll::Pending => return Err("HTTP/2 handshake did not complete".into()),
+            Poll::Ready(Err(e)) => return Err(TransportError::Handshake(e.to_string())),
+            Poll::Pending => return Err(TransportError::Handshake("it did not complete".into())),
         };
         self.send = Some(send);
         // The server's answer to a PING sent now proves the handshake
@@ -307,21 +151,17 @@ impl Wire {
         self.ping = connection.ping_pong();
         if let Some(ping) = &mut self.ping {
             ping.send_ping(Ping::opaque())
-                .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+                .map_err(|e| TransportError::Handshake(e.to_string()))?;
         }
         self.liveness = Liveness::Handshake(None);
         let ended = self.ended.clone();
-        self.tasks.insert(
-            CONNECTION,
-            Box::pin(async move {
-                let why = match connection.await {
-                    Ok(()) => "the server closed the connection".to_string(),
-                    Err(e) => format!("the connection failed: {e}"),
-                };
-                *lock(&ended) = Some(why);
-            }),
-        );
-        self.wake(CONNECTION);
+        self.executor.spawn(CONNECTION, async move {
+            let why = match connection.await {
+                Ok(()) => "the server closed the connection".to_string(),
+                Err(e) => format!("the connection failed: {e}"),
+            };
+            *lock(&ended) = Some(why);
+        });
         Ok(())
     }
 
@@ -332,29 +172,31 @@ impl Wire {
         }
         let fed = lock(&self.pipe).feed(bytes);
         if let Err(reason) = fed {
-            lock(&self.pipe).eof = true;
+            lock(&self.pipe).close();
             let mut produced = self.fail_all(&reason);
             produced.append(&mut self.drive());
             return produced;
         }
-        self.wake(CONNECTION);
+        self.executor.wake(CONNECTION);
         self.drive()
     }
 
     /// Bytes for the socket, taken.
     pub fn take_output(&mut self) -> Vec<u8> {
-        std::mem::take(&mut lock(&self.pipe).outbound)
+        let mut output = Vec::new();
+        lock(&self.pipe).swap_outbound(&mut output);
+        output
     }
 
     /// [`Wire::take_output`] into `buffer` (emptied first): the two buffers
     /// trade places, so a steady caller allocates none.
     pub fn swap_output(&mut self, buffer: &mut Vec<u8>) {
         buffer.clear();
-        std::mem::swap(&mut lock(&self.pipe).outbound, buffer);
+        lock(&self.pipe).swap_outbound(buffer);
     }
 
     pub fn has_output(&self) -> bool {
-        !lock(&self.pipe).outbound.is_empty()
+        lock(&self.pipe).has_outbound()
     }
 
     /// The HTTP/2 connection is over (the server closed it, or it broke):
@@ -391,12 +233,9 @@ impl Wire {
         gate: Option<Arc<Gate>>,
     ) -> Produced {
         let Some(send) = self.send.clone() else {
-            return vec![(
-                token,
-                vec![close_as(Code::Unavailable, "the connection is closed")],
-            )];
+            return vec![(token, vec![events::connection_closed()])];
         };
-        let request = match self.request(&target, timeout_ms) {
+        let request = match call::request(&self.origin, &target, timeout_ms) {
             Ok(request) => request,
             Err(e) => return vec![(token, vec![close_as(Code::Internal, &e)])],
         };
@@ -405,28 +244,17 @@ impl Wire {
             Ok(first) => first,
             Err(e) => return vec![(token, vec![close_as(Code::Internal, &e)])],
         };
-        let outbox = Arc::new(Mutex::new(Outbox {
-            messages: first.into_iter().collect(),
-            closed: unary,
-            task: None,
-        }));
+        let outbox = Arc::new(Mutex::new(Outbox::new(first, unary)));
         self.outboxes.insert(token, outbox.clone());
-        let events = self.events.clone();
-        self.tasks.insert(
-            token,
-            Box::pin(async move {
-                let call = Call { token, unary, gate };
-                let produced = run_call(send, request, outbox, &call, &events).await;
-                lock(&events).push((token, produced));
-            }),
-        );
-        self.wake(token);
+        let call = Call { token, unary, gate };
+        let task = call::task(send, request, outbox, call, self.events.clone());
+        self.executor.spawn(token, task);
         self.drive()
     }
 
     pub fn send(&mut self, token: u32, message: &[u8]) -> Produced {
         match frame(message) {
-            Ok(framed) => self.outbox(token, |outbox| outbox.messages.push_back(framed)),
+            Ok(framed) => self.outbox(token, |outbox| outbox.push(framed)),
             Err(e) => {
                 let mut produced = self.cancel(token);
                 produced.push((token, vec![close_as(Code::Internal, &e)]));
@@ -436,21 +264,20 @@ impl Wire {
     }
 
     pub fn close_send(&mut self, token: u32) -> Produced {
-        self.outbox(token, |outbox| outbox.closed = true)
+        self.outbox(token, Outbox::close)
     }
 
     /// Ends a call at once; h2 resets its stream (RST_STREAM) as the
     /// call's halves drop.
     pub fn cancel(&mut self, token: u32) -> Produced {
-        self.tasks.remove(&token);
-        self.wakers.remove(&token);
+        self.executor.remove(token);
         self.outboxes.remove(&token);
-        self.wake(CONNECTION);
+        self.executor.wake(CONNECTION);
         self.drive()
     }
 
     pub fn is_running(&self, token: u32) -> bool {
-        self.tasks.contains_key(&token)
+        self.executor.contains(token)
     }
 
     /// Runs the tasks that are ready: after a call's gate opened.
@@ -504,13 +331,13 @@ impl Wire {
                 self.liveness = Liveness::Pinging(now);
             }
         }
-        self.wake(CONNECTION);
+        self.executor.wake(CONNECTION);
         self.drive()
     }
 
     /// The server is gone: the connection ends, as if it had closed.
     fn dead(&mut self, reason: &str) -> Produced {
-        lock(&self.pipe).eof = true;
+        lock(&self.pipe).close();
         self.fail_all(reason)
     }
 
@@ -521,10 +348,7 @@ impl Wire {
         }
         let Some(ping) = &mut self.ping else { return };
         // The connection's own waker: a pong arrives while it is polled.
-        let waker = Waker::from(Arc::new(TaskWaker {
-            id: CONNECTION,
-            ready: self.ready.clone(),
-        }));
+        let waker = self.executor.waker(CONNECTION);
         if let Poll::Ready(Ok(_)) = ping.poll_pong(&mut Context::from_waker(&waker)) {
             self.liveness = Liveness::Heard(Instant::now());
         }
@@ -532,101 +356,36 @@ impl Wire {
 
     fn outbox(&mut self, token: u32, f: impl FnOnce(&mut Outbox)) -> Produced {
         if let Some(outbox) = self.outboxes.get(&token) {
-            let mut outbox = lock(outbox);
-            f(&mut outbox);
-            if let Some(waker) = outbox.task.take() {
-                waker.wake();
-            }
+            f(&mut lock(outbox));
         }
         self.drive()
     }
 
-    fn request(
-        &self,
-        target: &GrpcTarget,
-        timeout_ms: Option<u32>,
-    ) -> Result<http::Request<()>, String> {
-        let (scheme, authority) = self.origin.clone()?;
-        let mut path = String::with_capacity(2 + target.service.len() + target.method.len());
-        path.push('/');
-        path.push_str(&target.service);
-        path.push('/');
-        path.push_str(&target.method);
-        let path = http::uri::PathAndQuery::try_from(path)
-            .map_err(|e| format!("invalid method path: {e}"))?;
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(scheme);
-        parts.authority = Some(authority);
-        parts.path_and_query = Some(path);
-        let uri = http::Uri::from_parts(parts).map_err(|e| format!("invalid method path: {e}"))?;
-        let mut request = http::Request::new(());
-        *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = uri;
-        let headers = request.headers_mut();
-        headers.insert(http::header::CONTENT_TYPE, APPLICATION_GRPC);
-        headers.insert(http::header::TE, TRAILERS);
-        if let Some(ms) = timeout_ms {
-            let value = encode_timeout(std::time::Duration::from_millis(u64::from(ms.max(1))));
-            if let Ok(value) = http::HeaderValue::from_str(&value) {
-                headers.insert(GRPC_TIMEOUT, value);
-            }
-        }
-        events::append_metadata(headers, &target.metadata);
-        Ok(request)
-    }
-
     fn fail_all(&mut self, reason: &str) -> Produced {
         let tokens: Vec<u32> = self.outboxes.keys().copied().collect();
-        self.tasks.clear();
-        self.wakers.clear();
+        self.executor.clear();
         self.outboxes.clear();
         self.send = None;
         self.ping = None;
-        lock(&self.ready).clear();
         tokens
             .into_iter()
             .map(|token| (token, vec![close_as(Code::Unavailable, reason)]))
             .collect()
     }
 
-    fn wake(&self, id: u32) {
-        let mut ready = lock(&self.ready);
-        if !ready.contains(&id) {
-            ready.push_back(id);
-        }
-    }
-
     /// Polls every task whose waker fired, until none did.
     fn drive(&mut self) -> Produced {
-        loop {
-            let next = lock(&self.ready).pop_front();
-            let Some(id) = next else { break };
-            let Some(task) = self.tasks.get_mut(&id) else {
+        while let Some((id, finished)) = self.executor.poll_next() {
+            if !finished {
                 continue;
-            };
-            // A task keeps its waker from poll to poll.
-            let ready = &self.ready;
-            let waker = self.wakers.entry(id).or_insert_with(|| {
-                Waker::from(Arc::new(TaskWaker {
-                    id,
-                    ready: ready.clone(),
-                }))
-            });
-            if task
-                .as_mut()
-                .poll(&mut Context::from_waker(waker))
-                .is_ready()
-            {
-                self.tasks.remove(&id);
-                self.wakers.remove(&id);
-                self.outboxes.remove(&id);
-                if id == CONNECTION {
-                    let why = lock(&self.ended).take();
-                    let why = why.unwrap_or_else(|| "the connection closed".into());
-                    let mut produced = self.fail_all(&why);
-                    produced.append(&mut std::mem::take(&mut *lock(&self.events)));
-                    return produced;
-                }
+            }
+            self.outboxes.remove(&id);
+            if id == CONNECTION {
+                let why = lock(&self.ended).take();
+                let why = why.unwrap_or_else(|| "the connection closed".into());
+                let mut produced = self.fail_all(&why);
+                produced.append(&mut std::mem::take(&mut *lock(&self.events)));
+                return produced;
             }
         }
         self.poll_pong();
@@ -634,9 +393,55 @@ impl Wire {
     }
 }
 
-const APPLICATION_GRPC: http::HeaderValue = http::HeaderValue::from_static("application/grpc");
-const TRAILERS: http::HeaderValue = http::HeaderValue::from_static("trailers");
-const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+impl CallTransport for Arc<Mutex<Wire>> {
+    fn unary(&self, call: NewCall<'_>, message: Vec<u8>, timeout_ms: u32) -> Started {
+        let token = call.token;
+        let produced = lock(self).unary(token, call.target, &message, timeout_ms);
+        (WireCall::boxed(self, token, true), produced)
+    }
+
+    fn stream(&self, call: NewCall<'_>, gate: Arc<Gate>) -> Started {
+        let token = call.token;
+        let produced = lock(self).stream(token, call.target, gate);
+        (WireCall::boxed(self, token, false), produced)
+    }
+}
+
+/// A call on a wire connection: its commands run on the caller's thread,
+/// and return what they produced.
+struct WireCall {
+    wire: Arc<Mutex<Wire>>,
+    token: u32,
+    unary: bool,
+}
+
+impl WireCall {
+    fn boxed(wire: &Arc<Mutex<Wire>>, token: u32, unary: bool) -> Box<dyn RunningCall> {
+        Box::new(WireCall {
+            wire: wire.clone(),
+            token,
+            unary,
+        })
+    }
+}
+
+impl RunningCall for WireCall {
+    fn send(&mut self, message: Vec<u8>) -> Produced {
+        lock(&self.wire).send(self.token, &message)
+    }
+
+    fn close_send(&mut self) -> Produced {
+        lock(&self.wire).close_send(self.token)
+    }
+
+    fn cancel(self: Box<Self>) -> Produced {
+        lock(&self.wire).cancel(self.token)
+    }
+
+    fn is_unary(&self) -> bool {
+        self.unary
+    }
+}
 
 /// The scheme and authority of a connection's requests; an address that is
 /// no authority fails each call, as a bad method path does.
@@ -658,173 +463,12 @@ fn unanswered(what: &str, within: Duration) -> String {
     )
 }
 
-/// One length-prefixed, uncompressed gRPC message, framed by the core.
-fn frame(message: &[u8]) -> Result<Bytes, String> {
-    encode_frame(message, Compression::Identity)
-        .map(Bytes::from)
-        .map_err(|e| e.to_string())
-}
-
-fn pairs(headers: &http::HeaderMap) -> HeaderBlock {
-    events::header_block(headers, None)
-}
-
-/// A call's request half: the messages its outbox gets, then the end.
-struct Outgoing {
-    body: h2::SendStream<Bytes>,
-    outbox: Arc<Mutex<Outbox>>,
-    sending: bool,
-}
-
-impl Outgoing {
-    fn service(&mut self, cx: &mut Context<'_>) {
-        if !self.sending {
-            return;
-        }
-        let mut outbox = lock(&self.outbox);
-        while let Some(message) = outbox.messages.pop_front() {
-            if self.body.send_data(message, false).is_err() {
-                // The stream is reset or gone: the response side reports why.
-                self.sending = false;
-                return;
-            }
-        }
-        if outbox.closed {
-            let _ = self.body.send_data(Bytes::new(), true);
-            self.sending = false;
-        } else {
-            outbox.task = Some(cx.waker().clone());
-        }
-    }
-}
-
-/// What a call task needs besides its request.
-struct Call {
-    token: u32,
-    unary: bool,
-    /// A stream's backpressure: its data is taken only while this is open.
-    gate: Option<Arc<Gate>>,
-}
-
-/// A call, in Envoy's order: initial metadata, then messages and trailing
-/// metadata, then a close (a successful unary call: metadata, trailing
-/// metadata, then its one message, and no close).
-async fn run_call(
-    mut send: SendRequest<Bytes>,
-    request: http::Request<()>,
-    outbox: Arc<Mutex<Outbox>>,
-    call: &Call,
-    events: &Events,
-) -> Vec<GrpcEvent> {
-    let Call { token, unary, .. } = *call;
-    let failed = |e: h2::Error| vec![close(&super::h2_failure(&e))];
-    if let Err(e) = std::future::poll_fn(|cx| send.poll_ready(cx)).await {
-        return failed(e);
-    }
-    let (response, body) = match send.send_request(request, false) {
-        Ok(pair) => pair,
-        Err(e) => return failed(e),
-    };
-    // The request half runs beside the response, to the end of the call
-    // (a bidi stream sends after the response has begun).
-    let mut out = Outgoing {
-        body,
-        outbox,
-        sending: true,
-    };
-    let mut response = Box::pin(response);
-    let response = std::future::poll_fn(|cx| {
-        out.service(cx);
-        response.as_mut().poll(cx)
-    });
-    let response = match response.await {
-        Ok(response) => response,
-        Err(e) => return failed(e),
-    };
-    let (parts, mut recv) = response.into_parts();
-    if let Some(status) = events::status_of(&parts.headers) {
-        // Trailers-only: the status is all there is.
-        let trailing = pairs(&parts.headers);
-        if unary && status.is_ok() {
-            return events::unary_answer(HeaderBlock::default(), trailing, Vec::new());
-        }
-        return events::ended(trailing, &status);
-    }
-    if parts.status != http::StatusCode::OK {
-        return vec![close(&Status::from_http_status(parts.status.as_u16()))];
-    }
-    let initial = pairs(&parts.headers);
-    let mut received = Vec::new();
-    // We ask for no compression (no grpc-accept-encoding).
-    let mut decoder = FrameDecoder::default();
-    if unary {
-        // A unary answer is one message; without a cap on the sum, a server
-        // sending frame after frame would have them all held here until the
-        // trailers, and the worker would run out of memory first.
-        decoder.limit_total(DEFAULT_MAX_MESSAGE_SIZE);
-    }
-    let initial = if unary {
-        Some(initial)
-    } else {
-        lock(events).push((token, vec![GrpcEvent::InitialMetadata(initial)]));
-        None
-    };
-    while let Some(chunk) = std::future::poll_fn(|cx| {
-        out.service(cx);
-        // While the gate is closed the data stays in h2 unreleased, so the
-        // server runs out of window and waits.
-        if let Some(gate) = &call.gate {
-            std::task::ready!(gate.poll_open(cx));
-        }
-        recv.poll_data(cx)
-    })
-    .await
-    {
-        let chunk = match chunk {
-            Ok(chunk) => chunk,
-            Err(e) => return failed(e),
-        };
-        // Taken, so given back: the gate bounds what the caller holds.
-        let _ = recv.flow_control().release_capacity(chunk.len());
-        decoder.push(&chunk);
-        let mut complete = Vec::new();
-        loop {
-            match decoder.next_message() {
-                Ok(Some(message)) => complete.push(message),
-                Ok(None) => break,
-                // Too much (RESOURCE_EXHAUSTED) or a broken stream (INTERNAL).
-                Err(e) => return vec![close(&Status::from(e))],
-            }
-        }
-        if unary {
-            received.extend(complete);
-        } else if !complete.is_empty() {
-            let delivered = complete.into_iter().map(GrpcEvent::Message).collect();
-            lock(events).push((token, delivered));
-        }
-    }
-    let trailers = std::future::poll_fn(|cx| {
-        out.service(cx);
-        recv.poll_trailers(cx)
-    });
-    let trailers = match trailers.await {
-        Ok(trailers) => trailers.unwrap_or_default(),
-        Err(e) => return failed(e),
-    };
-    if let Err(e) = decoder.finish() {
-        return vec![close_as(Code::Internal, &e.to_string())];
-    }
-    let status = events::status_of(&trailers).unwrap_or_else(events::missing_status);
-    let trailing = pairs(&trailers);
-    if unary && status.is_ok() {
-        return events::unary_answer(initial.unwrap_or_default(), trailing, received);
-    }
-    events::ended(trailing, &status)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::pipe::AFTER_CLOSE_NOTIFY;
     use super::*;
+    use crate::call::GrpcEvent;
+    use grpc_wasm::framing::{encode_frame, Compression};
 
     fn greeter() -> GrpcTarget {
         GrpcTarget {
@@ -890,7 +534,7 @@ mod tests {
             method: "Do".into(),
             metadata: vec![("x-id".into(), b"7".to_vec())],
         };
-        let request = wire.request(&target, Some(250)).unwrap();
+        let request = call::request(&wire.origin, &target, Some(250)).unwrap();
         assert_eq!(request.uri(), "http://example.com:443/pkg.Svc/Do");
         let header = |r: &http::Request<()>, name: &str| {
             r.headers()
@@ -900,9 +544,9 @@ mod tests {
         assert_eq!(header(&request, "grpc-timeout").as_deref(), Some("250000u"));
         assert_eq!(header(&request, "x-id").as_deref(), Some("7"));
         assert_eq!(header(&request, "te").as_deref(), Some("trailers"));
-        let long = wire.request(&target, Some(200_000_000)).unwrap();
+        let long = call::request(&wire.origin, &target, Some(200_000_000)).unwrap();
         assert_eq!(header(&long, "grpc-timeout").as_deref(), Some("200000S"));
-        let stream = wire.request(&target, None).unwrap();
+        let stream = call::request(&wire.origin, &target, None).unwrap();
         assert_eq!(header(&stream, "grpc-timeout"), None);
     }
 

@@ -1,0 +1,403 @@
+//! The runtime transport: tonic channels (plaintext, TLS, mTLS with
+//! rustls) on the client's tokio runtime. Each call is a task there and
+//! reports through a [`Sink`] what Envoy would: initial metadata, messages,
+//! trailing metadata, then a close with the status code and the raw
+//! `grpc-message`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use grpc_wasm::framing::{FrameError, DEFAULT_MAX_MESSAGE_SIZE};
+use grpc_wasm::{Code, Status};
+use http::uri::PathAndQuery;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::metadata::MetadataMap;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use super::codec::RawCodec;
+use super::{
+    h2_failure, tls, CallTransport, Gate, Keepalive, NewCall, RunningCall, Sink, Started,
+    TlsOptions, TransportError, CONNECTION_WINDOW, REMEMBERED_RESETS,
+};
+use crate::call::events::{self, close, close_as};
+use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Pairs, Produced};
+
+/// A lazily connected, multiplexed HTTP/2 channel; it reconnects by itself
+/// after the server comes back. Must run inside the runtime. hyper's
+/// keepalive pings only while calls run, and its handshake has no answer to
+/// wait for, so `handshake` bounds the dial (TCP and TLS) and a server that
+/// then stays silent is caught by the keepalive PING.
+pub fn connect(
+    addr: &str,
+    tls: &TlsOptions,
+    keepalive: &Keepalive,
+) -> Result<Upstream, TransportError> {
+    let scheme = if tls.enabled() { "https" } else { "http" };
+    let bad = |e: &dyn std::fmt::Display| TransportError::Address(addr.to_string(), e.to_string());
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .map_err(|e| bad(&e))?
+        .connect_timeout(keepalive.handshake)
+        .http2_keep_alive_interval(keepalive.interval)
+        .keep_alive_timeout(keepalive.timeout)
+        .keep_alive_while_idle(false)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .http2_max_concurrent_reset_streams(REMEMBERED_RESETS)
+        .tcp_nodelay(true);
+    if tls.enabled() {
+        let mut config = ClientTlsConfig::new();
+        if let Some(host) = &tls.host {
+            config = config.domain_name(host.clone());
+        }
+        config = match tls.ca_pem()? {
+            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+            // The same roots as the wire transport's (tls::system_roots).
+            None => match tls::native_certs() {
+                certs if certs.is_empty() => config.with_webpki_roots(),
+                certs => config
+                    .ca_certificates(certs.iter().map(|c| Certificate::from_pem(tls::to_pem(c)))),
+            },
+        };
+        if let Some((cert, key)) = tls.identity()? {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        endpoint = endpoint
+            .tls_config(config)
+            .map_err(|e| TransportError::Tls(e.to_string()))?;
+    }
+    Ok(Upstream {
+        channel: endpoint.connect_lazy(),
+        keepalive: *keepalive,
+    })
+}
+
+/// A tonic connection, and the bounds it was made with (its failures name
+/// them, as the wire transport's do).
+#[derive(Clone)]
+pub struct Upstream {
+    pub channel: Channel,
+    pub keepalive: Keepalive,
+}
+
+/// The HTTP/2 or I/O failure under a tonic status, named as the wire
+/// transport names it: tonic calls them all "h2 protocol error: http2
+/// error", and a connection closed mid-body UNKNOWN.
+fn connection_failure(status: &tonic::Status) -> Option<Status> {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return Some(h2_failure(h2));
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            let message = format!("the connection failed: {io}");
+            return Some(Status::new(Code::Unavailable, message));
+        }
+        source = e.source();
+    }
+    None
+}
+
+/// hyper reports a PING without an answer as "http2 error"; the cause,
+/// deeper in the error's chain, says what happened.
+fn keepalive_timed_out(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.to_string() == "keep-alive timed out" {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+fn path(target: &GrpcTarget) -> Result<PathAndQuery, tonic::Status> {
+    PathAndQuery::try_from(format!("/{}/{}", target.service, target.method))
+        .map_err(|e| tonic::Status::invalid_argument(format!("invalid method path: {e}")))
+}
+
+fn request<T>(message: T, metadata: &Pairs) -> tonic::Request<T> {
+    let mut headers = http::HeaderMap::new();
+    events::append_metadata(&mut headers, metadata);
+    let mut request = tonic::Request::new(message);
+    *request.metadata_mut() = MetadataMap::from_headers(headers);
+    request
+}
+
+fn pairs(metadata: &MetadataMap) -> HeaderBlock {
+    events::header_block(&metadata.clone().into_headers(), None)
+}
+
+/// A failed call as Envoy reports it: trailing metadata (with the details
+/// as `grpc-status-details-bin`), then the close.
+fn report_failure(sink: &Sink, token: u32, status: &tonic::Status, keepalive: &Keepalive) {
+    if status.code() == tonic::Code::Unavailable && keepalive_timed_out(status) {
+        let message = format!(
+            "the server did not answer a keepalive PING within {} ms",
+            keepalive.timeout.as_millis()
+        );
+        return sink(token, vec![close_as(Code::Unavailable, &message)]);
+    }
+    if let Some(failure) = connection_failure(status) {
+        return sink(token, vec![close(&failure)]);
+    }
+    use base64::Engine;
+    let encoded = (!status.details().is_empty())
+        .then(|| base64::engine::general_purpose::STANDARD_NO_PAD.encode(status.details()));
+    let details = encoded
+        .as_deref()
+        .map(|e| ("grpc-status-details-bin", e.as_bytes()));
+    let trailing = events::header_block(&status.metadata().clone().into_headers(), details);
+    // tonic decoded `grpc-message`; the event carries it encoded again.
+    let code = Code::from_i32(status.code() as i32);
+    sink(
+        token,
+        events::ended(trailing, &Status::new(code, status.message())),
+    );
+}
+
+/// A unary call with its deadline, enforced here as well as sent. It goes
+/// as a one-message stream so that headers and trailers stay apart (tonic's
+/// unary API merges them); the module sees Envoy's order: metadata, then
+/// the message.
+pub fn unary(
+    rt: &tokio::runtime::Handle,
+    upstream: Upstream,
+    token: u32,
+    target: GrpcTarget,
+    message: Vec<u8>,
+    timeout_ms: u32,
+    sink: Sink,
+) -> AbortHandle {
+    rt.spawn(async move {
+        let timeout = Duration::from_millis(u64::from(timeout_ms.max(1)));
+        let started = tokio::time::Instant::now();
+        let call = async {
+            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone());
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let mut req = request(tokio_stream::once(message), &target.metadata);
+            req.set_timeout(timeout);
+            let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
+            let (headers, mut body, _) = response.into_parts();
+            let mut messages = Vec::with_capacity(1);
+            let mut total = 0usize;
+            while let Some(message) = body.message().await? {
+                // As on the wire transport: a server sending message after
+                // message must not have them all held until its trailers.
+                total += message.len();
+                if total > DEFAULT_MAX_MESSAGE_SIZE {
+                    let too_much = FrameError::TotalTooLarge {
+                        limit: DEFAULT_MAX_MESSAGE_SIZE,
+                    };
+                    return Err(tonic::Status::resource_exhausted(too_much.to_string()));
+                }
+                messages.push(message);
+            }
+            let trailers = body
+                .trailers()
+                .await?
+                .map(|t| pairs(&t))
+                .unwrap_or_default();
+            Ok::<_, tonic::Status>((pairs(&headers), messages, trailers))
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok((headers, messages, trailers))) => {
+                sink(token, events::unary_answer(headers, trailers, messages));
+            }
+            // tonic ends a call at its deadline as CANCELLED ("Timeout
+            // expired"); gRPC, the wire transport and Envoy say
+            // DEADLINE_EXCEEDED.
+            Ok(Err(status))
+                if status.code() == tonic::Code::Cancelled && started.elapsed() >= timeout =>
+            {
+                deadline_exceeded(&sink, token, timeout)
+            }
+            Ok(Err(status)) => report_failure(&sink, token, &status, &upstream.keepalive),
+            Err(_) => deadline_exceeded(&sink, token, timeout),
+        }
+    })
+    .abort_handle()
+}
+
+fn deadline_exceeded(sink: &Sink, token: u32, timeout: Duration) {
+    let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    sink(token, vec![close(&Status::deadline_exceeded(ms))]);
+}
+
+/// A stream: messages go out as the module sends them; dropping the sender
+/// half-closes. The next response message is read only while `gate` is
+/// open (hyper gives flow-control credit back as the body is read).
+pub fn stream(
+    rt: &tokio::runtime::Handle,
+    upstream: Upstream,
+    token: u32,
+    target: GrpcTarget,
+    sink: Sink,
+    gate: Arc<Gate>,
+) -> (mpsc::UnboundedSender<Vec<u8>>, AbortHandle) {
+    let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let handle = rt.spawn(async move {
+        let run = async {
+            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone());
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let req = request(UnboundedReceiverStream::new(rx), &target.metadata);
+            let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
+            let (metadata, mut messages, _) = response.into_parts();
+            sink(token, vec![GrpcEvent::InitialMetadata(pairs(&metadata))]);
+            loop {
+                gate.opened().await;
+                let Some(message) = messages.message().await? else {
+                    break;
+                };
+                sink(token, vec![GrpcEvent::Message(message)]);
+            }
+            let trailers = messages
+                .trailers()
+                .await?
+                .map(|t| pairs(&t))
+                .unwrap_or_default();
+            Ok::<_, tonic::Status>(trailers)
+        };
+        match run.await {
+            Ok(trailers) => sink(token, events::ended(trailers, &Status::ok())),
+            Err(status) => report_failure(&sink, token, &status, &upstream.keepalive),
+        }
+    });
+    (tx, handle.abort_handle())
+}
+
+impl CallTransport for Upstream {
+    fn unary(&self, call: NewCall<'_>, message: Vec<u8>, timeout_ms: u32) -> Started {
+        let (runtime, sink) = (call.runtime, call.sink.clone());
+        let task = unary(
+            runtime,
+            self.clone(),
+            call.token,
+            call.target,
+            message,
+            timeout_ms,
+            sink,
+        );
+        (RuntimeCall::boxed(task, None), Vec::new())
+    }
+
+    fn stream(&self, call: NewCall<'_>, gate: Arc<Gate>) -> Started {
+        let (runtime, sink) = (call.runtime, call.sink.clone());
+        let (requests, task) = stream(runtime, self.clone(), call.token, call.target, sink, gate);
+        (RuntimeCall::boxed(task, Some(requests)), Vec::new())
+    }
+}
+
+/// A call's task on the runtime, and a stream's request messages.
+struct RuntimeCall {
+    task: AbortHandle,
+    /// Dropped to half-close.
+    requests: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    unary: bool,
+}
+
+impl RuntimeCall {
+    /// A unary call has no request messages to send.
+    fn boxed(
+        task: AbortHandle,
+        requests: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    ) -> Box<dyn RunningCall> {
+        let unary = requests.is_none();
+        Box::new(RuntimeCall {
+            task,
+            requests,
+            unary,
+        })
+    }
+}
+
+impl RunningCall for RuntimeCall {
+    fn send(&mut self, message: Vec<u8>) -> Produced {
+        if let Some(requests) = &self.requests {
+            // A call whose task has ended reports its own end.
+            let _ = requests.send(message);
+        }
+        Vec::new()
+    }
+
+    fn close_send(&mut self) -> Produced {
+        self.requests = None;
+        Vec::new()
+    }
+
+    fn cancel(self: Box<Self>) -> Produced {
+        self.task.abort();
+        Vec::new()
+    }
+
+    fn is_unary(&self) -> bool {
+        self.unary
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An HTTP/2 server that takes every request and never answers.
+    async fn silent_server() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(socket).await else {
+                        return;
+                    };
+                    let mut held = Vec::new();
+                    while let Some(Ok(request)) = conn.accept().await {
+                        held.push(request);
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_unary_call_past_its_deadline_is_deadline_exceeded() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let addr = rt.block_on(silent_server());
+        let _guard = rt.enter();
+        for _ in 0..5 {
+            let upstream = connect(
+                &addr.to_string(),
+                &TlsOptions::default(),
+                &Keepalive::default(),
+            )
+            .unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let sink: Sink = Arc::new(move |token, events| {
+                let _ = tx.send((token, events));
+            });
+            let target = GrpcTarget {
+                upstream: "1".into(),
+                service: "pkg.Svc".into(),
+                method: "Sleep".into(),
+                metadata: vec![],
+            };
+            unary(rt.handle(), upstream, 7, target, Vec::new(), 100, sink);
+            let (token, events) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            assert_eq!(token, 7);
+            match &events[..] {
+                [GrpcEvent::Close(4, message)] => {
+                    assert_eq!(message, b"deadline of 100 ms exceeded")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! One gRPC call over h2, as a task of the connection's executor: its
+//! request (headers, then the messages its outbox gets), and its answer
+//! turned into the events Envoy reports, in Envoy's order.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
+
+use bytes::Bytes;
+use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
+use grpc_wasm::timeout::encode_timeout;
+use grpc_wasm::{Code, Status};
+use h2::client::SendRequest;
+
+use super::super::gate::Gate;
+use crate::call::events::{self, close, close_as};
+use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced};
+use crate::sync::lock;
+
+/// A call's outgoing half, shared between the connection's methods and
+/// the call's task.
+#[derive(Default)]
+pub(super) struct Outbox {
+    messages: VecDeque<Bytes>,
+    closed: bool,
+    task: Option<Waker>,
+}
+
+impl Outbox {
+    /// A unary call's outbox holds its one message, and is closed.
+    pub(super) fn new(first: Option<Bytes>, closed: bool) -> Outbox {
+        Outbox {
+            messages: first.into_iter().collect(),
+            closed,
+            task: None,
+        }
+    }
+
+    pub(super) fn push(&mut self, message: Bytes) {
+        self.messages.push_back(message);
+        self.wake();
+    }
+
+    /// The request's end: nothing follows what is queued.
+    pub(super) fn close(&mut self) {
+        self.closed = true;
+        self.wake();
+    }
+
+    fn wake(&mut self) {
+        if let Some(waker) = self.task.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Events a task produced, taken out after each drive.
+pub(super) type Events = Arc<Mutex<Produced>>;
+
+const APPLICATION_GRPC: http::HeaderValue = http::HeaderValue::from_static("application/grpc");
+const TRAILERS: http::HeaderValue = http::HeaderValue::from_static("trailers");
+const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+
+/// A call's request headers: to `origin`, for `target`'s method and
+/// metadata, with its deadline as `grpc-timeout` when it has one.
+pub(super) fn request(
+    origin: &Result<(http::uri::Scheme, http::uri::Authority), String>,
+    target: &GrpcTarget,
+    timeout_ms: Option<u32>,
+) -> Result<http::Request<()>, String> {
+    let (scheme, authority) = origin.clone()?;
+    let mut path = String::with_capacity(2 + target.service.len() + target.method.len());
+    path.push('/');
+    path.push_str(&target.service);
+    path.push('/');
+    path.push_str(&target.method);
+    let path =
+        http::uri::PathAndQuery::try_from(path).map_err(|e| format!("invalid method path: {e}"))?;
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(scheme);
+    parts.authority = Some(authority);
+    parts.path_and_query = Some(path);
+    let uri = http::Uri::from_parts(parts).map_err(|e| format!("invalid method path: {e}"))?;
+    let mut request = http::Request::new(());
+    *request.method_mut() = http::Method::POST;
+    *request.uri_mut() = uri;
+    let headers = request.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, APPLICATION_GRPC);
+    headers.insert(http::header::TE, TRAILERS);
+    if let Some(ms) = timeout_ms {
+        let value = encode_timeout(std::time::Duration::from_millis(u64::from(ms.max(1))));
+        if let Ok(value) = http::HeaderValue::from_str(&value) {
+            headers.insert(GRPC_TIMEOUT, value);
+        }
+    }
+    events::append_metadata(headers, &target.metadata);
+    Ok(request)
+}
+
+/// One length-prefixed, uncompressed gRPC message, framed by the core.
+pub(super) fn frame(message: &[u8]) -> Result<Bytes, String> {
+    encode_frame(message, Compression::Identity)
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
+}
+
+fn pairs(headers: &http::HeaderMap) -> HeaderBlock {
+    events::header_block(headers, None)
+}
+
+/// A call's request half: the messages its outbox gets, then the end.
+struct Outgoing {
+    body: h2::SendStream<Bytes>,
+    outbox: Arc<Mutex<Outbox>>,
+    sending: bool,
+}
+
+impl Outgoing {
+    fn service(&mut self, cx: &mut Context<'_>) {
+        if !self.sending {
+            return;
+        }
+        let mut outbox = lock(&self.outbox);
+        while let Some(message) = outbox.messages.pop_front() {
+            if self.body.send_data(message, false).is_err() {
+                // The stream is reset or gone: the response side reports why.
+                self.sending = false;
+                return;
+            }
+        }
+        if outbox.closed {
+            let _ = self.body.send_data(Bytes::new(), true);
+            self.sending = false;
+        } else {
+            outbox.task = Some(cx.waker().clone());
+        }
+    }
+}
+
+/// What a call task needs besides its request.
+pub(super) struct Call {
+    pub(super) token: u32,
+    pub(super) unary: bool,
+    /// A stream's backpressure: its data is taken only while this is open.
+    pub(super) gate: Option<Arc<Gate>>,
+}
+
+/// Call `call`'s task: it runs to the call's end, then leaves its last
+/// events in `events`.
+pub(super) async fn task(
+    send: SendRequest<Bytes>,
+    request: http::Request<()>,
+    outbox: Arc<Mutex<Outbox>>,
+    call: Call,
+    events: Events,
+) {
+    let produced = run_call(send, request, outbox, &call, &events).await;
+    lock(&events).push((call.token, produced));
+}
+
+/// A call, in Envoy's order: initial metadata, then messages and trailing
+/// metadata, then a close (a successful unary call: metadata, trailing
+/// metadata, then its one message, and no close).
+async fn run_call(
+    mut send: SendRequest<Bytes>,
+    request: http::Request<()>,
+    outbox: Arc<Mutex<Outbox>>,
+    call: &Call,
+    events: &Events,
+) -> Vec<GrpcEvent> {
+    let Call { token, unary, .. } = *call;
+    let failed = |e: h2::Error| vec![close(&super::super::h2_failure(&e))];
+    if let Err(e) = std::future::poll_fn(|cx| send.poll_ready(cx)).await {
+        return failed(e);
+    }
+    let (response, body) = match send.send_request(request, false) {
+        Ok(pair) => pair,
+        Err(e) => return failed(e),
+    };
+    // The request half runs beside the response, to the end of the call
+    // (a bidi stream sends after the response has begun).
+    let mut out = Outgoing {
+        body,
+        outbox,
+        sending: true,
+    };
+    let mut response = Box::pin(response);
+    let response = std::future::poll_fn(|cx| {
+        out.service(cx);
+        response.as_mut().poll(cx)
+    });
+    let response = match response.await {
+        Ok(response) => response,
+        Err(e) => return failed(e),
+    };
+    let (parts, mut recv) = response.into_parts();
+    if let Some(status) = events::status_of(&parts.headers) {
+        // Trailers-only: the status is all there is.
+        let trailing = pairs(&parts.headers);
+        if unary && status.is_ok() {
+            return events::unary_answer(HeaderBlock::default(), trailing, Vec::new());
+        }
+        return events::ended(trailing, &status);
+    }
+    if parts.status != http::StatusCode::OK {
+        return vec![close(&Status::from_http_status(parts.status.as_u16()))];
+    }
+    let initial = pairs(&parts.headers);
+    let mut received = Vec::new();
+    // We ask for no compression (no grpc-accept-encoding).
+    let mut decoder = FrameDecoder::default();
+    if unary {
+        // A unary answer is one message; without a cap on the sum, a server
+        // sending frame after frame would have them all held here until the
+        // trailers, and the worker would run out of memory first.
+        decoder.limit_total(DEFAULT_MAX_MESSAGE_SIZE);
+    }
+    let initial = if unary {
+        Some(initial)
+    } else {
+        lock(events).push((token, vec![GrpcEvent::InitialMetadata(initial)]));
+        None
+    };
+    while let Some(chunk) = std::future::poll_fn(|cx| {
+        out.service(cx);
+        // While the gate is closed the data stays in h2 unreleased, so the
+        // server runs out of window and waits.
+        if let Some(gate) = &call.gate {
+            std::task::ready!(gate.poll_open(cx));
+        }
+        recv.poll_data(cx)
+    })
+    .await
+    {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => return failed(e),
+        };
+        // Taken, so given back: the gate bounds what the caller holds.
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        decoder.push(&chunk);
+        let mut complete = Vec::new();
+        loop {
+            match decoder.next_message() {
+                Ok(Some(message)) => complete.push(message),
+                Ok(None) => break,
+                // Too much (RESOURCE_EXHAUSTED) or a broken stream (INTERNAL).
+                Err(e) => return vec![close(&Status::from(e))],
+            }
+        }
+        if unary {
+            received.extend(complete);
+        } else if !complete.is_empty() {
+            let delivered = complete.into_iter().map(GrpcEvent::Message).collect();
+            lock(events).push((token, delivered));
+        }
+    }
+    let trailers = std::future::poll_fn(|cx| {
+        out.service(cx);
+        recv.poll_trailers(cx)
+    });
+    let trailers = match trailers.await {
+        Ok(trailers) => trailers.unwrap_or_default(),
+        Err(e) => return failed(e),
+    };
+    if let Err(e) = decoder.finish() {
+        return vec![close_as(Code::Internal, &e.to_string())];
+    }
+    let status = events::status_of(&trailers).unwrap_or_else(events::missing_status);
+    let trailing = pairs(&trailers);
+    if unary && status.is_ok() {
+        return events::unary_answer(initial.unwrap_or_default(), trailing, received);
+    }
+    events::ended(trailing, &status)
+}
