@@ -455,9 +455,8 @@ fn with(calls: &Calls, call: u8, f: impl FnOnce(u32) -> Produced) -> Produced {
 /// The new connection's server greets it as the first one's did.
 fn reset(wire: &mut Wire, calls: &mut Calls) -> Produced {
     let running = calls.running();
-    let Ok(mut produced) = wire.reset("the fuzz server went away") else {
-        panic!("a fresh connection after a reset");
-    };
+    let (mut produced, restarted) = wire.reset("the fuzz server went away");
+    assert!(restarted.is_ok(), "a fresh connection after a reset");
     for token in running {
         let ends = produced
             .iter()

@@ -235,11 +235,13 @@ impl Client {
         }
         let source = std::fs::read_to_string(path)
             .map_err(|e| ClientError::Io(path.display().to_string(), e.to_string()))?;
-        let imports = {
+        let (imports, woken) = {
             let mut host = lock(&self.inner.host);
             let imports = host.proto_imports(name, &source);
-            self.checked(&mut host, imports)?
+            self.checked(&mut host, imports)
         };
+        self.wake(woken);
+        let imports = imports?;
         found.insert(name.to_string(), source);
         for import in imports {
             match dirs.iter().map(|d| d.join(&import)).find(|p| p.is_file()) {
@@ -279,14 +281,20 @@ impl Client {
     fn change_protos(&self, change: impl FnOnce(&ProtoSet) -> ProtoSet) -> Result<(), ClientError> {
         let next = change(&lock(&self.inner.protos));
         let config = next.config(UPSTREAM_HEADER);
-        let mut host = lock(&self.inner.host);
-        let result = host.configure(config.as_bytes());
-        self.checked(&mut host, result)?;
-        // Kept while the module is still locked: a trap on another thread
-        // (a tick, a transport event) rebuilds the instance with the set it
-        // was configured with, never the one before.
-        *lock(&self.inner.protos) = next;
-        Ok(())
+        let (result, woken) = {
+            let mut host = lock(&self.inner.host);
+            let result = host.configure(config.as_bytes());
+            let (result, woken) = self.checked(&mut host, result);
+            if result.is_ok() {
+                // Kept while the module is still locked: a trap on another
+                // thread (a tick, a transport event) rebuilds the instance
+                // with the set it was configured with, never the one before.
+                *lock(&self.inner.protos) = next;
+            }
+            (result, woken)
+        };
+        self.wake(woken);
+        Ok(result?)
     }
 
     /// The module's configuration for what is loaded now.
@@ -347,9 +355,7 @@ impl Client {
     pub fn close_conn(&self, conn: u32) {
         let removed = lock(&self.inner.conns).remove(&conn);
         if let Some(Conn::Wire(wire)) = removed {
-            let produced = lock(&wire)
-                .reset(events::CONNECTION_CLOSED)
-                .unwrap_or_default();
+            let produced = lock(&wire).close(events::CONNECTION_CLOSED);
             let woken = self.produced(produced);
             self.wake(woken);
         }
@@ -402,8 +408,14 @@ impl Client {
     /// UNAVAILABLE, and a fresh HTTP/2 connection waits for a new socket.
     pub fn wire_reset(&self, conn: u32, reason: &str) -> Result<Vec<u32>, ClientError> {
         let wire = self.wire(conn)?;
-        let produced = lock(&wire).reset(reason)?;
-        Ok(self.produced(produced))
+        let (produced, restarted) = lock(&wire).reset(reason);
+        let woken = self.produced(produced);
+        if let Err(e) = restarted {
+            // The caller gets the error, not the calls to wake.
+            self.wake(woken);
+            return Err(e.into());
+        }
+        Ok(woken)
     }
 
     /// Transport events into the module; returns the calls woken.
@@ -656,17 +668,19 @@ impl Client {
         Ok(())
     }
 
-    /// `result`, after rebuilding the instance if it was a trap.
+    /// `result`, after rebuilding the instance if it was a trap, and the
+    /// calls that rebuilding woke: the caller wakes them once the module
+    /// is unlocked, so that no woken thread waits for it.
     fn checked<T>(
         &self,
         host: &mut ProxyHost,
         result: Result<T, HostError>,
-    ) -> Result<T, HostError> {
-        if let Err(e @ HostError::Trap(_)) = &result {
-            let woken = self.recover(host, e);
-            self.wake(woken);
-        }
-        result
+    ) -> (Result<T, HostError>, Vec<u32>) {
+        let woken = match &result {
+            Err(e @ HostError::Trap(_)) => self.recover(host, e),
+            _ => Vec::new(),
+        };
+        (result, woken)
     }
 
     /// A trap leaves the instance in a state nothing can trust (a borrow
@@ -1042,6 +1056,25 @@ mod tests {
         // Their transport ended them as they started: nothing of theirs
         // stays behind, however many such calls come.
         assert_eq!(lock(&client.inner.calls).len(), 0);
+    }
+
+    #[test]
+    fn closing_a_connection_ends_its_calls_unavailable_and_later_ones_too() {
+        let Some(client) = client() else { return };
+        let conn = dead_conn(&client);
+        let running = in_flight(&client, conn);
+        client.send(running, br#"{"name":"a"}"#).unwrap();
+        client.close_send(running).unwrap();
+        assert_eq!(lock(&client.inner.calls).len(), 1);
+        client.close_conn(conn);
+        let closed = ("14".to_string(), events::CONNECTION_CLOSED.to_string());
+        assert_eq!(end(&client, running), closed);
+        assert_eq!(lock(&client.inner.calls).len(), 0);
+        assert!(matches!(
+            client.start(conn, SAY_HELLO, Some(b"{}"), &CallOptions::default()),
+            Err(ClientError::UnknownConn)
+        ));
+        client.close(running);
     }
 
     #[test]

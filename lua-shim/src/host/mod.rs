@@ -157,6 +157,10 @@ impl ProxyHost {
                 .configure
                 .call(&mut self.store, (ROOT_ID, config.len() as u32))
         )?;
+        // The module reads its configuration only while configuring: a
+        // copy kept would hold every .proto source (or a refused set) for
+        // nothing.
+        self.store.data_mut().plugin_config = Vec::new();
         if ok == 1 {
             Ok(())
         } else {

@@ -104,12 +104,20 @@ impl Wire {
     }
 
     /// A fresh HTTP/2 connection (the socket was replaced); calls that were
-    /// running fail with UNAVAILABLE and `reason`.
-    pub fn reset(&mut self, reason: &str) -> Result<Produced, TransportError> {
+    /// running fail with UNAVAILABLE and `reason`. Their ends come back
+    /// even when the fresh connection cannot start (then it is over).
+    pub fn reset(&mut self, reason: &str) -> (Produced, Result<(), TransportError>) {
         let mut produced = self.fail_all(reason);
-        self.restart()?;
+        let restarted = self.restart();
         produced.append(&mut self.drive());
-        Ok(produced)
+        (produced, restarted)
+    }
+
+    /// The end of the connection: calls that were running fail with
+    /// UNAVAILABLE and `reason`, and no new one starts.
+    pub fn close(&mut self, reason: &str) -> Produced {
+        lock(&self.pipe).close();
+        self.fail_all(reason)
     }
 
     fn restart(&mut self) -> Result<(), TransportError> {
@@ -307,13 +315,13 @@ impl Wire {
             Liveness::Handshake(Some(since)) => match handshake.checked_sub(now - since) {
                 Some(left) if !left.is_zero() => (Vec::new(), Some(left)),
                 _ => (
-                    self.dead(&unanswered("the HTTP/2 handshake", handshake)),
+                    self.close(&unanswered("the HTTP/2 handshake", handshake)),
                     None,
                 ),
             },
             Liveness::Pinging(sent) => match timeout.checked_sub(now - sent) {
                 Some(left) if !left.is_zero() => (Vec::new(), Some(left)),
-                _ => (self.dead(&unanswered("a keepalive PING", timeout)), None),
+                _ => (self.close(&unanswered("a keepalive PING", timeout)), None),
             },
             // No calls, no pings: the next call ticks at once.
             Liveness::Heard(_) if self.outboxes.is_empty() => (Vec::new(), None),
@@ -333,12 +341,6 @@ impl Wire {
         }
         self.executor.wake(CONNECTION);
         self.drive()
-    }
-
-    /// The server is gone: the connection ends, as if it had closed.
-    fn dead(&mut self, reason: &str) -> Produced {
-        lock(&self.pipe).close();
-        self.fail_all(reason)
     }
 
     /// Notes the answer to our PING, if it came.
@@ -556,7 +558,8 @@ mod tests {
         let target = greeter();
         assert!(wire.unary(7, target, b"\x0a\x01x", 500).is_empty());
         assert!(wire.is_running(7));
-        let produced = wire.reset("connect failed: refused").unwrap();
+        let (produced, restarted) = wire.reset("connect failed: refused");
+        restarted.unwrap();
         assert_eq!(produced.len(), 1);
         assert_eq!(produced[0].0, 7);
         assert!(
