@@ -5,13 +5,14 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
+use super::reply::PAUSE;
 use super::*;
 use crate::proxy::host::install;
 use crate::proxy::host::mock::MockHost;
 
 const ROOT: u32 = 1;
 const HTTP: u32 = 2;
-const HELLOWORLD: &str = include_str!("../../../protos/helloworld.proto");
+const HELLOWORLD: &str = include_str!("../../../../protos/helloworld.proto");
 /// HelloRequest { name: "ann" } and HelloReply { message: "hi ann" }.
 const REQUEST: &[u8] = b"\x0a\x03ann";
 const REPLY: &[u8] = b"\x0a\x06hi ann";
@@ -319,7 +320,7 @@ fn a_stream_answered_from_its_request_body_is_answered_once() {
 #[test]
 fn a_query_refused_at_the_request_headers_never_reaches_the_upstream() {
     let host = filter(
-        json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")}}),
+        json!({"protos": {"library.proto": include_str!("../../../../protos/library.proto")}}),
         false,
     );
     let deep = vec!["book"; 200].join(".");

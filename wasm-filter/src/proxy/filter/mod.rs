@@ -1,0 +1,296 @@
+//! The exported proxy-wasm callbacks: one root context per plugin
+//! configuration, one stream context per HTTP exchange.
+//!
+//! This module is the dispatcher: it hands each callback to
+//! [`transcoding`] (the filter on the proxy's route, the default) or to
+//! [`callout_mode`] (`"callout"` in the configuration: the filter makes
+//! the gRPC call itself). An exchange's state is a [`stream::Stream`],
+//! kept in the [`contexts`] maps; [`host_kind`] says what the host lacks;
+//! [`reply`] makes local replies.
+
+mod callout_mode;
+mod contexts;
+mod host_kind;
+mod reply;
+mod stream;
+mod transcoding;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::framing::Compression;
+
+use super::callout_host;
+use super::config::{FilterConfig, Loaded};
+use super::contract::{BufferType, LogLevel, MapType};
+use super::fetch;
+use super::host::{self, *};
+use super::transcoder::{self, Plan};
+use contexts::{with_stream, ROOTS, STREAMS};
+use host_kind::{check_host, host_is_shim};
+use reply::{answer, send_error, CONTINUE};
+use stream::Stream;
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_abi_version_0_2_1() {}
+
+/// The host's allocator for buffers it hands to the module; `host::take`
+/// turns them back into `Vec`s, so capacity must equal the size.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
+    let mut buf = Vec::<u8>::with_capacity(size);
+    let ptr = buf.as_mut_ptr();
+    std::mem::forget(buf);
+    ptr
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
+    if parent_id == 0 {
+        return;
+    }
+    let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) else {
+        fetch::adopt(context_id, parent_id);
+        return;
+    };
+    STREAMS.with(|s| {
+        s.borrow_mut().insert(
+            context_id,
+            Rc::new(RefCell::new(Stream {
+                config,
+                route: None,
+                answered: false,
+                overflowed: false,
+                holding_response: false,
+                pending_body: None,
+                held: Vec::new(),
+                call: None,
+                decoder: None,
+                encoding: Compression::Identity,
+            })),
+        )
+    });
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_vm_start(_root_id: u32, _size: u32) -> u32 {
+    1
+}
+
+/// A bad configuration is refused here, with one log line naming the
+/// problem, so that it never fails later at request time.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
+    let bytes = match host::buffer(BufferType::PluginConfiguration, 0, size as usize) {
+        Ok(bytes) => bytes,
+        Err(status) => {
+            log(
+                LogLevel::Error,
+                &format!(
+                    "grpc-wasm: cannot read the plugin configuration (host status {})",
+                    status.0
+                ),
+            );
+            return 0;
+        }
+    };
+    match FilterConfig::load(&bytes) {
+        Ok(Loaded::Ready(config)) => install(root_id, *config),
+        Ok(Loaded::Fetch(_)) if host_is_shim() => {
+            log(LogLevel::Error, "grpc-wasm: bad configuration: fetch: the OpenResty shim has no HTTP calls; give \"protos\" or \"descriptor_set\"");
+            0
+        }
+        Ok(Loaded::Fetch(f)) => {
+            fetch::start(root_id, bytes, f);
+            1
+        }
+        Err(e) => {
+            log(
+                LogLevel::Error,
+                &format!("grpc-wasm: bad configuration: {e}"),
+            );
+            0
+        }
+    }
+}
+
+/// Makes `config` the configuration of `root_id`, once the host checks pass.
+fn install(root_id: u32, config: FilterConfig) -> u32 {
+    match check_host(config) {
+        Ok(config) => {
+            // Streams have no host deadline: ticks enforce them. Without
+            // callouts nothing needs ticks (a fetch may have started them).
+            let _ = host::ticks(root_id, config.callout.is_some());
+            ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
+            log(LogLevel::Info, "grpc-wasm: configured");
+            1
+        }
+        Err(e) => {
+            log(
+                LogLevel::Error,
+                &format!("grpc-wasm: bad configuration: {e}"),
+            );
+            0
+        }
+    }
+}
+
+/// The fetched configuration document (see [`fetch`]).
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_http_call_response(
+    root_id: u32,
+    token: u32,
+    _headers: u32,
+    body_size: u32,
+    _trailers: u32,
+) {
+    if let Some(config) = fetch::on_response(root_id, token, body_size as usize, check_host) {
+        install(root_id, config);
+    }
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_request_headers(
+    context_id: u32,
+    _headers: u32,
+    end_of_stream: u32,
+) -> u32 {
+    if let Some(reply) = fetch::not_ready(context_id) {
+        return send_error(&reply);
+    }
+    with_stream(context_id, CONTINUE, |stream| {
+        let headers = HeaderMap::read(MapType::HttpRequestHeaders);
+        let http_method = headers.get(":method").unwrap_or_default();
+        let path = headers.get(":path").unwrap_or_default();
+        let end_of_stream = end_of_stream != 0;
+        match transcoder::plan(
+            &stream.config,
+            http_method,
+            path,
+            headers.get("content-type"),
+        ) {
+            Plan::PassThrough => CONTINUE,
+            Plan::Reply(reply) => answer(stream, &reply),
+            Plan::Transcode(route) if stream.config.callout.is_some() => {
+                callout_mode::start(stream, context_id, route, &headers, end_of_stream)
+            }
+            Plan::Transcode(route) => {
+                transcoding::request_headers(stream, route, &headers, end_of_stream)
+            }
+        }
+    })
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_request_body(
+    context_id: u32,
+    body_size: u32,
+    end_of_stream: u32,
+) -> u32 {
+    with_stream(context_id, CONTINUE, |stream| {
+        let (size, end_of_stream) = (body_size as usize, end_of_stream != 0);
+        if stream.call.is_some() {
+            return callout_mode::request_body(stream, context_id, size, end_of_stream);
+        }
+        transcoding::request_body(stream, size, end_of_stream)
+    })
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_response_headers(
+    context_id: u32,
+    _headers: u32,
+    end_of_stream: u32,
+) -> u32 {
+    with_stream(context_id, CONTINUE, |stream| {
+        transcoding::response_headers(stream, end_of_stream != 0)
+    })
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_response_body(
+    context_id: u32,
+    body_size: u32,
+    end_of_stream: u32,
+) -> u32 {
+    with_stream(context_id, CONTINUE, |stream| {
+        transcoding::response_body(stream, body_size as usize, end_of_stream != 0)
+    })
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) -> u32 {
+    with_stream(context_id, CONTINUE, transcoding::response_trailers)
+}
+
+/// ngx_wasm_module calls `proxy_on_done` and `proxy_on_log` at the end of
+/// every request without checking that the module exports them (nginx
+/// crashes on a missing one), so both exist; the filter needs neither.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_done(_context_id: u32) -> u32 {
+    1
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_log(_context_id: u32) {}
+
+/// The host lets calls outlive the HTTP stream: ours end with it.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_delete(context_id: u32) {
+    let removed = STREAMS.with(|s| s.borrow_mut().remove(&context_id));
+    if let Some(call) = removed.and_then(|st| st.try_borrow_mut().ok()?.call.take()) {
+        callout_host::cancel(&call);
+    }
+    ROOTS.with(|r| r.borrow_mut().remove(&context_id));
+    fetch::forget(context_id);
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u32, _headers: u32) {
+    callout_mode::with_call(token, |_, call, _| {
+        callout_host::on_initial_metadata(call);
+        None
+    });
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
+    callout_mode::with_call(token, |stream, call, context_id| {
+        let route = stream.route.as_ref()?;
+        callout_host::on_message(&stream.config, route, call, context_id, size as usize)
+    });
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
+    _root_id: u32,
+    token: u32,
+    _trailers: u32,
+) {
+    callout_mode::with_call(token, |_, call, _| {
+        callout_host::on_trailing_metadata(call);
+        None
+    });
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u32) {
+    callout_mode::with_call(token, |stream, call, _| {
+        let route = stream.route.as_ref()?;
+        Some(callout_host::on_close(
+            &stream.config,
+            route,
+            call,
+            status_code,
+        ))
+    });
+}
+
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_tick(root_id: u32) {
+    fetch::on_tick(root_id);
+    callout_mode::tick();
+}
+
+#[cfg(test)]
+mod tests;

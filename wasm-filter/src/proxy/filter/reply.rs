@@ -1,0 +1,99 @@
+//! Local replies, and what each callback answers the host.
+
+use crate::code::Code;
+use crate::status::Status;
+
+use super::super::config::FilterConfig;
+use super::super::contract::{Action, LogLevel, MapType};
+use super::super::host::*;
+use super::super::transcoder::Reply;
+use super::host_kind::{host_kind, HostKind};
+use super::stream::Stream;
+
+pub(super) const CONTINUE: u32 = Action::Continue as u32;
+pub(super) const PAUSE: u32 = Action::Pause as u32;
+
+pub(super) fn internal(config: &FilterConfig, message: &str) -> Reply {
+    Reply::error(config, &Status::new(Code::Internal, message))
+}
+
+/// Sends `reply` as the response; the stream stops here, and the filter
+/// leaves its own reply alone when it passes the response callbacks.
+/// Answers the stream with `reply`. Only a reply the host took answers
+/// it: when the host refuses one, the request goes on (CONTINUE) and the
+/// later callbacks must treat it as any other.
+pub(super) fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
+    let action = send_error(reply);
+    stream.answered = action == PAUSE;
+    action
+}
+
+/// Sends `reply` (an error) as the response; PAUSE when the host took it.
+pub(super) fn send_error(reply: &Reply) -> u32 {
+    let code = reply.code.as_i32().to_string();
+    let headers: [(&str, &[u8]); 3] = [
+        ("content-type", b"application/json"),
+        ("grpc-status", code.as_bytes()),
+        ("grpc-status-name", reply.code.name().as_bytes()),
+    ];
+    if let Err(s) = send_reply(reply.http_status, reply_details(), &reply.body, &headers) {
+        log(
+            LogLevel::Error,
+            &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
+        );
+        return CONTINUE;
+    }
+    PAUSE
+}
+
+/// The local reply's details: Envoy logs them as the response code details;
+/// ngx_wasm_module makes them the status line's reason phrase (and, from the
+/// response-headers callback, the whole status line), so it gets none and
+/// nginx writes the standard phrase.
+pub(super) fn reply_details() -> &'static str {
+    if host_kind() == HostKind::NgxWasmModule {
+        ""
+    } else {
+        "grpc_wasm"
+    }
+}
+
+/// A reply from the response-headers callback.
+pub(super) fn answer_response(stream: &mut Stream, reply: &Reply, headers: &HeaderMap) -> u32 {
+    if host_kind() != HostKind::NgxWasmModule {
+        return answer(stream, reply);
+    }
+    // ngx_wasm_module's local reply from this callback keeps the upstream's
+    // headers, and from nginx's own error pages (502, 504) it sends
+    // nothing: the headers become the reply's here, and the body callback
+    // writes its body over the first chunk.
+    let http_status = reply.http_status.to_string();
+    let code = reply.code.as_i32().to_string();
+    let set = [
+        (":status", http_status.as_str()),
+        ("content-type", "application/json"),
+        ("grpc-status", code.as_str()),
+        ("grpc-status-name", reply.code.name()),
+    ];
+    let remove = [
+        "content-length",
+        "content-encoding",
+        "content-range",
+        "etag",
+        "grpc-message",
+        "grpc-status-details-bin",
+        "grpc-encoding",
+    ];
+    if headers
+        .edit(MapType::HttpResponseHeaders, &set, &remove)
+        .is_err()
+    {
+        log(
+            LogLevel::Warn,
+            "grpc-wasm: the host refused a response header change",
+        );
+    }
+    stream.answered = true;
+    stream.pending_body = Some(reply.body.clone());
+    CONTINUE
+}

@@ -1,0 +1,592 @@
+//! Transcoding on the proxy's own route: the JSON request becomes a gRPC
+//! request for the upstream, and its gRPC response becomes JSON.
+//!
+//! Request: JSON for a known method is held until its end, then replaced by
+//! one gRPC frame (headers: `content-type: application/grpc`, `te:
+//! trailers`, no `content-length`; a path that the filter rewrites is kept
+//! in `x-grpc-wasm-original-path`). Response: a trailers-only status (the
+//! usual form of a gRPC error) becomes a JSON error with the HTTP status
+//! mapped from `grpc-status`; otherwise the gRPC body is held until the
+//! trailers and replaced by JSON. Hosts send response headers before the
+//! body can be held, so a status that only arrives in trailers after data
+//! changes the body (a `google.rpc.Status` object) but not the HTTP status.
+
+use std::rc::Rc;
+
+use crate::code::Code;
+use crate::framing::{Compression, FrameDecoder};
+use crate::status::Status;
+
+use super::super::contract::{BufferType, LogLevel, MapType};
+use super::super::host::{self, *};
+use super::super::transcoder::{self, Reply, Route};
+use super::host_kind::{host_kind, HostKind};
+use super::reply::{answer, answer_response, internal, CONTINUE, PAUSE};
+use super::stream::Stream;
+
+/// Request headers of a method to transcode here: the request becomes a
+/// gRPC request, whose body the body callback writes.
+pub(super) fn request_headers(
+    stream: &mut Stream,
+    route: Route,
+    headers: &HeaderMap,
+    end_of_stream: bool,
+) -> u32 {
+    let http_method = headers.get(":method").unwrap_or_default();
+    let path = headers.get(":path").unwrap_or_default();
+    if end_of_stream || has_no_body(headers) {
+        // Proxy-wasm gives a filter no way to add a body to a
+        // request that has none; such requests need a callout.
+        let status = if route.binding.is_some() {
+            Status::new(Code::Unimplemented, format!("{http_method} {path} has no body and proxy-wasm cannot add one: bodiless bindings need the filter's callout mode (\"callout\" in the configuration)"))
+        } else {
+            Status::new(
+                Code::InvalidArgument,
+                "a JSON request body is required (use {} for an empty message)",
+            )
+        };
+        return answer(stream, &Reply::error(&stream.config, &status));
+    }
+    if host_kind() == HostKind::NgxWasmModule && headers.get(ORIGINAL_PATH_HEADER).is_some() {
+        // nginx forwards every copy of a header, those that
+        // ngx_wasm_module removed or replaced included: the
+        // filter's own header cannot be made true there.
+        let status = Status::new(
+            Code::InvalidArgument,
+            format!("{ORIGINAL_PATH_HEADER} is set by the filter, not by clients"),
+        );
+        return answer(stream, &Reply::error(&stream.config, &status));
+    }
+    if let Err(reply) = transcoder::check_request_line(&stream.config, &route) {
+        return answer(stream, &reply);
+    }
+    if rewrite_request_headers(headers, path, route.method.path()).is_err() {
+        log(
+            LogLevel::Warn,
+            "grpc-wasm: the host refused a request header change",
+        );
+    }
+    stream.route = Some(Rc::new(route));
+    // Pausing headers would hold the body back from this filter
+    // too (hosts map it to "stop all"); the body callback holds
+    // the request instead.
+    CONTINUE
+}
+
+/// The JSON request body, held to its end, then one gRPC frame.
+pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
+    // Answered already: a host that calls again must not get a second
+    // reply, nor the body a gRPC frame.
+    if stream.answered {
+        return PAUSE;
+    }
+    let Some(route) = stream.route.clone() else {
+        return CONTINUE;
+    };
+    if size > stream.config.max_request_bytes {
+        let reply = transcoder::too_large(
+            &stream.config,
+            "request",
+            size,
+            stream.config.max_request_bytes,
+        );
+        return answer(stream, &reply);
+    }
+    if !end_of_stream {
+        return PAUSE;
+    }
+    let body = match host::buffer(BufferType::HttpRequestBody, 0, size) {
+        Ok(body) if body.is_empty() && size > 0 => {
+            // The host announced a body it cannot show: nginx wrote it
+            // to a file.
+            let reply =
+                transcoder::host_buffer_full(&stream.config, transcoder::NGINX_REQUEST_BUFFER);
+            return answer(stream, &reply);
+        }
+        Ok(body) => body,
+        Err(s) => {
+            let reply = internal(
+                &stream.config,
+                &format!("cannot read the request body (host status {})", s.0),
+            );
+            return answer(stream, &reply);
+        }
+    };
+    match transcoder::encode_request(&stream.config, &route, &body) {
+        // Some hosts cut the new body to `size`: pass the larger length.
+        Ok(frame) => match set_buffer(BufferType::HttpRequestBody, size.max(frame.len()), &frame) {
+            Ok(()) if host_kind() == HostKind::NgxWasmModule => {
+                let length = frame.len().to_string();
+                if set_header(MapType::HttpRequestHeaders, "content-length", &length).is_err() {
+                    log(
+                        LogLevel::Warn,
+                        "grpc-wasm: the host refused the new content-length",
+                    );
+                }
+                CONTINUE
+            }
+            Ok(()) => CONTINUE,
+            Err(s) => {
+                let reply = internal(
+                    &stream.config,
+                    &format!("cannot replace the request body (host status {})", s.0),
+                );
+                answer(stream, &reply)
+            }
+        },
+        Err(reply) => answer(stream, &reply),
+    }
+}
+
+pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 {
+    let Some(route) = stream.route.clone() else {
+        return CONTINUE;
+    };
+    if stream.answered {
+        return CONTINUE;
+    }
+    let headers = HeaderMap::read(MapType::HttpResponseHeaders);
+    let http_status = headers
+        .get(":status")
+        .and_then(|s| s.parse::<u16>().ok())
+        .unwrap_or(0);
+    let is_grpc = headers
+        .get("content-type")
+        .is_some_and(|ct| ct.starts_with("application/grpc"));
+    stream.encoding = headers
+        .get("grpc-encoding")
+        .and_then(Compression::from_header)
+        .unwrap_or(Compression::Identity);
+    if !is_grpc && http_status == 413 && headers.get("grpc-status").is_none() {
+        let reply = transcoder::host_buffer_full(&stream.config, transcoder::ENVOY_REQUEST_BUFFER);
+        return answer_response(stream, &reply, &headers);
+    }
+    if headers.get("grpc-status").is_some() || !is_grpc || end_of_stream {
+        // Trailers-only (the status is in these headers), or not gRPC at all.
+        let status = status_in(&headers).unwrap_or_else(|| Status::from_http_status(http_status));
+        let reply = transcoder::decode_response(
+            &stream.config,
+            &route,
+            &[],
+            Compression::Identity,
+            &status,
+        );
+        return answer_response(stream, &reply, &headers);
+    }
+    // The headers leave now (a paused header block would also hold the
+    // body back from this filter): a status that arrives in trailers
+    // after data can change the body, not the HTTP status.
+    let content_type = if transcoder::streams_response(&stream.config, &route) {
+        stream.decoder = Some(FrameDecoder::new(
+            stream.config.max_response_bytes,
+            stream.encoding,
+        ));
+        transcoder::stream_content_type(&stream.config)
+    } else {
+        "application/json"
+    };
+    let _ = headers.edit(
+        MapType::HttpResponseHeaders,
+        &[("content-type", content_type)],
+        &["content-length"],
+    );
+    CONTINUE
+}
+
+pub(super) fn response_body(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
+    if stream.route.is_none() {
+        return CONTINUE;
+    }
+    if let Some(body) = stream.pending_body.take() {
+        // What follows is dropped.
+        stream.overflowed = true;
+        let _ = replace_response_chunk(size, body.as_bytes(), end_of_stream);
+        return CONTINUE;
+    }
+    if stream.overflowed {
+        // The error is already written; what follows is dropped.
+        let _ = replace_response_chunk(size, b"", end_of_stream);
+        return CONTINUE;
+    }
+    if stream.answered {
+        return CONTINUE;
+    }
+    if stream.decoder.is_some() {
+        return stream_chunk(stream, size, end_of_stream);
+    }
+    // ngx_wasm_module holds a body once, in buffers of fixed size: a
+    // second chunk before the end means they are full (and a second
+    // pause would be ignored, letting gRPC bytes through).
+    let ngx = host_kind() == HostKind::NgxWasmModule;
+    let host_gave_up = ngx && !end_of_stream && stream.holding_response;
+    let total = stream.held.len() + size;
+    if total > stream.config.max_response_bytes || host_gave_up {
+        // The headers have left, so a local reply is no longer possible:
+        // the held body becomes the error.
+        let reply = if host_gave_up {
+            transcoder::host_response_buffer_full(&stream.config)
+        } else {
+            transcoder::too_large(
+                &stream.config,
+                "response",
+                total,
+                stream.config.max_response_bytes,
+            )
+        };
+        stream.answered = true;
+        stream.overflowed = true;
+        stream.held = Vec::new();
+        let _ = replace_response_chunk(size, reply.body.as_bytes(), end_of_stream);
+        return CONTINUE;
+    }
+    if !end_of_stream {
+        let carried = !stream.held.is_empty()
+            || (!ngx
+                && stream.route.as_deref().is_some_and(answers_one_message)
+                && first_message_is_large(size));
+        if carried {
+            return carry_large_response(stream, size);
+        }
+        stream.holding_response = true;
+        return PAUSE;
+    }
+    // A gRPC body that ends without trailers: the status is missing, or,
+    // on a host that never shows trailers, unknowable: the messages
+    // stand (an error sent in trailers after data is lost there).
+    let body = held_response(stream, size);
+    let missing = if host_kind().calls_trailers() {
+        Status::new(
+            Code::Internal,
+            "the upstream ended the response without grpc-status",
+        )
+    } else {
+        Status::ok()
+    };
+    finish(stream, body, missing)
+}
+
+pub(super) fn response_trailers(stream: &mut Stream) -> u32 {
+    if stream.route.is_none() || stream.answered {
+        return CONTINUE;
+    }
+    let trailers = HeaderMap::read(MapType::HttpResponseTrailers);
+    let status = status_in(&trailers).unwrap_or_else(|| {
+        Status::new(
+            Code::Internal,
+            "the upstream sent trailers without grpc-status",
+        )
+    });
+    if stream.decoder.is_some() {
+        return end_stream(stream, &trailers, &status);
+    }
+    // The whole buffered body: the host stops at its end. The trailers
+    // stay as the upstream sent them, as with Envoy's own transcoder
+    // (HTTP/1.1 clients never see them); changing them would cost a
+    // host call per request.
+    if !stream.held.is_empty() {
+        return cut_large_response(stream, &trailers);
+    }
+    let body = held_response(stream, u32::MAX as usize);
+    finish(stream, body, status)
+}
+
+/// ngx_wasm_module always says that a body follows the request headers,
+/// and then never calls the body callback when there is none: the headers
+/// must tell. In HTTP/1.x a request without Content-Length or
+/// Transfer-Encoding has no body; in HTTP/2 one without Content-Length may
+/// still have one, unless its method is one that carries none by custom.
+fn has_no_body(headers: &HeaderMap) -> bool {
+    if host_kind() != HostKind::NgxWasmModule {
+        return false;
+    }
+    match headers.get("content-length") {
+        Some(length) => length.trim() == "0",
+        None if headers.get("transfer-encoding").is_some() => false,
+        None => {
+            let method = headers.get(":method").unwrap_or_default();
+            matches!(method, "GET" | "HEAD" | "DELETE" | "OPTIONS")
+                || host::property(&["request", "protocol"])
+                    .is_some_and(|p| p.starts_with(b"HTTP/1"))
+        }
+    }
+}
+
+/// Turns the JSON request's headers into a gRPC request's. A header that
+/// already has its value is left alone: each change is a host call, and
+/// on Envoy also a cleared route cache.
+fn rewrite_request_headers(
+    headers: &HeaderMap,
+    original_path: &str,
+    grpc_path: &str,
+) -> Result<(), HostStatus> {
+    let ngx = host_kind() == HostKind::NgxWasmModule;
+    // ngx_wasm_module keeps the query string of a `:path` set without one
+    // (and nginx's grpc_pass would send it on); an empty query clears it.
+    let cleared;
+    let grpc_path = if ngx && original_path.contains('?') {
+        cleared = format!("{grpc_path}?");
+        cleared.as_str()
+    } else {
+        grpc_path
+    };
+    let set = [
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        (":method", "POST"),
+        (":path", grpc_path),
+        // Only when it says something that `:path` no longer does.
+        (ORIGINAL_PATH_HEADER, original_path),
+    ];
+    // Only the filter says what the original path was: a client's own
+    // header would pass for the filter's word.
+    let mut remove = Vec::with_capacity(2);
+    // ngx_wasm_module takes a removed Content-Length out of the header list
+    // but nginx still sends its value: there the body callback sets the new
+    // length instead.
+    if !ngx {
+        remove.push("content-length");
+    }
+    let set = if original_path == grpc_path {
+        remove.push(ORIGINAL_PATH_HEADER);
+        &set[..4]
+    } else {
+        &set[..]
+    };
+    headers.edit(MapType::HttpRequestHeaders, set, &remove)
+}
+
+const ORIGINAL_PATH_HEADER: &str = "x-grpc-wasm-original-path";
+
+/// A streamed response: each chunk leaves as the messages it completes.
+fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
+    let (Some(route), Some(decoder)) = (stream.route.clone(), stream.decoder.as_mut()) else {
+        return CONTINUE;
+    };
+    let chunk = host::buffer(BufferType::HttpResponseBody, 0, size).unwrap_or_default();
+    let mut piece = match transcoder::stream_piece(&stream.config, &route, decoder, &chunk) {
+        Ok(piece) => piece,
+        Err(status) => {
+            // What follows cannot be read: the error ends the stream.
+            stream.overflowed = true;
+            transcoder::stream_end(&stream.config, &status)
+        }
+    };
+    if end_of_stream && !stream.overflowed {
+        let missing = Status::new(
+            Code::Internal,
+            "the upstream ended the response without grpc-status",
+        );
+        let status = if host_kind().calls_trailers() {
+            missing
+        } else {
+            Status::ok()
+        };
+        piece.push_str(&transcoder::stream_end(&stream.config, &status));
+    }
+    let _ = replace_response_chunk(size, piece.as_bytes(), end_of_stream);
+    CONTINUE
+}
+
+/// Replaces a response chunk with what the filter made of it.
+/// ngx_wasm_module drops a chunk replaced by nothing, together with its
+/// end-of-body mark, and the response never ends: an empty chunk is left
+/// alone, and a last one that must lose its bytes keeps a blank line,
+/// which every body format the filter writes allows.
+fn replace_response_chunk(size: usize, text: &[u8], end_of_stream: bool) -> Result<(), HostStatus> {
+    let text = match text {
+        [] if size == 0 => return Ok(()),
+        [] if end_of_stream && host_kind() == HostKind::NgxWasmModule => b"\n",
+        text => text,
+    };
+    // Some hosts cut the new body to the size argument: pass the larger.
+    set_buffer(BufferType::HttpResponseBody, size.max(text.len()), text)
+}
+
+/// The gRPC status trailers are the filter's business, not the client's.
+fn remove_status(trailers: &HeaderMap) {
+    let _ = trailers.edit(
+        MapType::HttpResponseTrailers,
+        &[],
+        &["grpc-status", "grpc-message", "grpc-status-details-bin"],
+    );
+}
+/// A unary message larger than this is carried by the module rather than
+/// held in the host's buffer (see `carry_large_response`).
+const LARGE_MESSAGE_BYTES: u64 = 64 * 1024;
+
+/// The length of the first gRPC frame in `body`, once its header is there.
+fn first_frame_len(body: &[u8]) -> Option<u64> {
+    match body.get(1..5) {
+        Some(&[a, b, c, d]) => Some(5 + u64::from(u32::from_be_bytes([a, b, c, d]))),
+        _ => None,
+    }
+}
+
+fn first_message_is_large(size: usize) -> bool {
+    let head = host::buffer(BufferType::HttpResponseBody, 0, size.min(5)).unwrap_or_default();
+    first_frame_len(&head).is_some_and(|len| len > LARGE_MESSAGE_BYTES)
+}
+
+/// Whether the response is one message (whose JSON is the whole body);
+/// an array of streamed messages is held whole by the host.
+fn answers_one_message(route: &Route) -> bool {
+    matches!(
+        route.method.streaming(),
+        crate::StreamingKind::Unary | crate::StreamingKind::ClientStreaming
+    )
+}
+
+/// Envoy holds a paused body in its connection buffer (1 MiB by default),
+/// and a body written there at the end that outgrows it resets the stream
+/// after its 200: a large unary message is taken out of each chunk into
+/// the module instead (bounded by max_response_bytes), nothing is paused,
+/// and its JSON leaves in the chunk that completes it. A status sent after
+/// it reaches HTTP/2 clients as trailers only.
+fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
+    if let Err(reply) = hold_response_chunk(stream, size) {
+        return answer(stream, &reply);
+    }
+    let declared = first_frame_len(&stream.held).unwrap_or(0);
+    if declared > stream.config.max_response_bytes as u64 {
+        // Refused by its header, before its bytes are held.
+        let limit = stream.config.max_response_bytes;
+        let reply = transcoder::too_large(&stream.config, "response", declared as usize, limit);
+        stream.answered = true;
+        stream.overflowed = true;
+        stream.held = Vec::new();
+        let _ = replace_response_chunk(0, reply.body.as_bytes(), false);
+        return CONTINUE;
+    }
+    if (stream.held.len() as u64) < declared {
+        // One allocation for the whole message, not a doubling one.
+        stream
+            .held
+            .reserve_exact(declared as usize - stream.held.len());
+        return CONTINUE;
+    }
+    // What follows the message is dropped.
+    stream.overflowed = true;
+    let body = std::mem::take(&mut stream.held);
+    finish(stream, Ok(body), Status::ok())
+}
+
+/// Trailers came before the carried message was complete. Its chunks were
+/// passed on, so the host has no body left to write the error in: the
+/// trailers carry it (HTTP/2 clients see it; others see a short body).
+fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
+    let declared = first_frame_len(&stream.held).unwrap_or(0);
+    let message = format!(
+        "the upstream ended the response within a message ({} of {declared} bytes)",
+        stream.held.len()
+    );
+    stream.answered = true;
+    stream.held = Vec::new();
+    log(LogLevel::Warn, &format!("grpc-wasm: {message}"));
+    let status = Status::new(Code::Internal, message);
+    let code = status.code.as_i32().to_string();
+    let encoded = status.encoded_message();
+    let set = [
+        ("grpc-status", code.as_str()),
+        ("grpc-message", encoded.as_str()),
+    ];
+    if trailers
+        .edit(
+            MapType::HttpResponseTrailers,
+            &set,
+            &["grpc-status-details-bin"],
+        )
+        .is_err()
+    {
+        log(
+            LogLevel::Warn,
+            "grpc-wasm: the host refused a trailer change",
+        );
+    }
+    CONTINUE
+}
+
+/// Moves a response chunk from the host's buffer into the module.
+fn hold_response_chunk(stream: &mut Stream, size: usize) -> Result<(), Reply> {
+    let failed = |what: &str, s: HostStatus| {
+        internal(
+            &stream.config,
+            &format!("cannot {what} the response body (host status {})", s.0),
+        )
+    };
+    let chunk =
+        host::buffer(BufferType::HttpResponseBody, 0, size).map_err(|s| failed("read", s))?;
+    set_buffer(BufferType::HttpResponseBody, size, b"").map_err(|s| failed("take", s))?;
+    stream.held.extend_from_slice(&chunk);
+    Ok(())
+}
+
+/// The whole response body: what the module holds, then what the host does.
+fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus> {
+    let rest = host::buffer(BufferType::HttpResponseBody, 0, size)?;
+    let mut body = std::mem::take(&mut stream.held);
+    if body.is_empty() {
+        return Ok(rest);
+    }
+    body.extend_from_slice(&rest);
+    Ok(body)
+}
+
+/// The status of a streamed response. Hosts that let a filter add body at
+/// the trailers get the error as the last line; elsewhere (Envoy) the
+/// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
+fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
+    stream.answered = true;
+    let end = transcoder::stream_end(&stream.config, status);
+    let written =
+        end.is_empty() || set_buffer(BufferType::HttpResponseBody, 0, end.as_bytes()).is_ok();
+    if written && status.is_ok() {
+        remove_status(trailers);
+    }
+    CONTINUE
+}
+
+/// Replaces the buffered gRPC body with the JSON reply and fixes the headers.
+fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status) -> u32 {
+    let Some(route) = stream.route.clone() else {
+        return CONTINUE;
+    };
+    stream.answered = true;
+    let body = match body {
+        Ok(body) => body,
+        Err(s) => {
+            let reply = internal(
+                &stream.config,
+                &format!("cannot read the response body (host status {})", s.0),
+            );
+            return answer(stream, &reply);
+        }
+    };
+    let reply =
+        transcoder::decode_response(&stream.config, &route, &body, stream.encoding, &status);
+    match set_buffer(
+        BufferType::HttpResponseBody,
+        body.len().max(reply.body.len()),
+        reply.body.as_bytes(),
+    ) {
+        Ok(()) => CONTINUE,
+        Err(s) => {
+            log(
+                LogLevel::Error,
+                &format!(
+                    "grpc-wasm: cannot replace the response body (host status {})",
+                    s.0
+                ),
+            );
+            CONTINUE
+        }
+    }
+}
+
+fn status_in(headers: &HeaderMap) -> Option<Status> {
+    let grpc_status = headers.bytes("grpc-status")?;
+    Status::from_header_values(
+        Some(grpc_status),
+        headers.bytes("grpc-message"),
+        headers.bytes("grpc-status-details-bin"),
+    )
+}
