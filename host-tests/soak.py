@@ -116,6 +116,21 @@ def fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def wasm_memory_kb(pids):
+    """RSS of the processes' wasm linear memories: wasmtime reserves each
+    as one mapping of several GiB, larger than anything else they map."""
+    total = 0
+    for pid in pids:
+        size = None
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                if line.startswith("Size:"):
+                    size = int(line.split()[1])
+                elif line.startswith("Rss:") and size is not None and size >= 1 << 20:
+                    total += int(line.split()[1])
+    return total
+
+
 def sample_until(done, pids_of, extra=None):
     """Samples (seconds since start, RSS kB, fds[, extra]) of the processes
     pids_of() names, summed, every SAMPLE_EVERY s until done is set."""
@@ -195,7 +210,8 @@ def soak_nginx(logdir, problems):
             jobs.append(Job(f"{kind}-{transport}", url, clients_each(len(specs)), kinds[kind], logdir))
         done = threading.Event()
         sampler = threading.Thread(target=lambda: samples.extend(
-            sample_until(done, lambda: worker_pids(nginx))))
+            sample_until(done, lambda: worker_pids(nginx),
+                         extra=lambda: wasm_memory_kb(worker_pids(nginx)))))
         samples = []
         sampler.start()
         results = [(job, job.result()) for job in jobs]
@@ -209,7 +225,8 @@ def soak_nginx(logdir, problems):
     report("nginx + resty.ffi.grpc", results, samples, problems)
     log = nginx.log()
     bad = re.findall(r".*\[(?:alert|crit|emerg)\].*|.*exited on signal.*", log)
-    print(f"server restarts: {restarting.restarts}; error log [alert]/[crit]/[emerg]/worker exits: {len(bad)}")
+    print(f"server restarts: {restarting.restarts}; error log [alert]/[crit]/[emerg]/worker exits: {len(bad)}; "
+          "the 4th sample column is the workers' wasm memories (kB, in their RSS)")
     problems += [f"nginx log: {line}" for line in bad[:10]]
     unintended = {}
     for what in re.findall(r"soak unintended: (.*?), client:", log):

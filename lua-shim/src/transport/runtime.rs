@@ -82,9 +82,15 @@ pub struct Upstream {
 
 /// The HTTP/2 or I/O failure under a tonic status, named as the wire
 /// transport names it: tonic calls them all "h2 protocol error: http2
-/// error", and a connection closed mid-body UNKNOWN.
+/// error", and a connection closed mid-body UNKNOWN. hyper's own errors
+/// under it (found by `make soak` while its server restarted) are a
+/// connection that went away under the call: a request still queued for
+/// it ("operation was canceled", which tonic makes CANCELLED, though this
+/// side cancels a call by aborting its task, which reports nothing), or
+/// its task gone ("dispatch task is gone", UNKNOWN).
 fn connection_failure(status: &tonic::Status) -> Option<Status> {
     let mut source = std::error::Error::source(status);
+    let mut hyper_failure = None;
     while let Some(e) = source {
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
             return Some(h2_failure(h2));
@@ -93,9 +99,13 @@ fn connection_failure(status: &tonic::Status) -> Option<Status> {
             let message = format!("the connection failed: {io}");
             return Some(Status::new(Code::Unavailable, message));
         }
+        if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
+            // Unless an HTTP/2 or I/O error under it says more.
+            hyper_failure = Some(format!("the connection failed: {hyper}"));
+        }
         source = e.source();
     }
-    None
+    hyper_failure.map(|message| Status::new(Code::Unavailable, message))
 }
 
 /// hyper reports a PING without an answer as "http2 error"; the cause,
@@ -363,13 +373,108 @@ mod tests {
         addr
     }
 
-    #[test]
-    fn a_unary_call_past_its_deadline_is_deadline_exceeded() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
+    /// An HTTP/2 server that allows one stream at a time, takes the first
+    /// request (and says so on `first`), and closes the connection once
+    /// the client had time to queue more.
+    async fn one_stream_then_gone(first: std::sync::mpsc::Sender<()>) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut builder = h2::server::Builder::new();
+            builder.max_concurrent_streams(1);
+            let Ok(mut conn) = builder.handshake::<_, bytes::Bytes>(socket).await else {
+                return;
+            };
+            let _first = conn.accept().await;
+            let _ = first.send(());
+            let linger = tokio::time::sleep(Duration::from_millis(200));
+            tokio::pin!(linger);
+            loop {
+                tokio::select! {
+                    _ = &mut linger => return,
+                    next = conn.accept() => if next.is_none() { return },
+                }
+            }
+        });
+        addr
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    fn greeter(upstream: &str) -> GrpcTarget {
+        GrpcTarget {
+            upstream: upstream.into(),
+            service: "pkg.Svc".into(),
+            method: "Sleep".into(),
+            metadata: vec![],
+        }
+    }
+
+    /// Found by `make soak` (2 calls in 303,137, while the server
+    /// restarted): calls queued behind the server's stream limit when the
+    /// connection closed ended CANCELLED ("operation was canceled").
+    #[test]
+    fn calls_waiting_for_a_connection_that_closes_end_unavailable() {
+        let rt = runtime();
+        let (first, accepted) = std::sync::mpsc::channel();
+        let addr = rt.block_on(one_stream_then_gone(first));
+        let _guard = rt.enter();
+        let upstream = connect(
+            &addr.to_string(),
+            &TlsOptions::default(),
+            &Keepalive::default(),
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink: Sink = Arc::new(move |token, events| {
+            let _ = tx.send((token, events));
+        });
+        let call = |token| {
+            let (upstream, sink) = (upstream.clone(), sink.clone());
+            unary(
+                rt.handle(),
+                upstream,
+                token,
+                greeter("1"),
+                Vec::new(),
+                5000,
+                sink,
+            );
+        };
+        // Once the first call is in, the client knows the server's limit:
+        // the second call waits in h2, the others in hyper's queue.
+        call(1);
+        accepted.recv_timeout(Duration::from_secs(5)).unwrap();
+        for token in 2..=4 {
+            call(token);
+        }
+        let mut ends = Vec::new();
+        for _ in 1..=4 {
+            let (token, events) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            match &events[..] {
+                [GrpcEvent::Close(code, message)] => {
+                    ends.push((token, *code, String::from_utf8_lossy(message).into_owned()))
+                }
+                other => panic!("call {token}: {other:?}"),
+            }
+        }
+        ends.sort();
+        let codes: Vec<(u32, u32)> = ends.iter().map(|(t, c, _)| (*t, *c)).collect();
+        assert_eq!(codes, [(1, 14), (2, 14), (3, 14), (4, 14)], "{ends:?}");
+    }
+
+    #[test]
+    fn a_unary_call_past_its_deadline_is_deadline_exceeded() {
+        let rt = runtime();
         let addr = rt.block_on(silent_server());
         let _guard = rt.enter();
         for _ in 0..5 {
@@ -383,13 +488,15 @@ mod tests {
             let sink: Sink = Arc::new(move |token, events| {
                 let _ = tx.send((token, events));
             });
-            let target = GrpcTarget {
-                upstream: "1".into(),
-                service: "pkg.Svc".into(),
-                method: "Sleep".into(),
-                metadata: vec![],
-            };
-            unary(rt.handle(), upstream, 7, target, Vec::new(), 100, sink);
+            unary(
+                rt.handle(),
+                upstream,
+                7,
+                greeter("1"),
+                Vec::new(),
+                100,
+                sink,
+            );
             let (token, events) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
             assert_eq!(token, 7);
             match &events[..] {
