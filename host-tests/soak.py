@@ -117,17 +117,25 @@ def fds(pid):
 
 
 def wasm_memory_kb(pids):
-    """RSS of the processes' wasm linear memories: wasmtime reserves each
-    as one mapping of several GiB, larger than anything else they map."""
+    """RSS of the processes' wasm linear memories. wasmtime reserves each
+    as several GiB of inaccessible address space and opens its start as
+    the memory grows, so a memory is the mapping just before an
+    inaccessible one of 1 GiB or more, ending where it begins."""
     total = 0
     for pid in pids:
-        size = None
+        previous = None  # (end address, Rss kB) of the mapping before
+        start = end = perms = None
         with open(f"/proc/{pid}/smaps") as f:
             for line in f:
-                if line.startswith("Size:"):
-                    size = int(line.split()[1])
-                elif line.startswith("Rss:") and size is not None and size >= 1 << 20:
-                    total += int(line.split()[1])
+                head = re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+) ", line)
+                if head:
+                    start, end, perms = int(head.group(1), 16), int(head.group(2), 16), head.group(3)
+                elif line.startswith("Rss:"):
+                    rss = int(line.split()[1])
+                    huge = end - start >= 1 << 30 and perms.startswith("---")
+                    if huge and previous and previous[0] == start:
+                        total += previous[1]
+                    previous = (end, rss)
     return total
 
 
