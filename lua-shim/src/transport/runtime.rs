@@ -410,6 +410,28 @@ mod tests {
             .unwrap()
     }
 
+    /// A plaintext connection (inside the runtime), and a sink whose
+    /// events arrive on the receiver.
+    fn plaintext(
+        addr: std::net::SocketAddr,
+    ) -> (
+        Upstream,
+        Sink,
+        std::sync::mpsc::Receiver<(u32, Vec<GrpcEvent>)>,
+    ) {
+        let upstream = connect(
+            &addr.to_string(),
+            &TlsOptions::default(),
+            &Keepalive::default(),
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink: Sink = Arc::new(move |token, events| {
+            let _ = tx.send((token, events));
+        });
+        (upstream, sink, rx)
+    }
+
     fn greeter(upstream: &str) -> GrpcTarget {
         GrpcTarget {
             upstream: upstream.into(),
@@ -428,16 +450,7 @@ mod tests {
         let (first, accepted) = std::sync::mpsc::channel();
         let addr = rt.block_on(one_stream_then_gone(first));
         let _guard = rt.enter();
-        let upstream = connect(
-            &addr.to_string(),
-            &TlsOptions::default(),
-            &Keepalive::default(),
-        )
-        .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink: Sink = Arc::new(move |token, events| {
-            let _ = tx.send((token, events));
-        });
+        let (upstream, sink, rx) = plaintext(addr);
         let call = |token| {
             let (upstream, sink) = (upstream.clone(), sink.clone());
             unary(
@@ -478,16 +491,7 @@ mod tests {
         let addr = rt.block_on(silent_server());
         let _guard = rt.enter();
         for _ in 0..5 {
-            let upstream = connect(
-                &addr.to_string(),
-                &TlsOptions::default(),
-                &Keepalive::default(),
-            )
-            .unwrap();
-            let (tx, rx) = std::sync::mpsc::channel();
-            let sink: Sink = Arc::new(move |token, events| {
-                let _ = tx.send((token, events));
-            });
+            let (upstream, sink, rx) = plaintext(addr);
             unary(
                 rt.handle(),
                 upstream,
