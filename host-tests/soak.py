@@ -210,7 +210,8 @@ def soak_nginx(logdir, problems):
                  "restarting": f"127.0.0.1:{restarting.port}"}
         kinds = {"unary": {200}, "server_stream": {200}, "client_stream": {200}, "bidi": {200},
                  "error": {200}, "deadline": {200}, "early_close": {200}, "restart": {200}}
-        specs = [(kind, transport) for kind in kinds for transport in ("cosocket", "runtime")]
+        transports = os.environ.get("SOAK_TRANSPORTS", "cosocket runtime").split()
+        specs = [(kind, transport) for kind in kinds for transport in transports]
         jobs = []
         for kind, transport in specs:
             url = f"http://127.0.0.1:{nginx.port}/t/soak?" + urllib.parse.urlencode(
