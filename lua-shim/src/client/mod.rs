@@ -119,6 +119,9 @@ struct Inner {
     changing: Mutex<()>,
     ticking: AtomicBool,
     wake: Wake,
+    /// Where the runtime transport's calls report: made once, as every
+    /// call takes it.
+    sink: Sink,
     max_queued: AtomicUsize,
 }
 
@@ -177,7 +180,7 @@ impl Client {
             .build()
             .map_err(|e| ClientError::Runtime(e.to_string()))?;
         let client = Client {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|weak| Inner {
                 host: Mutex::new(host),
                 runtime,
                 conns: Mutex::new(HashMap::default()),
@@ -189,6 +192,7 @@ impl Client {
                 ticking: AtomicBool::new(false),
                 wake,
                 max_queued: AtomicUsize::new(DEFAULT_MAX_QUEUED_BYTES),
+                sink: sink(weak.clone()),
             }),
         };
         client.change_protos(ProtoSet::clone)?;
@@ -778,12 +782,11 @@ impl Client {
         let Some(conn) = self.conn(&target.upstream) else {
             return vec![(token, vec![events::connection_closed()])];
         };
-        let sink = self.sink();
         let call = NewCall {
             token,
             target,
             runtime: self.inner.runtime.handle(),
-            sink: &sink,
+            sink: &self.inner.sink,
         };
         let (running, produced) = start(&conn, call);
         lock(&self.inner.calls).insert(token, running);
@@ -815,17 +818,6 @@ impl Client {
         lock(&self.inner.conns).get(&id).cloned()
     }
 
-    /// Transport events, on the runtime thread: into the module, then out.
-    fn sink(&self) -> Sink {
-        let weak = Arc::downgrade(&self.inner);
-        Arc::new(move |token, events: Vec<GrpcEvent>| {
-            let Some(inner) = weak.upgrade() else { return };
-            let client = Client { inner };
-            let woken = client.produced(vec![(token, events)]);
-            client.wake(woken);
-        })
-    }
-
     /// The module's ticks (stream deadlines), once it asks for them.
     fn start_ticks(&self, period_ms: u32) {
         if period_ms == 0 || self.inner.ticking.swap(true, Ordering::AcqRel) {
@@ -849,6 +841,18 @@ impl Client {
             }
         });
     }
+}
+
+/// Transport events, on the runtime thread: into the module, then out. It
+/// holds the client weakly, so that calls still running never keep a
+/// dropped client alive.
+fn sink(weak: std::sync::Weak<Inner>) -> Sink {
+    Arc::new(move |token, events: Vec<GrpcEvent>| {
+        let Some(inner) = weak.upgrade() else { return };
+        let client = Client { inner };
+        let woken = client.produced(vec![(token, events)]);
+        client.wake(woken);
+    })
 }
 
 /// Events a wire connection produced while the module was running: they

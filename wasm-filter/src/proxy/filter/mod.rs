@@ -174,9 +174,13 @@ pub extern "C" fn proxy_on_request_headers(
             Plan::Transcode(route) if stream.config.callout.is_some() => {
                 callout_mode::start(stream, context_id, route, &headers, end_of_stream)
             }
-            Plan::Transcode(route) => {
-                transcoding::request_headers(stream, route, &headers, end_of_stream)
-            }
+            Plan::Transcode(route) => transcoding::request_headers(
+                stream,
+                route,
+                &headers,
+                (http_method, path),
+                end_of_stream,
+            ),
         }
     })
 }

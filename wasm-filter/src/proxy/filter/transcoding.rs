@@ -25,15 +25,15 @@ use super::reply::{answer, answer_response, internal, CONTINUE, PAUSE};
 use super::stream::Stream;
 
 /// Request headers of a method to transcode here: the request becomes a
-/// gRPC request, whose body the body callback writes.
+/// gRPC request, whose body the body callback writes. The request line
+/// is the one the dispatcher read from `headers`.
 pub(super) fn request_headers(
     stream: &mut Stream,
     route: Route,
     headers: &HeaderMap,
+    (http_method, path): (&str, &str),
     end_of_stream: bool,
 ) -> u32 {
-    let http_method = headers.get(":method").unwrap_or_default();
-    let path = headers.get(":path").unwrap_or_default();
     if end_of_stream || has_no_body(headers) {
         // Proxy-wasm gives a filter no way to add a body to a
         // request that has none; such requests need a callout.
