@@ -321,23 +321,27 @@ pub const NGINX_REQUEST_BUFFER: &str = "in nginx, client_body_buffer_size: ngx_w
 
 /// The host stopped holding the response body before its end (in
 /// ngx_wasm_module, its buffers were full), after the headers had left.
-pub fn host_response_buffer_full(config: &FilterConfig) -> Reply {
-    let status = Status::new(
+pub fn host_response_buffer_full(config: &FilterConfig) -> Status {
+    Status::new(
         Code::ResourceExhausted,
         format!(
             "the response body exceeds the proxy's buffer limit (in ngx_wasm_module, wasm_response_body_buffers, 4 x 4096 bytes by default); raise it to at least max_response_bytes ({})",
             config.max_response_bytes
         ),
-    );
-    Reply::error_with_http(config, &status, 413)
+    )
 }
 
 pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -> Reply {
-    let status = Status::new(
+    Reply::error_with_http(config, &too_large_status(what, size, limit), 413)
+}
+
+/// The status of a body over its limit, for a reply whose headers have
+/// already left (so that only its body and trailers can say it).
+pub fn too_large_status(what: &str, size: usize, limit: usize) -> Status {
+    Status::new(
         Code::ResourceExhausted,
         format!("{what} body of {size} bytes exceeds the limit of {limit} bytes"),
-    );
-    Reply::error_with_http(config, &status, 413)
+    )
 }
 
 /// The whole gRPC response body and its final status as the JSON reply:
@@ -373,23 +377,31 @@ pub fn stream_content_type(config: &FilterConfig) -> &'static str {
     }
 }
 
-/// The messages complete in `decoder` after `chunk`, formatted for the client.
+/// The messages complete in `decoder` after `chunk`, formatted for the
+/// client, and the error that ends the stream when one cannot be read:
+/// the messages before it still leave.
 pub fn stream_piece(
     config: &FilterConfig,
     route: &Route,
     decoder: &mut FrameDecoder,
     chunk: &[u8],
-) -> Result<String, Status> {
+) -> (String, Option<Status>) {
     decoder.push(chunk);
     // What one chunk releases is held in memory until the host takes the
     // piece: however many frames it holds, they inflate to one budget.
     decoder.limit_total(config.max_response_bytes);
     let mut out = String::new();
-    while let Some(message) = decoder.next_message()? {
-        let json = decode_message(config, route, &message)?;
-        push_event(config, &mut out, None, &json);
+    loop {
+        let json = match decoder.next_message() {
+            Ok(Some(message)) => decode_message(config, route, &message),
+            Ok(None) => return (out, None),
+            Err(e) => Err(Status::from(e)),
+        };
+        match json {
+            Ok(json) => push_event(config, &mut out, None, &json),
+            Err(status) => return (out, Some(status)),
+        }
     }
-    Ok(out)
 }
 
 /// The last piece of a streamed response: nothing after success, else the
@@ -637,8 +649,8 @@ mod tests {
         let mut decoder = FrameDecoder::new(1024, Compression::Identity);
         // A message split across chunks, then two in one chunk.
         assert_eq!(
-            stream_piece(&c, &s, &mut decoder, b"\0\0\0\0\x03\x0a").unwrap(),
-            ""
+            stream_piece(&c, &s, &mut decoder, b"\0\0\0\0\x03\x0a"),
+            (String::new(), None)
         );
         assert_eq!(
             stream_piece(
@@ -646,10 +658,18 @@ mod tests {
                 &s,
                 &mut decoder,
                 b"\x01a\0\0\0\0\x03\x0a\x01b\0\0\0\0\0"
-            )
-            .unwrap(),
-            "{\"name\":\"a\"}\n{\"name\":\"b\"}\n{}\n"
+            ),
+            ("{\"name\":\"a\"}\n{\"name\":\"b\"}\n{}\n".to_string(), None)
         );
+        // A message that cannot be read ends the stream; those before it leave.
+        let (piece, error) = stream_piece(
+            &c,
+            &s,
+            &mut decoder,
+            b"\0\0\0\0\x03\x0a\x01c\0\0\0\0\x01\x0a",
+        );
+        assert_eq!(piece, "{\"name\":\"c\"}\n");
+        assert_eq!(error.map(|e| e.code), Some(Code::Internal));
         assert_eq!(stream_end(&c, &Status::ok()), "");
         assert_eq!(
             stream_end(&c, &Status::new(Code::Aborted, "late")),
@@ -659,8 +679,8 @@ mod tests {
         let c = FilterConfig::from_json(sse.to_string().as_bytes()).unwrap();
         let mut decoder = FrameDecoder::new(1024, Compression::Identity);
         assert_eq!(
-            stream_piece(&c, &s, &mut decoder, b"\0\0\0\0\x03\x0a\x01a").unwrap(),
-            "data: {\"name\":\"a\"}\n\n"
+            stream_piece(&c, &s, &mut decoder, b"\0\0\0\0\x03\x0a\x01a"),
+            ("data: {\"name\":\"a\"}\n\n".to_string(), None)
         );
         assert_eq!(
             stream_end(&c, &Status::new(Code::Aborted, "x")),

@@ -15,7 +15,7 @@ use super::super::transcoder::{self, Reply, Route};
 use super::contexts::{with_stream, STREAMS};
 use super::host_kind::host_kind;
 use super::reply::{answer, internal, reply_details, PAUSE};
-use super::stream::Stream;
+use super::stream::{Phase, Stream};
 
 const NO_GRPC_CALLS: &str = "callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" from the filter's configuration and put the filter in front of grpc_pass to transcode";
 
@@ -39,10 +39,10 @@ pub(super) fn with_call(token: u32, f: impl FnOnce(&mut Stream, &mut Call, u32) 
 
 /// The final reply of a callout, sent from a root-context callback.
 fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Reply) {
-    if stream.answered {
+    if stream.phase.is_decided() {
         return;
     }
-    stream.answered = true;
+    stream.phase = Phase::Answered;
     if let Err(s) = set_effective_context(context_id) {
         log(
             LogLevel::Warn,
@@ -117,7 +117,7 @@ pub(super) fn request_body(
 ) -> u32 {
     // Answered already (the deadline passed while the body came): a call
     // started now would run for nobody.
-    if stream.answered {
+    if stream.phase.is_decided() {
         return PAUSE;
     }
     let (Some(route), Some(mut call)) = (stream.route.clone(), stream.call.take()) else {
@@ -185,7 +185,7 @@ pub(super) fn tick() {
     });
     for context_id in contexts {
         with_stream(context_id, 0, |stream| {
-            if stream.answered {
+            if stream.phase.is_decided() {
                 return 0;
             }
             let Some(mut call) = stream.call.take() else {

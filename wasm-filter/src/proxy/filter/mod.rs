@@ -18,8 +18,6 @@ mod transcoding;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::framing::Compression;
-
 use super::callout_host;
 use super::config::{FilterConfig, Loaded};
 use super::contract::{BufferType, LogLevel, MapType};
@@ -54,21 +52,8 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
         return;
     };
     STREAMS.with(|s| {
-        s.borrow_mut().insert(
-            context_id,
-            Rc::new(RefCell::new(Stream {
-                config,
-                route: None,
-                answered: false,
-                overflowed: false,
-                holding_response: false,
-                pending_body: None,
-                held: Vec::new(),
-                call: None,
-                decoder: None,
-                encoding: Compression::Identity,
-            })),
-        )
+        s.borrow_mut()
+            .insert(context_id, Rc::new(RefCell::new(Stream::new(config))))
     });
 }
 

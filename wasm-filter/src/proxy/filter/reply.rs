@@ -8,7 +8,7 @@ use super::super::contract::{Action, LogLevel, MapType};
 use super::super::host::*;
 use super::super::transcoder::Reply;
 use super::host_kind::{host_kind, HostKind};
-use super::stream::Stream;
+use super::stream::{Phase, Stream};
 
 pub(super) const CONTINUE: u32 = Action::Continue as u32;
 pub(super) const PAUSE: u32 = Action::Pause as u32;
@@ -24,7 +24,9 @@ pub(super) fn internal(config: &FilterConfig, message: &str) -> Reply {
 /// later callbacks must treat it as any other.
 pub(super) fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
     let action = send_error(reply);
-    stream.answered = action == PAUSE;
+    if action == PAUSE {
+        stream.phase = Phase::Answered;
+    }
     action
 }
 
@@ -93,7 +95,6 @@ pub(super) fn answer_response(stream: &mut Stream, reply: &Reply, headers: &Head
             "grpc-wasm: the host refused a response header change",
         );
     }
-    stream.answered = true;
-    stream.pending_body = Some(reply.body.clone());
+    stream.phase = Phase::ReplyInFirstChunk(reply.body.clone());
     CONTINUE
 }

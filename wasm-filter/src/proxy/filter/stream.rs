@@ -3,6 +3,7 @@
 use std::rc::Rc;
 
 use crate::framing::{Compression, FrameDecoder};
+use crate::status::Status;
 
 use super::super::callout_host::Call;
 use super::super::config::FilterConfig;
@@ -12,21 +13,75 @@ pub(super) struct Stream {
     pub(super) config: Rc<FilterConfig>,
     /// Shared, so that callbacks take it without copying the binding.
     pub(super) route: Option<Rc<Route>>,
-    /// The reply was already decided (a trailers-only error); drop the rest.
-    pub(super) answered: bool,
-    /// The response outgrew max_response_bytes after its headers had left.
-    pub(super) overflowed: bool,
-    /// The filter has asked the host to hold the response body.
-    pub(super) holding_response: bool,
-    /// ngx_wasm_module: the reply decided at the response headers, whose
-    /// body replaces the first body chunk.
-    pub(super) pending_body: Option<String>,
-    /// A unary response body taken out of the host's buffer so far.
-    pub(super) held: Vec<u8>,
+    /// Where the exchange stands; what each callback may still do.
+    pub(super) phase: Phase,
     /// Callout mode: the call that answers this request.
     pub(super) call: Option<Call>,
-    /// A response streamed message by message: the frames still incomplete.
-    pub(super) decoder: Option<FrameDecoder>,
     /// The response's `grpc-encoding`.
     pub(super) encoding: Compression,
+}
+
+impl Stream {
+    pub(super) fn new(config: Rc<FilterConfig>) -> Self {
+        Stream {
+            config,
+            route: None,
+            phase: Phase::Open,
+            call: None,
+            encoding: Compression::Identity,
+        }
+    }
+}
+
+/// An exchange's phase. Transcoding moves from `Open` through one of the
+/// response phases to `Answered` or `Dropping`; callout mode goes from
+/// `Open` to `Answered` when its reply is sent.
+pub(super) enum Phase {
+    /// Nothing decided yet: the request is on its way, or the response is
+    /// a whole body not yet seen.
+    Open,
+    /// The host holds the response body (the filter paused it) until its
+    /// end, which becomes one JSON reply.
+    Holding,
+    /// A unary message too large for the host's buffer, taken into the
+    /// module chunk by chunk: the bytes so far.
+    Carrying(Vec<u8>),
+    /// A response streamed message by message: the frames still incomplete.
+    Streaming(FrameDecoder),
+    /// ngx_wasm_module: the reply decided at the response headers, whose
+    /// body replaces the first body chunk.
+    ReplyInFirstChunk(String),
+    /// The reply is written into the body: the chunks that follow are
+    /// dropped, and the trailers left alone.
+    Dropping,
+    /// The filter wrote this error into the body after the headers had
+    /// left: the chunks that follow are dropped, and trailers that come
+    /// later are made to say the same (not the upstream's OK).
+    Failed(Status),
+    /// The reply is decided (a local reply, or the body written at its
+    /// end): the callbacks that follow leave the exchange alone.
+    Answered,
+}
+
+impl Phase {
+    /// Whether the exchange's reply is decided, so that nothing more may
+    /// be sent or transcoded.
+    pub(super) fn is_decided(&self) -> bool {
+        matches!(
+            self,
+            Phase::Answered | Phase::Dropping | Phase::Failed(_) | Phase::ReplyInFirstChunk(_)
+        )
+    }
+
+    /// The bytes of a `Carrying` phase, which becomes `Open`; any other
+    /// phase stays and carries nothing.
+    pub(super) fn take_carried(&mut self) -> Vec<u8> {
+        match std::mem::replace(self, Phase::Open) {
+            Phase::Carrying(held) => held,
+            other => {
+                *self = other;
+                Vec::new()
+            }
+        }
+    }
 }

@@ -7,8 +7,10 @@ use serde_json::{json, Value};
 
 use super::reply::PAUSE;
 use super::*;
+use crate::code::Code;
 use crate::proxy::host::install;
 use crate::proxy::host::mock::MockHost;
+use crate::status::Status;
 
 const ROOT: u32 = 1;
 const HTTP: u32 = 2;
@@ -366,4 +368,315 @@ fn a_reply_the_host_refuses_does_not_hold_the_request() {
             .any(|(_, l)| l.contains("the host refused a local reply")),
         "{logs:?}"
     );
+}
+
+const TESTING: &str = include_str!("../../../../protos/testing.proto");
+const STREAM_THEN_FAIL: &str = "/grpcwasm.testing.Testing/StreamThenFail";
+const LARGE: &str = "/grpcwasm.testing.Testing/Large";
+
+fn testing_filter(extra: Value, ngx: bool) -> Rc<MockHost> {
+    let mut config = json!({"protos": {"testing.proto": TESTING}});
+    if let (Some(c), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
+        c.extend(extra.clone());
+    }
+    filter(config, ngx)
+}
+
+/// A JSON request for `path`, whole in one body callback.
+fn json_request(host: &MockHost, path: &str, body: &[u8]) {
+    let length = body.len().to_string();
+    let headers = [
+        (":method", "POST"),
+        (":path", path),
+        (":authority", "test"),
+        ("content-type", "application/json"),
+        ("content-length", length.as_str()),
+    ];
+    host.set_map(MapType::HttpRequestHeaders, &headers);
+    assert_eq!(proxy_on_request_headers(HTTP, 5, 0), CONTINUE);
+    assert_eq!(request_body(host, body, true), CONTINUE);
+}
+
+/// The trailers arrive; like Envoy, the host shows a fresh body buffer
+/// there, which the filter may write the stream's last line into.
+fn response_trailers(host: &MockHost, trailers: &[(&str, &str)]) -> u32 {
+    host.set_buffer_bytes(BufferType::HttpResponseBody, b"");
+    host.set_map(MapType::HttpResponseTrailers, trailers);
+    proxy_on_response_trailers(HTTP, trailers.len() as u32)
+}
+
+fn trailer(host: &MockHost, name: &str) -> Option<String> {
+    host.map_value(MapType::HttpResponseTrailers, name)
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+}
+
+/// Item { index: n }.
+fn item(n: u8) -> Vec<u8> {
+    frame(&[0x08, n])
+}
+
+#[test]
+fn envoy_a_streamed_response_leaves_message_by_message_and_its_error_last() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, STREAM_THEN_FAIL, br#"{"count":2}"#);
+    assert_eq!(response_headers(&host, &GRPC_OK, false), CONTINUE);
+    let content_type = host.map_value(MapType::HttpResponseHeaders, "content-type");
+    assert_eq!(content_type.as_deref(), Some(&b"application/x-ndjson"[..]));
+    // A message split across chunks leaves with the chunk that ends it.
+    let body = [item(1), item(2)].concat();
+    assert_eq!(response_body(&host, &body[..9], false), CONTINUE);
+    assert_eq!(response_text(&host), "{\"index\":1}\n");
+    assert_eq!(response_body(&host, &body[9..], false), CONTINUE);
+    assert_eq!(response_text(&host), "{\"index\":2}\n");
+    let failed = [("grpc-status", "5"), ("grpc-message", "gone")];
+    assert_eq!(response_trailers(&host, &failed), CONTINUE);
+    assert_eq!(
+        response_text(&host),
+        "{\"error\":{\"code\":5,\"message\":\"gone\",\"details\":[]}}\n"
+    );
+    // An error stays in the trailers too, for HTTP/2 clients.
+    assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("5"));
+}
+
+#[test]
+fn envoy_a_streamed_response_that_ends_well_loses_its_status_trailers() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, STREAM_THEN_FAIL, br#"{"count":1}"#);
+    response_headers(&host, &GRPC_OK, false);
+    response_body(&host, &item(1), false);
+    assert_eq!(response_trailers(&host, &[("grpc-status", "0")]), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(trailer(&host, "grpc-status"), None);
+}
+
+#[test]
+fn envoy_a_streamed_message_that_cannot_be_read_ends_the_stream_with_one_error() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, STREAM_THEN_FAIL, br#"{"count":3}"#);
+    response_headers(&host, &GRPC_OK, false);
+    // A varint cut short: the message is not an Item.
+    let body = [item(1), frame(&[0x08, 0xff])].concat();
+    assert_eq!(response_body(&host, &body, false), CONTINUE);
+    let text = response_text(&host);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0], "{\"index\":1}");
+    let error: Value = serde_json::from_str(lines[1]).unwrap_or(Value::Null);
+    assert_eq!(error["error"]["code"], json!(13), "{text}");
+    // What follows is dropped, and the upstream's own error in the
+    // trailers does not add a second error line.
+    assert_eq!(response_body(&host, &item(3), false), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    let failed = [("grpc-status", "5"), ("grpc-message", "gone")];
+    assert_eq!(response_trailers(&host, &failed), CONTINUE);
+    assert_eq!(response_text(&host), "");
+}
+
+#[test]
+fn envoy_a_response_larger_than_allowed_becomes_the_error_and_the_rest_is_dropped() {
+    let host = transcoding_with(json!({"max_response_bytes": 10}));
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    response_headers(&host, &GRPC_OK, false);
+    assert_eq!(response_body(&host, &frame(REPLY), false), CONTINUE);
+    let error: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
+    assert_eq!(
+        (error["code"].clone(), error["message"].clone()),
+        (
+            json!(8),
+            json!("response body of 13 bytes exceeds the limit of 10 bytes")
+        )
+    );
+    assert_eq!(response_body(&host, b"more", false), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    // The upstream's OK would contradict the body for HTTP/2 clients.
+    assert_eq!(response_trailers(&host, &[("grpc-status", "0")]), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("8"));
+    assert_eq!(
+        trailer(&host, "grpc-message").as_deref(),
+        Some("response body of 13 bytes exceeds the limit of 10 bytes")
+    );
+}
+
+#[test]
+fn envoy_a_streamed_message_that_cannot_be_read_leaves_no_ok_trailers() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, STREAM_THEN_FAIL, br#"{"count":2}"#);
+    response_headers(&host, &GRPC_OK, false);
+    let body = [item(1), frame(&[0x08, 0xff])].concat();
+    assert_eq!(response_body(&host, &body, false), CONTINUE);
+    let text = response_text(&host);
+    let error: Value = serde_json::from_str(text.lines().nth(1).unwrap_or("")).unwrap_or_default();
+    let message = error["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!message.is_empty(), "{text}");
+    let ok = [("grpc-status", "0"), ("grpc-status-details-bin", "AAAA")];
+    assert_eq!(response_trailers(&host, &ok), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("13"));
+    let encoded = Status::new(Code::Internal, message).encoded_message();
+    assert_eq!(trailer(&host, "grpc-message"), Some(encoded));
+    assert_eq!(trailer(&host, "grpc-status-details-bin"), None);
+}
+
+#[test]
+fn envoy_a_large_message_refused_by_its_header_leaves_no_ok_trailers() {
+    let host = testing_filter(json!({"max_response_bytes": 100000}), false);
+    json_request(&host, LARGE, br#"{"size":200000}"#);
+    response_headers(&host, &GRPC_OK, false);
+    let reply = large_reply(200_000);
+    assert_eq!(response_body(&host, &reply[..70_000], false), CONTINUE);
+    let error: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
+    assert_eq!(
+        error["message"],
+        json!("response body of 200009 bytes exceeds the limit of 100000 bytes")
+    );
+    assert_eq!(response_body(&host, &reply[70_000..], false), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(response_trailers(&host, &[("grpc-status", "0")]), CONTINUE);
+    assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("8"));
+}
+
+fn transcoding_with(extra: Value) -> Rc<MockHost> {
+    let mut config = json!({"protos": {"helloworld.proto": HELLOWORLD}});
+    if let (Some(c), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
+        c.extend(extra.clone());
+    }
+    filter(config, false)
+}
+
+/// LargeReply { payload } framed: a message over the 64 KiB the host holds.
+fn large_reply(len: usize) -> Vec<u8> {
+    let mut message = vec![0x0a];
+    let mut n = len;
+    while n >= 0x80 {
+        message.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    message.push(n as u8);
+    message.extend(std::iter::repeat_n(b'x', len));
+    frame(&message)
+}
+
+#[test]
+fn envoy_a_large_unary_message_is_carried_by_the_module_and_leaves_whole() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, LARGE, br#"{"size":70000}"#);
+    response_headers(&host, &GRPC_OK, false);
+    let reply = large_reply(70_000);
+    // Taken out of the host's buffer chunk by chunk, nothing paused.
+    assert_eq!(response_body(&host, &reply[..30_000], false), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(response_body(&host, &reply[30_000..], false), CONTINUE);
+    let json: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
+    let payload = json["payload"].as_str().unwrap_or_default();
+    assert_eq!(payload.len(), 93_336, "base64 of 70,000 bytes");
+    // The status after it stays in the trailers; the body is done.
+    assert_eq!(response_body(&host, b"", false), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(response_trailers(&host, &[("grpc-status", "0")]), CONTINUE);
+    assert_eq!(response_text(&host), "");
+}
+
+#[test]
+fn envoy_a_large_message_cut_by_the_trailers_is_an_error_in_the_trailers() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, LARGE, br#"{"size":70000}"#);
+    response_headers(&host, &GRPC_OK, false);
+    let reply = large_reply(70_000);
+    assert_eq!(response_body(&host, &reply[..30_000], false), CONTINUE);
+    assert_eq!(response_trailers(&host, &[("grpc-status", "0")]), CONTINUE);
+    assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("13"));
+    assert_eq!(
+        trailer(&host, "grpc-message").as_deref(),
+        Some("the upstream ended the response within a message (30000 of 70009 bytes)")
+    );
+}
+
+#[test]
+fn ngx_wasm_module_a_trailers_only_error_rewrites_the_headers_and_fills_the_body() {
+    let host = transcoding(true);
+    let body = br#"{"name":"ann"}"#;
+    let length = body.len().to_string();
+    request_headers(&host, &[("content-length", &length)], false);
+    request_body(&host, body, true);
+    let trailers_only = [
+        (":status", "200"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", "5"),
+        ("grpc-message", "gone"),
+    ];
+    // There a local reply from this callback would keep the upstream's
+    // headers: the filter makes them the reply's instead.
+    assert_eq!(response_headers(&host, &trailers_only, false), CONTINUE);
+    let header = |k| {
+        host.map_value(MapType::HttpResponseHeaders, k)
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+    };
+    assert_eq!(header(":status").as_deref(), Some("404"));
+    assert_eq!(header("grpc-message"), None);
+    assert!(host.state.borrow().replies.is_empty());
+    // The first chunk becomes the reply's body; the rest is dropped, the
+    // last one kept as a blank line so that nginx still ends the body.
+    assert_eq!(response_body(&host, b"", false), CONTINUE);
+    assert_eq!(
+        response_text(&host),
+        r#"{"code":5,"message":"gone","details":[]}"#
+    );
+    assert_eq!(response_body(&host, b"", true), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(response_body(&host, b"late", true), CONTINUE);
+    assert_eq!(response_text(&host), "\n");
+}
+
+#[test]
+fn ngx_wasm_module_a_body_the_host_will_not_hold_whole_becomes_an_error() {
+    let host = transcoding(true);
+    let body = br#"{"name":"ann"}"#;
+    let length = body.len().to_string();
+    request_headers(&host, &[("content-length", &length)], false);
+    request_body(&host, body, true);
+    response_headers(&host, &GRPC_OK, false);
+    let reply = frame(REPLY);
+    assert_eq!(response_body(&host, &reply[..4], false), PAUSE);
+    // A second chunk before the end: nginx's buffers are full, and a
+    // second pause would let the gRPC bytes through.
+    assert_eq!(response_body(&host, &reply, false), CONTINUE);
+    let error: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
+    assert_eq!(error["code"], json!(8), "{}", response_text(&host));
+    assert_eq!(response_body(&host, b"", true), CONTINUE);
+    assert_eq!(response_text(&host), "");
+}
+
+#[test]
+fn envoy_an_error_in_trailers_after_data_becomes_the_body() {
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    response_headers(&host, &GRPC_OK, false);
+    assert_eq!(response_body(&host, &frame(REPLY), false), PAUSE);
+    let failed = [("grpc-status", "10"), ("grpc-message", "too%20late")];
+    host.set_map(MapType::HttpResponseTrailers, &failed);
+    assert_eq!(proxy_on_response_trailers(HTTP, 2), CONTINUE);
+    // The 200 has left: the status changes the body, not the HTTP status.
+    assert_eq!(
+        response_text(&host),
+        r#"{"code":10,"message":"too late","details":[]}"#
+    );
+    assert!(host.state.borrow().replies.is_empty());
+}
+
+#[test]
+fn envoy_a_request_with_headers_only_is_refused_for_want_of_a_body() {
+    let host = transcoding(false);
+    assert_eq!(request_headers(&host, &[], true), PAUSE);
+    let (status, body) = the_reply(&host);
+    assert_eq!((status, body["code"].clone()), (400, json!(3)));
+    // The callbacks that follow leave the answered exchange alone.
+    assert_eq!(response_headers(&host, &GRPC_OK, false), CONTINUE);
+    assert_eq!(response_body(&host, &frame(REPLY), true), CONTINUE);
+    assert_eq!(response_text(&host), String::from_utf8_lossy(&frame(REPLY)));
 }

@@ -17,12 +17,13 @@ use crate::code::Code;
 use crate::framing::{Compression, FrameDecoder};
 use crate::status::Status;
 
+use super::super::config::FilterConfig;
 use super::super::contract::{BufferType, LogLevel, MapType};
 use super::super::host::{self, *};
 use super::super::transcoder::{self, Reply, Route};
 use super::host_kind::{host_kind, HostKind};
 use super::reply::{answer, answer_response, internal, CONTINUE, PAUSE};
-use super::stream::Stream;
+use super::stream::{Phase, Stream};
 
 /// Request headers of a method to transcode here: the request becomes a
 /// gRPC request, whose body the body callback writes. The request line
@@ -77,7 +78,7 @@ pub(super) fn request_headers(
 pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
     // Answered already: a host that calls again must not get a second
     // reply, nor the body a gRPC frame.
-    if stream.answered {
+    if stream.phase.is_decided() {
         return PAUSE;
     }
     let Some(route) = stream.route.clone() else {
@@ -142,7 +143,7 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
     let Some(route) = stream.route.clone() else {
         return CONTINUE;
     };
-    if stream.answered {
+    if stream.phase.is_decided() {
         return CONTINUE;
     }
     let headers = HeaderMap::read(MapType::HttpResponseHeaders);
@@ -177,7 +178,7 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
     // body back from this filter): a status that arrives in trailers
     // after data can change the body, not the HTTP status.
     let content_type = if transcoder::streams_response(&stream.config, &route) {
-        stream.decoder = Some(FrameDecoder::new(
+        stream.phase = Phase::Streaming(FrameDecoder::new(
             stream.config.max_response_bytes,
             stream.encoding,
         ));
@@ -197,76 +198,89 @@ pub(super) fn response_body(stream: &mut Stream, size: usize, end_of_stream: boo
     if stream.route.is_none() {
         return CONTINUE;
     }
-    if let Some(body) = stream.pending_body.take() {
-        // What follows is dropped.
-        stream.overflowed = true;
-        let _ = replace_response_chunk(size, body.as_bytes(), end_of_stream);
-        return CONTINUE;
+    match &mut stream.phase {
+        Phase::ReplyInFirstChunk(body) => {
+            let body = std::mem::take(body);
+            stream.phase = Phase::Dropping;
+            let _ = replace_response_chunk(size, body.as_bytes(), end_of_stream);
+            CONTINUE
+        }
+        Phase::Dropping | Phase::Failed(_) => {
+            let _ = replace_response_chunk(size, b"", end_of_stream);
+            CONTINUE
+        }
+        Phase::Answered => CONTINUE,
+        Phase::Streaming(_) => stream_chunk(stream, size, end_of_stream),
+        Phase::Open | Phase::Holding | Phase::Carrying(_) => {
+            one_reply_chunk(stream, size, end_of_stream)
+        }
     }
-    if stream.overflowed {
-        // The error is already written; what follows is dropped.
-        let _ = replace_response_chunk(size, b"", end_of_stream);
-        return CONTINUE;
-    }
-    if stream.answered {
-        return CONTINUE;
-    }
-    if stream.decoder.is_some() {
-        return stream_chunk(stream, size, end_of_stream);
-    }
+}
+
+/// A chunk of a response that becomes one JSON reply at its end.
+fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
     // ngx_wasm_module holds a body once, in buffers of fixed size: a
     // second chunk before the end means they are full (and a second
     // pause would be ignored, letting gRPC bytes through).
     let ngx = host_kind() == HostKind::NgxWasmModule;
-    let host_gave_up = ngx && !end_of_stream && stream.holding_response;
-    let total = stream.held.len() + size;
+    let host_gave_up = ngx && !end_of_stream && matches!(stream.phase, Phase::Holding);
+    let carried = match &stream.phase {
+        Phase::Carrying(held) => held.len(),
+        _ => 0,
+    };
+    let total = carried + size;
     if total > stream.config.max_response_bytes || host_gave_up {
         // The headers have left, so a local reply is no longer possible:
-        // the held body becomes the error.
-        let reply = if host_gave_up {
+        // the chunk becomes the error.
+        let status = if host_gave_up {
             transcoder::host_response_buffer_full(&stream.config)
         } else {
-            transcoder::too_large(
-                &stream.config,
-                "response",
-                total,
-                stream.config.max_response_bytes,
-            )
+            transcoder::too_large_status("response", total, stream.config.max_response_bytes)
         };
-        stream.answered = true;
-        stream.overflowed = true;
-        stream.held = Vec::new();
-        let _ = replace_response_chunk(size, reply.body.as_bytes(), end_of_stream);
+        fail_in_body(stream, size, status, end_of_stream);
         return CONTINUE;
     }
     if !end_of_stream {
-        let carried = !stream.held.is_empty()
+        let carry = matches!(stream.phase, Phase::Carrying(_))
             || (!ngx
                 && stream.route.as_deref().is_some_and(answers_one_message)
                 && first_message_is_large(size));
-        if carried {
+        if carry {
             return carry_large_response(stream, size);
         }
-        stream.holding_response = true;
+        stream.phase = Phase::Holding;
         return PAUSE;
     }
     // A gRPC body that ends without trailers: the status is missing, or,
     // on a host that never shows trailers, unknowable: the messages
     // stand (an error sent in trailers after data is lost there).
     let body = held_response(stream, size);
-    let missing = if host_kind().calls_trailers() {
+    finish(stream, body, status_at_end_without_trailers())
+}
+
+/// The status of a response whose body ended without trailers.
+fn status_at_end_without_trailers() -> Status {
+    if host_kind().calls_trailers() {
         Status::new(
             Code::Internal,
             "the upstream ended the response without grpc-status",
         )
     } else {
         Status::ok()
-    };
-    finish(stream, body, missing)
+    }
 }
 
 pub(super) fn response_trailers(stream: &mut Stream) -> u32 {
-    if stream.route.is_none() || stream.answered {
+    if stream.route.is_none() {
+        return CONTINUE;
+    }
+    if let Phase::Failed(status) = &stream.phase {
+        let trailers = HeaderMap::read(MapType::HttpResponseTrailers);
+        set_status_trailers(&trailers, status);
+        stream.phase = Phase::Answered;
+        return CONTINUE;
+    }
+    if stream.phase.is_decided() {
         return CONTINUE;
     }
     let trailers = HeaderMap::read(MapType::HttpResponseTrailers);
@@ -276,18 +290,18 @@ pub(super) fn response_trailers(stream: &mut Stream) -> u32 {
             "the upstream sent trailers without grpc-status",
         )
     });
-    if stream.decoder.is_some() {
-        return end_stream(stream, &trailers, &status);
+    match &stream.phase {
+        Phase::Streaming(_) => end_stream(stream, &trailers, &status),
+        Phase::Carrying(held) if !held.is_empty() => cut_large_response(stream, &trailers),
+        // The whole buffered body: the host stops at its end. The trailers
+        // stay as the upstream sent them, as with Envoy's own transcoder
+        // (HTTP/1.1 clients never see them); changing them would cost a
+        // host call per request.
+        _ => {
+            let body = held_response(stream, u32::MAX as usize);
+            finish(stream, body, status)
+        }
     }
-    // The whole buffered body: the host stops at its end. The trailers
-    // stay as the upstream sent them, as with Envoy's own transcoder
-    // (HTTP/1.1 clients never see them); changing them would cost a
-    // host call per request.
-    if !stream.held.is_empty() {
-        return cut_large_response(stream, &trailers);
-    }
-    let body = held_response(stream, u32::MAX as usize);
-    finish(stream, body, status)
 }
 
 /// ngx_wasm_module always says that a body follows the request headers,
@@ -359,29 +373,20 @@ const ORIGINAL_PATH_HEADER: &str = "x-grpc-wasm-original-path";
 
 /// A streamed response: each chunk leaves as the messages it completes.
 fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
-    let (Some(route), Some(decoder)) = (stream.route.clone(), stream.decoder.as_mut()) else {
+    let (Some(route), Phase::Streaming(decoder)) = (stream.route.clone(), &mut stream.phase) else {
         return CONTINUE;
     };
     let chunk = host::buffer(BufferType::HttpResponseBody, 0, size).unwrap_or_default();
-    let mut piece = match transcoder::stream_piece(&stream.config, &route, decoder, &chunk) {
-        Ok(piece) => piece,
-        Err(status) => {
-            // What follows cannot be read: the error ends the stream.
-            stream.overflowed = true;
-            transcoder::stream_end(&stream.config, &status)
-        }
-    };
-    if end_of_stream && !stream.overflowed {
-        let missing = Status::new(
-            Code::Internal,
-            "the upstream ended the response without grpc-status",
-        );
-        let status = if host_kind().calls_trailers() {
-            missing
-        } else {
-            Status::ok()
-        };
+    let (mut piece, error) = transcoder::stream_piece(&stream.config, &route, decoder, &chunk);
+    if let Some(status) = error {
+        // What follows cannot be read: the error ends the stream, and the
+        // upstream's own status (in trailers) gives way to it.
         piece.push_str(&transcoder::stream_end(&stream.config, &status));
+        stream.phase = Phase::Failed(status);
+    } else if end_of_stream {
+        let status = status_at_end_without_trailers();
+        piece.push_str(&transcoder::stream_end(&stream.config, &status));
+        stream.phase = Phase::Answered;
     }
     let _ = replace_response_chunk(size, piece.as_bytes(), end_of_stream);
     CONTINUE
@@ -443,46 +448,62 @@ fn answers_one_message(route: &Route) -> bool {
 /// and its JSON leaves in the chunk that completes it. A status sent after
 /// it reaches HTTP/2 clients as trailers only.
 fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
-    if let Err(reply) = hold_response_chunk(stream, size) {
+    let mut held = stream.phase.take_carried();
+    let taken = hold_response_chunk(&stream.config, &mut held, size);
+    let declared = first_frame_len(&held).unwrap_or(0);
+    stream.phase = Phase::Carrying(held);
+    if let Err(reply) = taken {
         return answer(stream, &reply);
     }
-    let declared = first_frame_len(&stream.held).unwrap_or(0);
     if declared > stream.config.max_response_bytes as u64 {
         // Refused by its header, before its bytes are held.
         let limit = stream.config.max_response_bytes;
-        let reply = transcoder::too_large(&stream.config, "response", declared as usize, limit);
-        stream.answered = true;
-        stream.overflowed = true;
-        stream.held = Vec::new();
-        let _ = replace_response_chunk(0, reply.body.as_bytes(), false);
+        let status = transcoder::too_large_status("response", declared as usize, limit);
+        fail_in_body(stream, 0, status, false);
         return CONTINUE;
     }
-    if (stream.held.len() as u64) < declared {
+    let Phase::Carrying(held) = &mut stream.phase else {
+        return CONTINUE;
+    };
+    if (held.len() as u64) < declared {
         // One allocation for the whole message, not a doubling one.
-        stream
-            .held
-            .reserve_exact(declared as usize - stream.held.len());
+        held.reserve_exact(declared as usize - held.len());
         return CONTINUE;
     }
+    let body = stream.phase.take_carried();
+    let action = finish(stream, Ok(body), Status::ok());
     // What follows the message is dropped.
-    stream.overflowed = true;
-    let body = std::mem::take(&mut stream.held);
-    finish(stream, Ok(body), Status::ok())
+    stream.phase = Phase::Dropping;
+    action
 }
 
 /// Trailers came before the carried message was complete. Its chunks were
 /// passed on, so the host has no body left to write the error in: the
 /// trailers carry it (HTTP/2 clients see it; others see a short body).
 fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
-    let declared = first_frame_len(&stream.held).unwrap_or(0);
+    let held = stream.phase.take_carried();
+    let declared = first_frame_len(&held).unwrap_or(0);
     let message = format!(
         "the upstream ended the response within a message ({} of {declared} bytes)",
-        stream.held.len()
+        held.len()
     );
-    stream.answered = true;
-    stream.held = Vec::new();
+    stream.phase = Phase::Answered;
     log(LogLevel::Warn, &format!("grpc-wasm: {message}"));
-    let status = Status::new(Code::Internal, message);
+    set_status_trailers(trailers, &Status::new(Code::Internal, message));
+    CONTINUE
+}
+
+/// The headers have left: the error replaces the chunk, what follows is
+/// dropped, and trailers that come later say the same.
+fn fail_in_body(stream: &mut Stream, size: usize, status: Status, end_of_stream: bool) {
+    let reply = Reply::error(&stream.config, &status);
+    let _ = replace_response_chunk(size, reply.body.as_bytes(), end_of_stream);
+    stream.phase = Phase::Failed(status);
+}
+
+/// Makes the response's trailers carry the filter's status rather than the
+/// upstream's: HTTP/2 clients read it there.
+fn set_status_trailers(trailers: &HeaderMap, status: &Status) {
     let code = status.code.as_i32().to_string();
     let encoded = status.encoded_message();
     let set = [
@@ -502,28 +523,31 @@ fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
             "grpc-wasm: the host refused a trailer change",
         );
     }
-    CONTINUE
 }
 
-/// Moves a response chunk from the host's buffer into the module.
-fn hold_response_chunk(stream: &mut Stream, size: usize) -> Result<(), Reply> {
+/// Moves a response chunk from the host's buffer into `held`.
+fn hold_response_chunk(
+    config: &FilterConfig,
+    held: &mut Vec<u8>,
+    size: usize,
+) -> Result<(), Reply> {
     let failed = |what: &str, s: HostStatus| {
         internal(
-            &stream.config,
+            config,
             &format!("cannot {what} the response body (host status {})", s.0),
         )
     };
     let chunk =
         host::buffer(BufferType::HttpResponseBody, 0, size).map_err(|s| failed("read", s))?;
     set_buffer(BufferType::HttpResponseBody, size, b"").map_err(|s| failed("take", s))?;
-    stream.held.extend_from_slice(&chunk);
+    held.extend_from_slice(&chunk);
     Ok(())
 }
 
-/// The whole response body: what the module holds, then what the host does.
+/// The whole response body: what the module carries, then what the host holds.
 fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus> {
     let rest = host::buffer(BufferType::HttpResponseBody, 0, size)?;
-    let mut body = std::mem::take(&mut stream.held);
+    let mut body = stream.phase.take_carried();
     if body.is_empty() {
         return Ok(rest);
     }
@@ -535,7 +559,7 @@ fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus
 /// the trailers get the error as the last line; elsewhere (Envoy) the
 /// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
 fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
-    stream.answered = true;
+    stream.phase = Phase::Answered;
     let end = transcoder::stream_end(&stream.config, status);
     let written =
         end.is_empty() || set_buffer(BufferType::HttpResponseBody, 0, end.as_bytes()).is_ok();
@@ -550,7 +574,7 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
     let Some(route) = stream.route.clone() else {
         return CONTINUE;
     };
-    stream.answered = true;
+    stream.phase = Phase::Answered;
     let body = match body {
         Ok(body) => body,
         Err(s) => {
