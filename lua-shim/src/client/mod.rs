@@ -1063,6 +1063,52 @@ mod tests {
     }
 
     #[test]
+    fn calls_that_end_leave_no_token_behind() {
+        let Some(client) = client() else { return };
+        let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos/route_guide.proto");
+        client.load_file(&proto, &[]).unwrap();
+        let conn = dead_conn(&client);
+        let options = CallOptions::default();
+        let id = client
+            .start(conn, SAY_HELLO, Some(br#"{"name":"a"}"#), &options)
+            .unwrap();
+        let stream = client
+            .start(conn, "/routeguide.RouteGuide/RouteChat", None, &options)
+            .unwrap();
+        let tokens: Vec<u32> = lock(&client.inner.calls)
+            .iter()
+            .filter(|(_, call)| call.is_unary())
+            .map(|(token, _)| *token)
+            .collect();
+        assert_eq!(tokens.len(), 1);
+        assert_eq!(lock(&client.inner.host).live_tokens(), 2);
+        // A unary call that succeeds ends with its message, no close after
+        // it (Envoy's order): every such call held its token for good, and
+        // the host's set of them grew for the worker's life (make soak).
+        let reply = b"\x0a\x05hi a!".to_vec();
+        let woken = client.produced(
+            tokens
+                .iter()
+                .map(|&token| {
+                    let answer = events::unary_answer(
+                        HeaderBlock::default(),
+                        HeaderBlock::default(),
+                        vec![reply.clone()],
+                    );
+                    (token, answer)
+                })
+                .collect(),
+        );
+        assert!(woken.contains(&id), "{woken:?}");
+        assert_eq!(end(&client, id), ("0".to_string(), "hi a!".to_string()));
+        client.close(id);
+        // The stream has not ended: its token stays held.
+        assert_eq!(lock(&client.inner.host).live_tokens(), 1);
+        client.close(stream);
+        assert_eq!(lock(&client.inner.host).live_tokens(), 0);
+    }
+
+    #[test]
     fn closing_a_connection_ends_its_calls_unavailable_and_later_ones_too() {
         let Some(client) = client() else { return };
         let conn = dead_conn(&client);

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use grpc_wasm::proxy::contract::{BufferType, MapType, Status, HOST_PROPERTY, SHIM_HOST};
 use wasmtime::{Caller, Linker};
 
-use super::state::{GrpcCommand, HostState, LocalReply};
+use super::state::{GrpcCommand, HostState, LocalReply, TokenKind};
 use crate::call::header_block as pairs;
 use crate::call::{GrpcTarget, HeaderBlock};
 
@@ -448,14 +448,18 @@ fn grpc_call(
         return INVALID_MEMORY_ACCESS;
     };
     let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
-    open_call(&mut c, parts, token_ptr, |token, target| {
-        GrpcCommand::Call {
+    open_call(
+        &mut c,
+        parts,
+        token_ptr,
+        TokenKind::Call,
+        |token, target| GrpcCommand::Call {
             token,
             target,
             message,
             timeout_ms,
-        }
-    })
+        },
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -473,13 +477,17 @@ fn grpc_stream(
 ) -> u32 {
     let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
     let context = c.data().effective;
-    open_call(&mut c, parts, token_ptr, |token, target| {
-        GrpcCommand::Stream {
+    open_call(
+        &mut c,
+        parts,
+        token_ptr,
+        TokenKind::Stream,
+        |token, target| GrpcCommand::Stream {
             token,
             target,
             context,
-        }
-    })
+        },
+    )
 }
 
 type Span = (u32, u32);
@@ -490,13 +498,14 @@ fn open_call(
     c: &mut Ctx,
     (upstream, service, method, metadata): (Span, Span, Span, Span),
     token_ptr: u32,
+    kind: TokenKind,
     command: impl FnOnce(u32, GrpcTarget) -> GrpcCommand,
 ) -> u32 {
     let target = match target(c, upstream, service, method, metadata) {
         Ok(t) => t,
         Err(status) => return status,
     };
-    let token = c.data_mut().token();
+    let token = c.data_mut().token(kind);
     if !write_u32(c, token_ptr, token) {
         c.data_mut().release(token);
         return INVALID_MEMORY_ACCESS;

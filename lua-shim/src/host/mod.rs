@@ -338,6 +338,7 @@ impl ProxyHost {
             }
             GrpcEvent::Message(bytes) => {
                 let n = bytes.len() as u32;
+                self.store.data_mut().message_arrived(token);
                 self.store.data_mut().grpc_message = bytes;
                 checked!(
                     self,
@@ -372,6 +373,12 @@ impl ProxyHost {
     pub fn tick(&mut self) -> Result<(), HostError> {
         self.store.data_mut().effective = ROOT_ID;
         checked!(self, self.exports.tick.call(&mut self.store, ROOT_ID))
+    }
+
+    /// How many gRPC tokens are held (calls and streams not yet over).
+    #[doc(hidden)]
+    pub fn live_tokens(&self) -> usize {
+        self.store.data().live_tokens.len()
     }
 
     /// The tick period the module asked for (0: none).

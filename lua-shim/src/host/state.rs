@@ -2,8 +2,10 @@
 //! contexts' headers and bodies, the buffers of the gRPC callback in
 //! progress, and what the module asked for (replies, calls, messages).
 
+use std::collections::hash_map::Entry;
+
 use grpc_wasm::Code;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 
 use wasmtime::{Memory, TypedFunc};
 
@@ -87,9 +89,9 @@ pub struct HostState {
     pub grpc_status: (u32, Vec<u8>),
     /// Foreign function arguments of the call in progress.
     pub next_token: u32,
-    /// Tokens of the calls and streams not yet closed or cancelled: after
-    /// 2^32 calls the counter wraps, and a stream may still hold an old one.
-    pub live_tokens: HashSet<u32>,
+    /// Tokens of the calls and streams not yet over: after 2^32 calls the
+    /// counter wraps, and a stream may still hold an old one.
+    pub live_tokens: HashMap<u32, TokenKind>,
     pub tick_ms: u32,
     /// The module's last error-level log line (a refused configuration).
     pub last_error: String,
@@ -101,13 +103,24 @@ pub struct HostState {
     pub limits: wasmtime::StoreLimits,
 }
 
+/// What a token names. A unary call that succeeds ends with its message:
+/// no close follows it (Envoy's order), so its token is over there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// `proxy_grpc_call`.
+    Call,
+    /// `proxy_grpc_stream`.
+    Stream,
+}
+
 impl HostState {
     /// Tokens as Envoy numbers them: calls and streams never collide, and
     /// a token still held is never handed out again.
-    pub fn token(&mut self) -> u32 {
+    pub fn token(&mut self, kind: TokenKind) -> u32 {
         loop {
             self.next_token = self.next_token.wrapping_add(1).max(1);
-            if self.live_tokens.insert(self.next_token) {
+            if let Entry::Vacant(entry) = self.live_tokens.entry(self.next_token) {
+                entry.insert(kind);
                 return self.next_token;
             }
         }
@@ -116,6 +129,13 @@ impl HostState {
     /// The call or stream `token` ended: its token may be used again.
     pub fn release(&mut self, token: u32) {
         self.live_tokens.remove(&token);
+    }
+
+    /// A message arrived for `token`: a unary call's message is its end.
+    pub fn message_arrived(&mut self, token: u32) {
+        if self.live_tokens.get(&token) == Some(&TokenKind::Call) {
+            self.release(token);
+        }
     }
 }
 
@@ -129,17 +149,30 @@ mod tests {
             next_token: u32::MAX - 2,
             ..HostState::default()
         };
-        let held = state.token();
+        let held = state.token(TokenKind::Stream);
         assert_eq!(held, u32::MAX - 1);
         state.next_token = u32::MAX - 3;
         // u32::MAX - 2 is free, u32::MAX - 1 is held, then u32::MAX, then 0
         // is never a token.
-        assert_eq!(state.token(), u32::MAX - 2);
-        assert_eq!(state.token(), u32::MAX);
-        assert_eq!(state.token(), 1);
+        assert_eq!(state.token(TokenKind::Stream), u32::MAX - 2);
+        assert_eq!(state.token(TokenKind::Stream), u32::MAX);
+        assert_eq!(state.token(TokenKind::Stream), 1);
         state.release(u32::MAX);
         state.next_token = u32::MAX - 3;
-        assert_eq!(state.token(), u32::MAX);
-        assert_eq!(state.token(), 2);
+        assert_eq!(state.token(TokenKind::Stream), u32::MAX);
+        assert_eq!(state.token(TokenKind::Stream), 2);
+    }
+
+    #[test]
+    fn a_unary_call_is_over_at_its_message_and_a_stream_at_its_close() {
+        let mut state = HostState::default();
+        let call = state.token(TokenKind::Call);
+        let stream = state.token(TokenKind::Stream);
+        state.message_arrived(stream);
+        assert_eq!(state.live_tokens.len(), 2);
+        state.message_arrived(call);
+        assert_eq!(state.live_tokens.keys().collect::<Vec<_>>(), [&stream]);
+        state.release(stream);
+        assert!(state.live_tokens.is_empty());
     }
 }
