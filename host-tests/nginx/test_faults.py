@@ -121,6 +121,78 @@ def test_cancelled_streams_do_not_wear_the_connection_out(nginx, transport):
     assert counts == {"ok": "300"}, (counts, error)
 
 
+def test_a_conn_that_dials_again_and_again_keeps_the_worker_memory_flat(nginx):
+    """A cosocket conn runs each connection in a timer of its own. What a
+    cosocket allocates lives in its timer's request pool until the timer
+    ends, and the conn's one timer used to dial for the conn's whole life:
+    a server that refused connections grew the worker's C heap by some
+    0.25 kB per dial, for good (make soak: +4 MB per worker in 5 minutes of
+    calls to a server restarting every 30 s)."""
+    args = dict(name="redial", addr=f"127.0.0.1:{free_port()}", transport="cosocket", ms=0, timeout=1000)
+    calls(nginx, n=200, **args)
+
+    def c_heap_kb():
+        status, body = nginx.get("/t/c_heap_used")
+        assert status == 200, body
+        return int(body)
+
+    before = c_heap_kb()
+    counts, _, error = calls(nginx, n=2000, **args)
+    growth = c_heap_kb() - before
+    print(f"C heap in use: +{growth} kB after 2,000 dials")
+    assert counts == {"UNAVAILABLE": "2000"}, (counts, error)
+    assert growth < 200, f"the worker's C heap grew {growth} kB in 2,000 refused dials"
+
+
+def test_a_server_that_refuses_connections_is_not_dialled_without_a_call():
+    """After a refused dial the pump waited a second and dialled again, for
+    as long as the conn lived, calls or none (nginx logs each refused dial;
+    the log line does not name the address, hence an nginx of its own)."""
+    proxy = Nginx({"protos": PROTOS}, workers=1)
+    try:
+        counts, _, error = calls(proxy, name="refused-once", addr=f"127.0.0.1:{free_port()}",
+                                 transport="cosocket", ms=0, timeout=1000)
+        # One dial when the conn is made, one for the call.
+        dials = proxy.log().count(REFUSED)
+        time.sleep(3.5)
+        later = proxy.log().count(REFUSED) - dials
+    finally:
+        proxy.stop()
+    assert counts == {"UNAVAILABLE": "1"}, (counts, error)
+    assert 1 <= dials <= 2, dials
+    assert later == 0, f"{later} dials in the 3.5 s after the call"
+
+
+REFUSED = "connect() failed (111: Connection refused)"
+
+
+def test_a_conn_with_no_timer_for_its_next_connection_keeps_its_pump():
+    """Each TCP connection after a conn's first runs in a new timer. With
+    lua_max_pending_timers reached ngx.timer.at fails; the pump then stays
+    in its timer, and the conn's calls go on (here every connection breaks,
+    so every call needs a new one)."""
+    server = RawH2("http1")
+    proxy = Nginx({"protos": PROTOS}, workers=1, http_extra="lua_max_pending_timers 2;")
+    try:
+        args = dict(name="few-timers", addr=server.addr, transport="cosocket", ms=0, timeout=3000)
+        results = [calls(proxy, **args)]
+        # The first call started the wake-up reader and the pump: both
+        # run, and the two pending timers left are taken.
+        for _ in range(2):
+            assert proxy.get("/t/hold_a_timer") == (200, "held\n")
+        results += [calls(proxy, **args) for _ in range(2)]
+        log = proxy.log()
+    finally:
+        proxy.stop()
+        server.stop()
+    assert "no timer for the next connection (too many pending timers); it stays in this one" in log, \
+        log[-3000:]
+    for counts, slowest, error in results:
+        assert counts == {"UNAVAILABLE": "1"}, (counts, error)
+        assert error.startswith(BROKEN["http1"]), error
+        assert slowest < 1000, slowest
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_stream_whose_request_never_ends_ends_at_its_deadline(nginx, transport):
     """A server-streaming call starts once its one request message is

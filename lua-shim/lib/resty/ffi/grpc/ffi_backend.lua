@@ -248,52 +248,83 @@ local function pump_writer(pump, sock)
     return pump.broken or "the connection is closed"
 end
 
-local function run_pump(premature, pump)
-    if premature then
-        return
+local function wait_for_a_call(pump)
+    while pump.calls == 0 and not pump.closed and not ngx.worker.exiting() do
+        pump.wake:wait(1)
     end
+end
+
+-- One connection's life: dial, serve until it ends, and mend what it
+-- leaves. Returns whether the pump goes on.
+local function pump_connection(pump)
+    local sock = ngx.socket.tcp()
+    -- No read timeout to speak of: a connection without traffic is
+    -- normal (no call, or a quiet stream), and nginx logs every timed
+    -- out cosocket read at error level. Idle connections are closed by
+    -- idle_timeout instead, without a word.
+    sock:settimeouts(pump.handshake_timeout, 10000, MAX_TIMEOUT)
+    local ok, err = sock:connect(pump.host, pump.port)
+    if not ok then
+        if not pump_reset(pump, "connect to " .. pump.addr .. " failed: " .. tostring(err)) then
+            return false
+        end
+        -- Dial again when a call wants the connection, and a server that
+        -- is down is left alone meanwhile. The calls just failed close
+        -- first (a yield lets them run), and a call left open costs a dial
+        -- a second at most.
+        ngx.sleep(0)
+        pump.wake:wait(1)
+        wait_for_a_call(pump)
+        return true
+    end
+    pump.broken = nil
+    pump.active = ngx.now()
+    local reading = ngx.thread.spawn(pump_reader, pump, sock)
+    local why = pump_writer(pump, sock)
+    ngx.thread.kill(reading)
+    sock:close()
+    if pump.closed then
+        return false
+    end
+    local reason = why == IDLE and "the connection was idle" or "the connection failed: " .. tostring(why)
+    if not pump_reset(pump, reason) then
+        return false
+    end
+    -- No call to fail (idle), or a server that failed us (a handshake or
+    -- a PING without an answer, a closed connection): a fresh HTTP/2
+    -- state waits for the next call, and the server is dialled again
+    -- then, not in a loop meanwhile.
+    wait_for_a_call(pump)
+    return true
+end
+
+-- Each connection runs in a timer of its own. What a cosocket allocates
+-- lives in its timer's request pool until the timer ends, so one timer
+-- dialling again and again (a server that restarts, connects refused)
+-- grew its worker by megabytes for good. While the worker exits, a new
+-- timer would start already expired: the pump stays in this one, serving
+-- the calls in flight.
+local run_pump
+
+-- Hands the pump to a new timer; returns whether there is one. When there
+-- is none (ngx.timer.at fails: lua_max_pending_timers reached), the pump
+-- stays in this timer rather than stop.
+local function hand_over(pump)
+    local ok, err = ngx.timer.at(0, run_pump, pump)
+    if not ok then
+        ngx.log(ngx.WARN, "grpc-wasm: ", pump.addr, ": no timer for the next connection (",
+                err, "); it stays in this one")
+    end
+    return ok
+end
+
+run_pump = function(_, pump)
     while pump_serves(pump) do
-        local sock = ngx.socket.tcp()
-        -- No read timeout to speak of: a connection without traffic is
-        -- normal (no call, or a quiet stream), and nginx logs every timed
-        -- out cosocket read at error level. Idle connections are closed by
-        -- idle_timeout instead, without a word.
-        sock:settimeouts(pump.handshake_timeout, 10000, MAX_TIMEOUT)
-        local ok, err = sock:connect(pump.host, pump.port)
-        if not ok then
-            if not pump_reset(pump, "connect to " .. pump.addr .. " failed: " .. tostring(err)) then
-                return
-            end
-            -- Dial again when a call wants the connection.
-            pump.wake:wait(1)
-        else
-            pump.broken = nil
-            pump.active = ngx.now()
-            local reading = ngx.thread.spawn(pump_reader, pump, sock)
-            local why = pump_writer(pump, sock)
-            ngx.thread.kill(reading)
-            sock:close()
-            if pump.closed then
-                return
-            end
-            if why == IDLE then
-                -- No call to fail; a fresh HTTP/2 state waits for the next.
-                if not pump_reset(pump, "the connection was idle") then
-                    return
-                end
-                while pump.calls == 0 and not pump.closed and not ngx.worker.exiting() do
-                    pump.wake:wait(1)
-                end
-            elseif not pump_reset(pump, "the connection failed: " .. tostring(why)) then
-                return
-            else
-                -- A server that failed us (a handshake or a PING without an
-                -- answer, a closed connection) is dialled again for the
-                -- next call, not in a loop meanwhile.
-                while pump.calls == 0 and not pump.closed and not ngx.worker.exiting() do
-                    pump.wake:wait(1)
-                end
-            end
+        if not pump_connection(pump) then
+            return
+        end
+        if not ngx.worker.exiting() and pump_serves(pump) and hand_over(pump) then
+            return
         end
     end
 end
