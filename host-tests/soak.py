@@ -210,6 +210,8 @@ def soak_nginx(logdir, problems):
                  "restarting": f"127.0.0.1:{restarting.port}"}
         kinds = {"unary": {200}, "server_stream": {200}, "client_stream": {200}, "bidi": {200},
                  "error": {200}, "deadline": {200}, "early_close": {200}, "restart": {200}}
+        if os.environ.get("SOAK_KINDS"):
+            kinds = {kind: kinds[kind] for kind in os.environ["SOAK_KINDS"].split()}
         transports = os.environ.get("SOAK_TRANSPORTS", "cosocket runtime").split()
         specs = [(kind, transport) for kind in kinds for transport in transports]
         jobs = []
@@ -237,11 +239,29 @@ def soak_nginx(logdir, problems):
     print(f"server restarts: {restarting.restarts}; error log [alert]/[crit]/[emerg]/worker exits: {len(bad)}; "
           "the 4th sample column is the workers' wasm memories (kB, in their RSS)")
     problems += [f"nginx log: {line}" for line in bad[:10]]
+    print_heaps(log)
     unintended = {}
     for what in re.findall(r"soak unintended: (.*?), client:", log):
         unintended[what] = unintended.get(what, 0) + 1
     for what, n in sorted(unintended.items(), key=lambda kv: -kv[1])[:20]:
         print(f"unintended x{n}: {what}")
+
+
+def print_heaps(log):
+    """Each worker's Lua heap and C heap (soak_heap.lua logs them, kB):
+    first and last after warm-up, so that RSS growth can be told LuaJIT's,
+    live C memory, or C memory freed but kept."""
+    heaps = {}
+    for pid, *values, at in re.findall(
+            r"soak heap: (\d+) lua (\d+) used (\d+)\S* free (\d+)\S* mmapped (\d+)\S* at ([\d.]+)", log):
+        heaps.setdefault(pid, []).append((float(at), [int(v) for v in values]))
+    for pid, points in sorted(heaps.items()):
+        start = points[0][0] + WARMUP
+        after = [values for at, values in points if at >= start] or [points[-1][1]]
+        first, last = after[0], after[-1]
+        print(f"worker {pid} heaps after warm-up (kB): " + ", ".join(
+            f"{name} {a} -> {b}" for name, a, b in zip(("lua", "C used", "C free", "C mmapped"), first, last)))
+        print(f"  C used (kB) every 10 s: {' '.join(str(values[1]) for _, values in points)}")
 
 
 def envoy_memory(admin):

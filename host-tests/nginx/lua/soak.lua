@@ -4,6 +4,7 @@
 -- (a success, or the failure it provokes), else 500 and what happened.
 local env = require("testenv")
 local kept_conns = require("kept_conns")
+local soak_heap = require("soak_heap")
 
 local args = ngx.req.get_uri_args()
 local transport = args.transport or "cosocket"
@@ -129,6 +130,7 @@ if not (testing and routes and restarting) then
     return
 end
 local outcome, intended, detail = kind(testing, routes, restarting)
+soak_heap.maybe_log()
 if not intended then
     ngx.status = 500
     ngx.log(ngx.WARN, "soak unintended: ", args.kind, "-", transport, ": ", tostring(outcome), " ", tostring(detail))
