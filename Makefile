@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-lua clean
+.PHONY: all deps wasm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-envoy-instructions bench-lua clean
 
 all: build
 
@@ -116,6 +116,11 @@ bench-lua:
 # The filter vs Envoy's native grpc_json_transcoder vs plain gRPC.
 bench-envoy:
 	python3 host-tests/envoy/bench_transcoding.py
+
+# The same, as Envoy's instructions per request under callgrind (repeatable
+# where wall time is not); OTHER=old.wasm counts another build beside it.
+bench-envoy-instructions: wasm
+	python3 host-tests/envoy/count_instructions.py $(if $(OTHER),--other $(OTHER))
 
 clean:
 	cargo clean
