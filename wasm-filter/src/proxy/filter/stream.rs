@@ -41,8 +41,10 @@ pub(super) enum Phase {
     /// a whole body not yet seen.
     Open,
     /// The host holds the response body (the filter paused it) until its
-    /// end, which becomes one JSON reply.
-    Holding,
+    /// end, which becomes one JSON reply; with the bytes of its one chunk
+    /// so far when the filter has read them (Envoy, a unary reply), so
+    /// that trailers right after need not read them again.
+    Holding(Option<Vec<u8>>),
     /// A unary message too large for the host's buffer, taken into the
     /// module chunk by chunk: the bytes so far.
     Carrying(Vec<u8>),

@@ -211,7 +211,7 @@ pub(super) fn response_body(stream: &mut Stream, size: usize, end_of_stream: boo
         }
         Phase::Answered => CONTINUE,
         Phase::Streaming(_) => stream_chunk(stream, size, end_of_stream),
-        Phase::Open | Phase::Holding | Phase::Carrying(_) => {
+        Phase::Open | Phase::Holding(_) | Phase::Carrying(_) => {
             one_reply_chunk(stream, size, end_of_stream)
         }
     }
@@ -223,7 +223,7 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
     // second chunk before the end means they are full (and a second
     // pause would be ignored, letting gRPC bytes through).
     let ngx = host_kind() == HostKind::NgxWasmModule;
-    let host_gave_up = ngx && !end_of_stream && matches!(stream.phase, Phase::Holding);
+    let host_gave_up = ngx && !end_of_stream && matches!(stream.phase, Phase::Holding(_));
     let carried = match &stream.phase {
         Phase::Carrying(held) => held.len(),
         _ => 0,
@@ -241,14 +241,19 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
         return CONTINUE;
     }
     if !end_of_stream {
-        let carry = matches!(stream.phase, Phase::Carrying(_))
-            || (!ngx
-                && stream.route.as_deref().is_some_and(answers_one_message)
-                && first_message_is_large(size));
-        if carry {
+        if matches!(stream.phase, Phase::Carrying(_)) {
             return carry_large_response(stream, size);
         }
-        stream.phase = Phase::Holding;
+        let mut seen = None;
+        if !ngx && stream.route.as_deref().is_some_and(answers_one_message) {
+            let first_chunk = matches!(stream.phase, Phase::Open);
+            let head = read_head(size, first_chunk);
+            if first_frame_len(&head).is_some_and(|len| len > LARGE_MESSAGE_BYTES) {
+                return carry_large_response(stream, size);
+            }
+            seen = (first_chunk && head.len() == size).then_some(head);
+        }
+        stream.phase = Phase::Holding(seen);
         return PAUSE;
     }
     // A gRPC body that ends without trailers: the status is missing, or,
@@ -298,7 +303,14 @@ pub(super) fn response_trailers(stream: &mut Stream) -> u32 {
         // (HTTP/1.1 clients never see them); changing them would cost a
         // host call per request.
         _ => {
-            let body = held_response(stream, u32::MAX as usize);
+            let body = match std::mem::replace(&mut stream.phase, Phase::Open) {
+                // The one chunk the host holds, read at its callback.
+                Phase::Holding(Some(seen)) => Ok(seen),
+                other => {
+                    stream.phase = other;
+                    held_response(stream, u32::MAX as usize)
+                }
+            };
             finish(stream, body, status)
         }
     }
@@ -427,9 +439,17 @@ fn first_frame_len(body: &[u8]) -> Option<u64> {
     }
 }
 
-fn first_message_is_large(size: usize) -> bool {
-    let head = host::buffer(BufferType::HttpResponseBody, 0, size.min(5)).unwrap_or_default();
-    first_frame_len(&head).is_some_and(|len| len > LARGE_MESSAGE_BYTES)
+/// The start of the response body, enough for its first frame's header.
+/// A first chunk that may hold a whole small message is read whole, in the
+/// one host call the header costs anyway (a host call is some thousands of
+/// Envoy's instructions): trailers that follow it then find it read.
+fn read_head(size: usize, first_chunk: bool) -> Vec<u8> {
+    let len = if first_chunk && size as u64 <= LARGE_MESSAGE_BYTES {
+        size
+    } else {
+        size.min(5)
+    };
+    host::buffer(BufferType::HttpResponseBody, 0, len).unwrap_or_default()
 }
 
 /// Whether the response is one message (whose JSON is the whole body);

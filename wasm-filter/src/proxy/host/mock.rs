@@ -60,6 +60,9 @@ pub struct MockState {
     pub http_calls: Vec<(String, Pairs)>,
     /// Refuse local replies (InternalFailure), as a host may.
     pub refuse_replies: bool,
+    /// Buffer reads the filter made: each is a host call, which costs a
+    /// real proxy thousands of instructions.
+    pub buffer_reads: u32,
     next_token: u32,
 }
 
@@ -130,6 +133,7 @@ impl Host for MockHost {
         start: usize,
         max: usize,
     ) -> Result<Vec<u8>, HostStatus> {
+        self.state.borrow_mut().buffer_reads += 1;
         let state = self.state.borrow();
         let buffer = state.buffers.get(&kind).ok_or(HostStatus::NOT_FOUND)?;
         let start = start.min(buffer.len());
