@@ -34,8 +34,8 @@ impl Stream {
 }
 
 /// An exchange's phase. Transcoding moves from `Open` through one of the
-/// response phases to `Answered` or `Dropping`; callout mode goes from
-/// `Open` to `Answered` when its reply is sent.
+/// response phases to `Answered`, `Dropping` or `Failed`; callout mode
+/// goes from `Open` to `Answered` when its reply is sent.
 pub(super) enum Phase {
     /// Nothing decided yet: the request is on its way, or the response is
     /// a whole body not yet seen.
@@ -73,6 +73,19 @@ impl Phase {
             self,
             Phase::Answered | Phase::Dropping | Phase::Failed(_) | Phase::ReplyInFirstChunk(_)
         )
+    }
+
+    /// The bytes of a `Holding` phase whose chunk the filter read (the
+    /// whole body the host holds), which becomes `Open`; any other phase
+    /// stays and gives nothing.
+    pub(super) fn take_seen(&mut self) -> Option<Vec<u8>> {
+        match std::mem::replace(self, Phase::Open) {
+            Phase::Holding(Some(seen)) => Some(seen),
+            other => {
+                *self = other;
+                None
+            }
+        }
     }
 
     /// The bytes of a `Carrying` phase, which becomes `Open`; any other

@@ -303,13 +303,9 @@ pub(super) fn response_trailers(stream: &mut Stream) -> u32 {
         // (HTTP/1.1 clients never see them); changing them would cost a
         // host call per request.
         _ => {
-            let body = match std::mem::replace(&mut stream.phase, Phase::Open) {
-                // The one chunk the host holds, read at its callback.
-                Phase::Holding(Some(seen)) => Ok(seen),
-                other => {
-                    stream.phase = other;
-                    held_response(stream, u32::MAX as usize)
-                }
+            let body = match stream.phase.take_seen() {
+                Some(seen) => Ok(seen),
+                None => held_response(stream, u32::MAX as usize),
             };
             finish(stream, body, status)
         }
