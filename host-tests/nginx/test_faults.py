@@ -147,20 +147,45 @@ def test_a_conn_that_dials_again_and_again_keeps_the_worker_memory_flat(nginx):
 def test_a_server_that_refuses_connections_is_not_dialled_without_a_call():
     """After a refused dial the pump waited a second and dialled again, for
     as long as the conn lived, calls or none (nginx logs each refused dial;
-    the log line does not name the address, hence an nginx of its own)."""
+    the log line does not name the address, hence an nginx of its own). A
+    later call dials again, once."""
     proxy = Nginx({"protos": PROTOS}, workers=1)
     try:
-        counts, _, error = calls(proxy, name="refused-once", addr=f"127.0.0.1:{free_port()}",
-                                 transport="cosocket", ms=0, timeout=1000)
-        # One dial when the conn is made, one for the call.
+        args = dict(name="refused-once", addr=f"127.0.0.1:{free_port()}", transport="cosocket", ms=0,
+                    timeout=1000)
+        first = calls(proxy, **args)
+        # One dial when the conn is made, and one for the call unless the
+        # call started first; both are logged before the call ends.
         dials = proxy.log().count(REFUSED)
         time.sleep(3.5)
         later = proxy.log().count(REFUSED) - dials
+        second = calls(proxy, **args)
+        again = proxy.log().count(REFUSED) - dials - later
+    finally:
+        proxy.stop()
+    for counts, _, error in (first, second):
+        assert counts == {"UNAVAILABLE": "1"}, (counts, error)
+    assert 1 <= dials <= 2, dials
+    assert later == 0, f"{later} dials in the 3.5 s after the call"
+    assert again == 1, f"{again} dials for the next call"
+
+
+def test_a_failed_call_its_caller_has_not_closed_yet_is_not_dialled_for():
+    """A reset ends every call of a conn, but each caller closes its call
+    only when its thread runs again: the pump counted calls still open and
+    dialled again, once a second, for a call that had already failed (CI
+    saw it one run in two, when the caller ran after the pump; a caller
+    that holds its failed stream shows it every time)."""
+    proxy = Nginx({"protos": PROTOS}, workers=1)
+    try:
+        counts, _, error = calls(proxy, name="refused-held", addr=f"127.0.0.1:{free_port()}",
+                                 transport="cosocket", timeout=1000, hold=2500, **{"do": "held"})
+        dials = proxy.log().count(REFUSED)
     finally:
         proxy.stop()
     assert counts == {"UNAVAILABLE": "1"}, (counts, error)
-    assert 1 <= dials <= 2, dials
-    assert later == 0, f"{later} dials in the 3.5 s after the call"
+    # As above: the conn's own dial, and the call's unless it came first.
+    assert 1 <= dials <= 2, f"{dials} dials for one call held open 2.5 s after it failed"
 
 
 REFUSED = "connect() failed (111: Connection refused)"

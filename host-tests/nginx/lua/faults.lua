@@ -7,6 +7,9 @@
 --   do=unclosed&timeout=         a server-streaming call whose request is
 --                                never half-closed: it must end at its
 --                                deadline
+--   do=held&hold=&timeout=       a stream whose first recv ends it (a
+--                                refused server) and that its caller
+--                                closes only `hold` ms later
 -- Each call is counted by its outcome, "ok" or the status name; the answer
 -- is "<outcome>=<count> ... | <slowest call in ms> | <first error>", with
 -- status 500 when a call failed and the request asked for &strict=1.
@@ -47,7 +50,7 @@ end
 -- A StreamThenFail stream's first message; `half_close` false leaves the
 -- request open, and the call starts only once it ends, which never comes.
 -- The stream is closed after its first message (cancelled if it runs).
-local function first_of_stream(half_close)
+local function first_of_stream(half_close, hold_ms)
     timed(function()
         local ok, stream = conn:new_stream("/grpcwasm.testing.Testing/StreamThenFail",
                                            { timeout = tonumber(args.timeout) })
@@ -59,6 +62,9 @@ local function first_of_stream(half_close)
             stream:close_send()
         end
         local rok, res, info = stream:recv()
+        if hold_ms then
+            ngx.sleep(hold_ms / 1000)
+        end
         stream:close()
         return rok and res ~= nil, res, info
     end)
@@ -66,6 +72,8 @@ end
 
 if args["do"] == "unclosed" then
     first_of_stream(false)
+elseif args["do"] == "held" then
+    first_of_stream(true, tonumber(args.hold))
 elseif args["do"] == "cancels" then
     for _ = 1, tonumber(args.n) do
         first_of_stream(true)

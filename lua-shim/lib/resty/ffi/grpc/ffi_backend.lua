@@ -138,8 +138,14 @@ local call_pumps = {} -- call id -> pump
 -- than 2^31-1 ms): about 24 days.
 local MAX_TIMEOUT = 2147483647
 
+-- Ends every call of the conn with `reason` and gives it a fresh HTTP/2
+-- state. The callers close those calls later, when their threads run, so
+-- the pump counts what wants the connection from here on: a call started
+-- after the reset (`wanted`). Counting open calls made it dial again for
+-- calls that had already failed.
 local function pump_reset(pump, reason)
     local n = C.grpc_wasm_wire_reset(pump.id, reason, pump.ids, 256)
+    pump.wanted = false
     if n > 0 then
         post_ready(pump.ids, n)
     end
@@ -249,7 +255,7 @@ local function pump_writer(pump, sock)
 end
 
 local function wait_for_a_call(pump)
-    while pump.calls == 0 and not pump.closed and not ngx.worker.exiting() do
+    while not pump.wanted and not pump.closed and not ngx.worker.exiting() do
         pump.wake:wait(1)
     end
 end
@@ -268,12 +274,8 @@ local function pump_connection(pump)
         if not pump_reset(pump, "connect to " .. pump.addr .. " failed: " .. tostring(err)) then
             return false
         end
-        -- Dial again when a call wants the connection, and a server that
-        -- is down is left alone meanwhile. The calls just failed close
-        -- first (a yield lets them run), and a call left open costs a dial
-        -- a second at most.
-        ngx.sleep(0)
-        pump.wake:wait(1)
+        -- Dial again when a call wants the connection; a server that is
+        -- down is left alone meanwhile.
         wait_for_a_call(pump)
         return true
     end
@@ -414,6 +416,7 @@ function ffi_backend.start(conn, path, body, timeout, metadata, json)
     if pump then
         call_pumps[id] = pump
         pump.calls = pump.calls + 1
+        pump.wanted = true
         wake_pump(pump)
     end
     return id
