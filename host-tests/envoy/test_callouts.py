@@ -110,7 +110,8 @@ def test_deadline_from_the_request(testing):
     elapsed = time.time() - started
     assert status == 504 and body["code"] == 4, (body, testing.log())
     assert "{" not in body["message"], body
-    assert elapsed < 2.5, elapsed
+    # The server sleeps 5 s: the bound leaves a loaded machine its margin.
+    assert elapsed < 4, elapsed
 
 
 def test_default_deadline_on_streams(testing):
@@ -119,7 +120,8 @@ def test_default_deadline_on_streams(testing):
                            {"count": 100, "intervalMillis": 200}, {"grpc-timeout": "500m"})
     assert status in (200, 504), testing.log()
     assert (body[-1] if isinstance(body, list) else {"error": body})["error"]["code"] == 4, body
-    assert time.time() - started < 2.5
+    # The stream runs 20 s when not ended at its deadline.
+    assert time.time() - started < 4
 
 
 def test_a_request_body_that_stops_short_is_answered_at_its_deadline(testing):
@@ -136,7 +138,8 @@ def test_a_request_body_that_stops_short_is_answered_at_its_deadline(testing):
     elapsed = time.time() - started
     sock.close()
     assert (response.status, body["code"], body["message"]) == (504, 4, "deadline of 500 ms exceeded"), body
-    assert 0.45 < elapsed < 1.5, elapsed
+    # Envoy's own timeouts would hold it for minutes.
+    assert 0.45 < elapsed < 5, elapsed
 
 
 def test_metadata_from_prefixed_headers(testing):

@@ -188,7 +188,8 @@ def test_a_client_deadline_is_capped_by_max_timeout_ms(callouts):
                            {"grpc-timeout": "9999S"})
     elapsed = time.monotonic() - started
     assert (status, body["code"]) == (504, 4), (body, callouts.log())
-    assert elapsed < 2.5, elapsed
+    # The server sleeps 5 s; the bound leaves a loaded machine its margin.
+    assert elapsed < 4, elapsed
 
 
 def test_callout_responses_over_the_limit_are_refused(servers):

@@ -93,7 +93,7 @@ class NgxWasm:
         if wait:
             self.wait_ready()
 
-    def wait_ready(self, timeout=30):
+    def wait_ready(self, timeout=60):
         """Until the filter answers with its configuration loaded: a JSON
         call to a method no proto defines gets the filter's 404."""
         deadline = time.time() + timeout

@@ -43,7 +43,8 @@ def test_callout_mode_is_refused_per_request_without_a_hang(started, servers):
         status, body, _ = proxy.post("/helloworld.Greeter/SayHello", {"name": "x"})
         assert (status, body["code"]) == (501, 12), (body, proxy.log())
         assert body["message"].startswith("callout: this host (ngx_wasm_module) has no gRPC calls"), body
-        assert time.time() - began < 2
+        # Refused at once; a hang would last to the client's 20 s timeout.
+        assert time.time() - began < 10
     assert_healthy(proxy, workers)
 
 

@@ -74,7 +74,8 @@ class Nginx:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.wait_ready()
 
-    def wait_ready(self, timeout=15):
+    # Generous: the time is spent only when nginx fails to start.
+    def wait_ready(self, timeout=60):
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -100,11 +101,20 @@ class Nginx:
         except OSError:
             return "(no log)"
 
+    def wait_for_log(self, text, count=1, timeout=30):
+        """Waits until `text` is in the log `count` times: a marker the Lua
+        side logs, so that a test acts on what happened, not on a sleep."""
+        deadline = time.time() + timeout
+        while self.log().count(text) < count:
+            if time.time() > deadline:
+                raise AssertionError(f"{text!r} not logged {count} times in {timeout} s:\n{self.log()[-3000:]}")
+            time.sleep(0.02)
+
     def stop(self):
         # QUIT: a graceful stop, so that a worker that cannot exit shows.
         if self.proc.poll() is None:
             self.proc.send_signal(3)
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()

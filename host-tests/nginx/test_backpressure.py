@@ -128,16 +128,20 @@ def test_an_unread_stream_holds_the_server_not_the_workers_memory(flood, transpo
         pid = worker_pid(proxy)
         before = rss_kib(pid)
         sent_before = server.sent
+        reading = proxy.log().count("flood reading")
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             started = time.time()
             reply = pool.submit(proxy.get, f"/t/flood?transport={transport}&count={COUNT}&size={SIZE}"
                                            f"&hold={HOLD}&read={READ}")
             peak = before
-            held_sent = None
+            held_sent = 0
             while not reply.done():
                 peak = max(peak, rss_kib(pid))
-                if held_sent is None and time.time() - started > HOLD - 0.5:
-                    held_sent = server.sent - sent_before
+                # What the server sent while the stream was unread: the
+                # last sample before the handler says it reads.
+                sent = server.sent - sent_before
+                if proxy.log().count("flood reading") == reading:
+                    held_sent = sent
                 time.sleep(0.05)
             status, body = reply.result()
         elapsed = time.time() - started

@@ -93,7 +93,8 @@ def test_a_server_that_breaks_http2_gets_a_clear_status_without_a_spin(nginx, mo
     expected = BROKEN[mode]
     assert counts == {expected.split(" ")[0]: "1"}, (counts, error)
     assert error.startswith(expected), error
-    assert slowest < 1500
+    # By its 1000 ms deadline: grpc.lua's own net would end it at 2000 ms.
+    assert slowest < 1900, slowest
     # Waiting costs nothing: a spinning worker would burn the whole second.
     assert spent < 0.3, spent
 
@@ -215,7 +216,8 @@ def test_a_conn_with_no_timer_for_its_next_connection_keeps_its_pump():
     for counts, slowest, error in results:
         assert counts == {"UNAVAILABLE": "1"}, (counts, error)
         assert error.startswith(BROKEN["http1"]), error
-        assert slowest < 1000, slowest
+        # A pump left without a timer ran the call to its 3 s deadline.
+        assert slowest < 2500, slowest
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -234,7 +236,9 @@ def test_a_stream_whose_request_never_ends_ends_at_its_deadline(nginx, transport
     print(f"{transport}: {counts} in {slowest} ms: {error}")
     assert counts == {"DEADLINE_EXCEEDED": "1"}, (counts, error)
     assert error == "DEADLINE_EXCEEDED (4): deadline of 500 ms exceeded"
-    assert 500 <= slowest < 800, slowest
+    # The defect ended at the deadline plus grpc.lua's second of slack;
+    # the margin is for a loaded machine.
+    assert 500 <= slowest < 1400, slowest
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -253,15 +257,22 @@ def test_a_graceful_stop_lets_the_calls_in_flight_finish(transport):
     result = {}
     try:
         (worker,) = worker_pids(proxy)
+        # Loading the module is not what this measures.
+        calls(proxy, name="quit-warm-up", addr="127.0.0.1:1", ms=0, timeout=100)
+        base = cpu_seconds(worker)
         thread = threading.Thread(target=lambda: result.update(r=calls(
             proxy, name="quit", addr=f"127.0.0.1:{port}", transport=transport, n=2, ms=1000, timeout=8000.5)))
         thread.start()
-        time.sleep(0.5)
+        proxy.wait_for_log("faults call start quit")
         proxy.proc.send_signal(signal.SIGQUIT)
-        thread.join(timeout=20)
+        thread.join(timeout=30)
+        spent = 0.0
         deadline = time.time() + 5
         while os.path.exists(f"/proc/{worker}") and time.time() < deadline:
-            spent = cpu_seconds(worker)
+            try:
+                spent = cpu_seconds(worker) - base
+            except FileNotFoundError:
+                break
             time.sleep(0.1)
         exited = not os.path.exists(f"/proc/{worker}")
         proxy.proc.wait(timeout=10)
@@ -272,7 +283,9 @@ def test_a_graceful_stop_lets_the_calls_in_flight_finish(transport):
     counts, slowest, error = result["r"]
     print(f"{transport}: {counts}, slowest {slowest} ms, CPU {spent:.2f} s: {error}")
     assert counts == {"ok": "2"}, (counts, error)
-    assert slowest < 1500, slowest
+    # Each 1 s call ends as its server answers: the defect ran to the
+    # 8 s deadline (or failed, which the counts show).
+    assert slowest < 4000, slowest
     assert exited, "the worker still runs 5 s after the calls ended"
     assert spent < 0.5, spent
     check_log(proxy)
@@ -294,10 +307,14 @@ def test_a_hundred_calls_in_flight_when_the_server_dies_and_the_next_when_it_is_
     result = {}
     try:
         assert calls(nginx, **conn, ms=0, timeout=2000)[0] == {"ok": "1"}
+        marker = f"faults call start restart-{transport}"
+        started = nginx.log().count(marker)
         thread = threading.Thread(target=lambda: result.update(
             r=calls(nginx, **conn, do="inflight", n=100, ms=5000, timeout=8000)))
         thread.start()
-        time.sleep(0.5)
+        # All 100 are on their way (each logs as it starts), and then some.
+        nginx.wait_for_log(marker, count=started + 100)
+        time.sleep(0.2)
         server.kill()
         killed = time.time()
         server.wait()
@@ -306,9 +323,10 @@ def test_a_hundred_calls_in_flight_when_the_server_dies_and_the_next_when_it_is_
         server = start_server(port)
         back = time.time()
         # The first call after the server's return may still meet the dead
-        # connection; within a second one must succeed.
+        # connection; the next one must succeed (the time allowed is for
+        # a loaded machine; the count of calls is what is checked).
         outcomes = []
-        while time.time() - back < 1.0:
+        while time.time() - back < 5.0:
             counts, _, error = calls(nginx, **conn, ms=0, timeout=500)
             outcomes.append((counts, error))
             if counts == {"ok": "1"}:
@@ -322,8 +340,9 @@ def test_a_hundred_calls_in_flight_when_the_server_dies_and_the_next_when_it_is_
           f"after {len(outcomes)} calls; {error}")
     assert counts == {"UNAVAILABLE": "100"}, (counts, error)
     # Each failed when its connection did, long before its 8 s deadline.
-    assert failed_after < 2.0 and slowest < 3000, (failed_after, slowest)
+    assert failed_after < 5.0 and slowest < 6000, (failed_after, slowest)
     assert outcomes[-1][0] == {"ok": "1"}, outcomes
+    assert len(outcomes) <= 2, outcomes
 
 
 @pytest.mark.skipif(not shutil.which("h2load"), reason="h2load (nghttp2-client) is not installed")

@@ -176,12 +176,16 @@ def sleeper():
     """A grpcio server whose Sleep outlives any deadline and never answers
     DEADLINE_EXCEEDED itself (the tonic testing-server does)."""
     import concurrent.futures
-    import time
+    import threading
 
     import grpc
 
+    # Far past any bound the test sets; released at teardown, so that the
+    # server's threads do not hold the interpreter's exit.
+    released = threading.Event()
+
     def sleep(request, context):
-        time.sleep(3)
+        released.wait(30)
         return b""
 
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
@@ -191,6 +195,7 @@ def sleeper():
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield f"127.0.0.1:{port}"
+    released.set()
     server.stop(0)
 
 

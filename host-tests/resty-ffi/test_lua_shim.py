@@ -108,7 +108,8 @@ def test_every_next_ends_by_its_timeout(h, servers):
     assert rc == 0
     started = time.time()
     assert task(h, rt, op="next", id=int(call), timeout=300) == (1, b"timeout waiting for the call's next event")
-    assert 0.25 < time.time() - started < 2
+    # The call itself lasts 60 s.
+    assert 0.25 < time.time() - started < 5
     # A call nobody started is answered at once: nothing would wake it.
     assert task(h, rt, op="next", id=424242) == (1, b"unknown or finished call")
     assert task(h, rt, op="close", id=int(call)) == (0, None)

@@ -12,6 +12,7 @@ end
 
 -- server down: UNAVAILABLE well within the deadline
 local ok, dead = grpc.connect(env.dead)
+ngx.update_time()
 local started = ngx.now()
 local ok, err, info = dead:unary("/helloworld.Greeter/SayHello", {name = "x"}, {timeout = 3000})
 ngx.update_time()
@@ -25,7 +26,8 @@ started = ngx.now()
 local ok, err, info = conn:unary("/grpcwasm.testing.Testing/Sleep", {millis = 5000}, {timeout = 300})
 ngx.update_time()
 show("deadline", ok, info and info.name, info)
-ngx.say("deadline in time: ", tostring(ngx.now() - started < 1.5))
+-- The server sleeps 5 s: the bound leaves a loaded machine its margin.
+ngx.say("deadline in time: ", tostring(ngx.now() - started < 3))
 
 -- a status with details
 local ok, err, info = conn:unary("/grpcwasm.testing.Testing/Fail",

@@ -19,6 +19,8 @@ assert(ok, stream)
 assert(stream:send({ count = count, size = size }))
 assert(stream:close_send())
 ngx.sleep(tonumber(args.hold))
+-- The test's marker: what the server sent until here was sent unread.
+ngx.log(ngx.INFO, "flood reading")
 
 local want = tonumber(args.read)
 local read = 0

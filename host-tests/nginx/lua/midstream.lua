@@ -19,5 +19,9 @@ while true do
         break
     end
     got = got + 1
+    if got == 1 then
+        -- The test's marker to kill the server (nginx_harness.wait_for_log).
+        ngx.log(ngx.INFO, "midstream first message")
+    end
 end
 stream:close()
