@@ -6,6 +6,8 @@ import base64
 import http.client
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -151,6 +153,44 @@ def test_a_unary_frame_over_the_limit_is_refused_by_its_header(envoy):
     assert (status, body) == (200, {"code": 8, "details": [],
                                     "message": "response body of 104857605 bytes exceeds the limit of 4194304 bytes"})
     assert_still_serves(envoy)
+
+
+def h2_post_with_trailers(proxy, path, body, tmp_path):
+    """POST `body` over HTTP/2 (nghttp, nghttp2-client) as JSON, ended by
+    a trailer: (HTTP status, JSON answer or the raw text)."""
+    data = tmp_path / "body"
+    data.write_bytes(body)
+    out = subprocess.run(["nghttp", "-v", "-d", str(data), "--trailer", "x-any: 1",
+                          "-H", "content-type: application/json", f"http://127.0.0.1:{proxy.port}{path}"],
+                         capture_output=True, text=True, timeout=30).stdout
+    sent = re.search(r"send HEADERS frame <length=\d+, flags=0x05", out)
+    assert sent, f"nghttp sent no trailers:\n{out}"
+    status = int(re.search(r"recv \(stream_id=\d+\) :status: (\d+)", out).group(1))
+    # nghttp writes the body and then, on the same line, its next log entry.
+    answer = next((line for line in out.splitlines() if line.startswith("{")), out)
+    try:
+        return status, json.JSONDecoder().raw_decode(answer)[0]
+    except ValueError:
+        return status, answer
+
+
+@pytest.mark.skipif(not shutil.which("nghttp"), reason="nghttp (nghttp2-client) is not installed")
+@pytest.mark.parametrize("mode", ["transcoding", "callout"])
+def test_a_request_that_ends_with_trailers_is_refused_not_forwarded(envoy, callouts, mode, tmp_path):
+    """The filter held a JSON body until a body callback said end of
+    stream; a request ended by trailers never said so, and Envoy forwarded
+    the client's own bytes upstream as the gRPC request under the path the
+    filter had rewritten: a gRPC frame sent as "JSON" was answered 200."""
+    proxy = {"transcoding": envoy, "callout": callouts}[mode]
+    empty_message = b"\x00\x00\x00\x00\x00"
+    status, body = h2_post_with_trailers(proxy, "/grpcwasm.testing.Testing/EchoMetadata", empty_message, tmp_path)
+    assert (status, body) == (400, {"code": 3, "details": [], "message": "request trailers are not supported: "
+                                    "a JSON request ends with its body"}), (body, proxy.log()[-3000:])
+    # The same bytes without trailers are what they are: not JSON.
+    status, _, _ = send(proxy, "POST", "/grpcwasm.testing.Testing/EchoMetadata", empty_message)
+    assert status == 400, proxy.log()[-3000:]
+    if mode == "transcoding":
+        assert_still_serves(proxy)
 
 
 def test_a_message_cut_short_by_the_trailers_fails_in_them(envoy):

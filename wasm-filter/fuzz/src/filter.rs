@@ -16,7 +16,8 @@ use grpc_wasm::proxy::filter::{
     proxy_on_configure, proxy_on_context_create, proxy_on_delete, proxy_on_grpc_close,
     proxy_on_grpc_receive, proxy_on_grpc_receive_initial_metadata,
     proxy_on_grpc_receive_trailing_metadata, proxy_on_request_body, proxy_on_request_headers,
-    proxy_on_response_body, proxy_on_response_headers, proxy_on_response_trailers, proxy_on_tick,
+    proxy_on_request_trailers, proxy_on_response_body, proxy_on_response_headers,
+    proxy_on_response_trailers, proxy_on_tick,
 };
 use grpc_wasm::proxy::host::install;
 use grpc_wasm::proxy::host::mock::MockHost;
@@ -209,7 +210,7 @@ fn token(choices: &mut Choices, host: &MockHost) -> u32 {
 /// One callback, chosen and filled by the input.
 fn step(choices: &mut Choices, host: &MockHost, root: u32, context: u32) {
     let end = choices.flag();
-    match choices.byte() % 11 {
+    match choices.byte() % 12 {
         // Proxies call it once per stream, first; a repeat is a no-op.
         0 if host
             .state
@@ -291,6 +292,11 @@ fn step(choices: &mut Choices, host: &MockHost, root: u32, context: u32) {
             let later = u64::from(choices.byte()) * 10_000_000;
             host.state.borrow_mut().now_nanos += later;
             proxy_on_tick(root);
+        }
+        10 => {
+            let headers = headers(choices, &[]);
+            set_map(host, MapType::HttpRequestTrailers, &headers);
+            proxy_on_request_trailers(context, headers.len() as u32);
         }
         _ => {
             // A callback for a stream the filter does not know.

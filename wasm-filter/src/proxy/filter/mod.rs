@@ -24,10 +24,13 @@ use super::contract::{BufferType, LogLevel, MapType};
 use super::fetch;
 use super::host::{self, *};
 use super::transcoder::{self, Plan};
+use crate::code::Code;
+use crate::status::Status;
 use contexts::{with_stream, ROOTS, STREAMS};
 use host_kind::{check_host, host_is_shim};
-use reply::{answer, send_error, CONTINUE};
+use reply::{answer, send_error, CONTINUE, PAUSE};
 use stream::Stream;
+use transcoder::Reply;
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_abi_version_0_2_1() {}
@@ -184,6 +187,39 @@ pub extern "C" fn proxy_on_request_body(
         transcoding::request_body(stream, size, end_of_stream)
     })
 }
+
+/// A request that ends with trailers ends here, not in a body callback.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_request_trailers(context_id: u32, _trailers: u32) -> u32 {
+    with_stream(context_id, CONTINUE, request_trailers)
+}
+
+/// A request the filter handles (transcoded or called out) never gets its
+/// body transcoded when it ends with trailers: the body callbacks saw no
+/// end. Without this callback the host forwarded the client's own bytes
+/// upstream under the rewritten path, bypassing every rule that trusts the
+/// REST path and the JSON validation (issue 26). Such a request is refused
+/// in every mode. The trailers are held in any case (PAUSE): when the host
+/// refuses the reply, or the exchange is answered already, the upstream
+/// gets no end of request rather than an untranscoded one, and the call's
+/// deadline ends it.
+fn request_trailers(stream: &mut Stream) -> u32 {
+    if stream.route.is_none() {
+        return CONTINUE;
+    }
+    if !stream.phase.is_decided() {
+        if let Some(call) = stream.call.take() {
+            callout_host::cancel(&call);
+        }
+        let status = Status::new(Code::InvalidArgument, REQUEST_TRAILERS);
+        answer(stream, &Reply::error(&stream.config, &status));
+    }
+    PAUSE
+}
+
+/// The answer to a transcoded request that ends with trailers.
+pub const REQUEST_TRAILERS: &str =
+    "request trailers are not supported: a JSON request ends with its body";
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_response_headers(

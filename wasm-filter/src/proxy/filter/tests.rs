@@ -697,3 +697,53 @@ fn envoy_a_request_with_headers_only_is_refused_for_want_of_a_body() {
     assert_eq!(response_body(&host, &frame(REPLY), true), CONTINUE);
     assert_eq!(response_text(&host), String::from_utf8_lossy(&frame(REPLY)));
 }
+
+/// The request trailers arrive; returns the filter's action.
+fn request_trailers(host: &MockHost) -> u32 {
+    host.set_map(MapType::HttpRequestTrailers, &[("x-any", "1")]);
+    proxy_on_request_trailers(HTTP, 1)
+}
+
+fn refused_for_its_trailers(host: &MockHost) {
+    let (status, body) = the_reply(host);
+    assert_eq!(
+        (status, body["code"].clone(), body["message"].clone()),
+        (400, json!(3), json!(REQUEST_TRAILERS))
+    );
+}
+
+#[test]
+fn envoy_a_request_that_ends_with_trailers_is_refused_not_forwarded() {
+    let host = transcoding(false);
+    assert_eq!(request_headers(&host, &[], false), CONTINUE);
+    // A body that is already a gRPC frame, ended by trailers: the body
+    // callbacks never see its end.
+    assert_eq!(request_body(&host, &frame(REQUEST), false), PAUSE);
+    assert_eq!(request_trailers(&host), PAUSE);
+    refused_for_its_trailers(&host);
+    // Answered once: a repeat changes nothing.
+    assert_eq!(request_trailers(&host), PAUSE);
+    assert_eq!(host.state.borrow().replies.len(), 1);
+}
+
+#[test]
+fn envoy_a_callout_request_that_ends_with_trailers_is_refused_and_calls_nothing() {
+    let host = callout(json!({}), false);
+    assert_eq!(request_headers(&host, &[], false), PAUSE);
+    assert_eq!(request_body(&host, br#"{"name":"ann"}"#, false), PAUSE);
+    assert_eq!(request_trailers(&host), PAUSE);
+    refused_for_its_trailers(&host);
+    assert!(host.state.borrow().opened.is_empty());
+}
+
+#[test]
+fn a_request_the_filter_passes_through_keeps_its_trailers() {
+    let host = transcoding(false);
+    host.set_map(
+        MapType::HttpRequestHeaders,
+        &[(":method", "POST"), (":path", "/healthz")],
+    );
+    assert_eq!(proxy_on_request_headers(HTTP, 2, 0), CONTINUE);
+    assert_eq!(request_trailers(&host), CONTINUE);
+    assert!(host.state.borrow().replies.is_empty());
+}
