@@ -194,13 +194,16 @@ impl FrameDecoder {
                 limit: self.max_message_size,
             });
         }
-        if pending.len() < HEADER_LEN + len {
+        // The length is the peer's: compared with what is buffered, never
+        // added to the header's, so that it cannot wrap a 32-bit usize.
+        let body = &pending[HEADER_LEN..];
+        if body.len() < len {
             return Ok(None);
         }
         if flag == 0 && len > self.remaining {
             return Err(self.over_total());
         }
-        let payload = &pending[HEADER_LEN..HEADER_LEN + len];
+        let payload = &body[..len];
         let message = if flag == 1 {
             self.decompress(payload)?
         } else {
@@ -269,6 +272,16 @@ mod tests {
             out.push(m);
         }
         Ok(out)
+    }
+
+    #[test]
+    fn the_largest_declared_length_waits_for_its_bytes_without_wrapping() {
+        // With no limit to stop it, 0xffffffff plus the header wrapped a
+        // 32-bit usize (wasm32) and the slice past it trapped.
+        let mut decoder = FrameDecoder::new(usize::MAX, Compression::Identity);
+        decoder.push(b"\0\xff\xff\xff\xffpartial");
+        assert_eq!(decoder.next_message(), Ok(None));
+        assert_eq!(decoder.buffered(), 12);
     }
 
     #[test]

@@ -283,6 +283,8 @@ impl FilterConfig {
                 return Err(format!("services: unknown service '{service}'"));
             }
         }
+        check_body_limit("max_request_bytes", raw.max_request_bytes)?;
+        check_body_limit("max_response_bytes", raw.max_response_bytes)?;
         let bindings = collect_bindings(&registry, raw.services.as_deref())?;
         let callout = raw.callout.map(check_callout).transpose()?;
         let p = raw.print_options;
@@ -319,6 +321,16 @@ fn object(bytes: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, St
         Ok(_) => Err("expected a JSON object".into()),
         Err(e) => Err(e.to_string()),
     }
+}
+
+fn check_body_limit(name: &str, limit: usize) -> Result<(), String> {
+    if limit > crate::limits::MAX_BODY_LIMIT {
+        return Err(format!(
+            "{name}: {limit} is above the largest limit, {} bytes",
+            crate::limits::MAX_BODY_LIMIT
+        ));
+    }
+    Ok(())
 }
 
 fn check_callout(raw: RawCallout) -> Result<Callout, String> {
@@ -422,6 +434,24 @@ mod tests {
         assert!(FilterConfig::from_json(b"not json")
             .unwrap_err()
             .starts_with("invalid plugin configuration: expected"));
+    }
+
+    #[test]
+    fn a_body_limit_past_what_the_module_can_hold_is_refused() {
+        // A frame header declaring 0xffffffff under this limit wrapped the
+        // frame's length in wasm32 and trapped the module (issue 26).
+        let mut cfg: serde_json::Value = serde_json::from_str(&hello()).unwrap();
+        cfg["max_response_bytes"] = 4294967295u32.into();
+        assert_eq!(
+            FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err(),
+            "max_response_bytes: 4294967295 is above the largest limit, 1073741824 bytes"
+        );
+        cfg["max_response_bytes"] = (1u32 << 30).into();
+        cfg["max_request_bytes"] = ((1u32 << 30) + 1).into();
+        assert_eq!(
+            FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err(),
+            "max_request_bytes: 1073741825 is above the largest limit, 1073741824 bytes"
+        );
     }
 
     #[test]

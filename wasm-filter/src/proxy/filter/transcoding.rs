@@ -474,7 +474,8 @@ fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
     if declared > stream.config.max_response_bytes as u64 {
         // Refused by its header, before its bytes are held.
         let limit = stream.config.max_response_bytes;
-        let status = transcoder::too_large_status("response", declared as usize, limit);
+        let declared = usize::try_from(declared).unwrap_or(usize::MAX);
+        let status = transcoder::too_large_status("response", declared, limit);
         fail_in_body(stream, 0, status, false);
         return CONTINUE;
     }
