@@ -263,7 +263,7 @@ def test_a_graceful_stop_lets_the_calls_in_flight_finish(transport):
         thread = threading.Thread(target=lambda: result.update(r=calls(
             proxy, name="quit", addr=f"127.0.0.1:{port}", transport=transport, n=2, ms=1000, timeout=8000.5)))
         thread.start()
-        proxy.wait_for_log("faults call start quit")
+        proxy.wait_for_log("faults call start quit;")
         proxy.proc.send_signal(signal.SIGQUIT)
         thread.join(timeout=30)
         spent = 0.0
@@ -307,7 +307,7 @@ def test_a_hundred_calls_in_flight_when_the_server_dies_and_the_next_when_it_is_
     result = {}
     try:
         assert calls(nginx, **conn, ms=0, timeout=2000)[0] == {"ok": "1"}
-        marker = f"faults call start restart-{transport}"
+        marker = f"faults call start restart-{transport};"
         started = nginx.log().count(marker)
         thread = threading.Thread(target=lambda: result.update(
             r=calls(nginx, **conn, do="inflight", n=100, ms=5000, timeout=8000)))

@@ -28,8 +28,9 @@ local counts, slowest, first_error = {}, 0, nil
 -- Runs call() (ok, res, info as a call returns them) and counts its
 -- outcome, "ok" or the status name, and its time.
 local function timed(call)
-    -- The tests' marker that a call is on its way (nginx_harness.wait_for_log).
-    ngx.log(ngx.INFO, "faults call start ", args.name)
+    -- The tests' marker that a call is on its way (nginx_harness.wait_for_log);
+    -- the ";" ends the name, so that one name's marker is no other's prefix.
+    ngx.log(ngx.INFO, "faults call start ", args.name, ";")
     ngx.update_time()
     local started = ngx.now()
     local ok, res, info = call()
