@@ -189,6 +189,34 @@ def test_a_failed_call_its_caller_has_not_closed_yet_is_not_dialled_for():
     assert 1 <= dials <= 2, f"{dials} dials for one call held open 2.5 s after it failed"
 
 
+def test_a_failed_call_held_while_the_worker_exits_is_not_dialled_for():
+    """While the worker exits the pump stopped waiting for a call: with a
+    failed call its caller still held, it dialled again at once, again and
+    again (and a connect that fails without yielding would have spun the
+    worker for good)."""
+    proxy = Nginx({"protos": PROTOS}, workers=1)
+    result = {}
+    try:
+        (worker,) = worker_pids(proxy)
+        thread = threading.Thread(target=lambda: result.update(r=calls(
+            proxy, name="refused-exit", addr=f"127.0.0.1:{free_port()}", transport="cosocket",
+            timeout=1000, hold=2000, **{"do": "held"})))
+        thread.start()
+        # The call has failed (its dial was refused) and is held: quit.
+        proxy.wait_for_log(REFUSED)
+        proxy.proc.send_signal(signal.SIGQUIT)
+        thread.join(timeout=30)
+        proxy.proc.wait(timeout=20)
+        dials = proxy.log().count(REFUSED)
+    finally:
+        if proxy.proc.poll() is None:
+            proxy.proc.kill()
+    assert not os.path.exists(f"/proc/{worker}")
+    counts, _, error = result["r"]
+    assert counts == {"UNAVAILABLE": "1"}, (counts, error)
+    assert 1 <= dials <= 2, f"{dials} dials for one call held open while the worker exits"
+
+
 REFUSED = "connect() failed (111: Connection refused)"
 
 

@@ -254,9 +254,20 @@ local function pump_writer(pump, sock)
     return pump.broken or "the connection is closed"
 end
 
+-- Until a call wants the connection. While the worker exits the pump
+-- ends once its calls are closed (pump_serves), so it stops waiting then;
+-- until then it waits too: failed calls their callers still hold must not
+-- make it dial again, and a connect that fails without yielding would
+-- spin the worker.
 local function wait_for_a_call(pump)
-    while not pump.wanted and not pump.closed and not ngx.worker.exiting() do
-        pump.wake:wait(1)
+    while not pump.wanted and not pump.closed do
+        if not ngx.worker.exiting() then
+            pump.wake:wait(1)
+        elseif pump.calls == 0 then
+            return
+        else
+            pump.wake:wait(0.05)
+        end
     end
 end
 
