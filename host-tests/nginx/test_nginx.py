@@ -136,8 +136,10 @@ def test_server_killed_mid_stream(nginx):
     result = {}
     thread = threading.Thread(target=lambda: result.update(r=nginx.get(f"/t/midstream?addr={server.addr}")))
     started = time.time()
+    # Counted before the request: its own line may come before the wait.
+    before = nginx.log().count("midstream first message")
     thread.start()
-    nginx.wait_for_log("midstream first message", count=nginx.log().count("midstream first message") + 1)
+    nginx.wait_for_log("midstream first message", count=before + 1)
     server.proc.kill()
     thread.join(timeout=30)
     status, body = result["r"]
@@ -167,10 +169,11 @@ def test_a_conn_comes_back_with_its_server(nginx):
     proc = start()
     result = {}
     thread = threading.Thread(target=lambda: result.update(r=nginx.get(f"/t/reconnect?addr=127.0.0.1:{port}")))
-    thread.start()
     # Each change the handler sees is logged: kill after the first ok,
-    # bring the server back after the first failure.
+    # bring the server back after the first failure (counted before the
+    # request, whose first line may come before the wait).
     seen = nginx.log().count("reconnect seen ")
+    thread.start()
     nginx.wait_for_log("reconnect seen ", count=seen + 1)
     proc.kill()
     proc.wait()
