@@ -18,10 +18,11 @@ pub const MAX_NESTING: usize = 100;
 pub const MAX_FIELD_PATH_BYTES: usize = 1024;
 
 /// The largest `max_request_bytes` / `max_response_bytes` a configuration
-/// may set: 1 GiB. A wasm32 module has 4 GiB of memory in all, and a frame
-/// length a peer declares near `u32::MAX` would wrap a 32-bit `usize` once
-/// the header is added; the README's limits table gives it.
-pub const MAX_BODY_LIMIT: usize = 1 << 30;
+/// may set: 256 MiB. A wasm32 module has 4 GiB of memory in all, a message
+/// is held several times over while it is carried, decoded and printed,
+/// and a frame length a peer declares near `u32::MAX` would wrap a 32-bit
+/// `usize` once the header is added; the README's limits table gives it.
+pub const MAX_BODY_LIMIT: usize = 256 << 20;
 
 /// The error text for input that nests deeper than [`MAX_NESTING`].
 pub fn nesting_error() -> String {

@@ -444,13 +444,13 @@ mod tests {
         cfg["max_response_bytes"] = 4294967295u32.into();
         assert_eq!(
             FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err(),
-            "max_response_bytes: 4294967295 is above the largest limit, 1073741824 bytes"
+            "max_response_bytes: 4294967295 is above the largest limit, 268435456 bytes"
         );
-        cfg["max_response_bytes"] = (1u32 << 30).into();
-        cfg["max_request_bytes"] = ((1u32 << 30) + 1).into();
+        cfg["max_response_bytes"] = (256u32 << 20).into();
+        cfg["max_request_bytes"] = ((256u32 << 20) + 1).into();
         assert_eq!(
             FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err(),
-            "max_request_bytes: 1073741825 is above the largest limit, 1073741824 bytes"
+            "max_request_bytes: 268435457 is above the largest limit, 268435456 bytes"
         );
     }
 

@@ -201,8 +201,10 @@ pub extern "C" fn proxy_on_request_trailers(context_id: u32, _trailers: u32) -> 
 /// REST path and the JSON validation (issue 26). Such a request is refused
 /// in every mode. The trailers are held in any case (PAUSE): when the host
 /// refuses the reply, or the exchange is answered already, the upstream
-/// gets no end of request rather than an untranscoded one, and the call's
-/// deadline ends it.
+/// gets no end of request rather than an untranscoded one. A refused reply
+/// then leaves the stream to the host's own timeouts (Envoy's stream idle
+/// timeout); Envoy takes a local reply at this point, resetting the stream
+/// when the response has started.
 fn request_trailers(stream: &mut Stream) -> u32 {
     if stream.route.is_none() {
         return CONTINUE;
