@@ -13,6 +13,9 @@
 //!   [`CUT_AFTER`] of them, then `grpc-status: 0`.
 //! - `cut-message`: a frame whose header declares a megabyte, [`CUT_AFTER`]
 //!   of it, then `grpc-status: 0`.
+//! - `declared-then-wait`: a frame whose header declares [`DECLARED`]
+//!   bytes, [`SENT_OF_DECLARED`] of them, then [`WAIT`] of silence (so that
+//!   many such answers are held at once), then `grpc-status: 0`.
 
 use bytes::Bytes;
 use grpc_wasm::framing::{encode_frame, Compression};
@@ -29,6 +32,9 @@ pub const HUGE_FRAME: u32 = 100 << 20;
 pub const CUT_AFTER: usize = 100_000;
 pub const BOMB_FRAMES: usize = 300;
 pub const BOMB_MESSAGE: usize = 1 << 20;
+pub const DECLARED: u32 = 8_000_000;
+pub const SENT_OF_DECLARED: usize = 20_000;
+pub const WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Serves connections until the listener fails; each connection and each
 /// request runs on its own task.
@@ -87,6 +93,18 @@ async fn answer(
         "large-first-of-three" => send_then_ok(respond, items_with_a_large_first()?)?,
         "frame-over-limit" => send_then_ok(respond, declared_then_cut(HUGE_FRAME))?,
         "cut-message" => send_then_ok(respond, declared_then_cut(1 << 20))?,
+        "declared-then-wait" => {
+            let head = Response::builder()
+                .status(200)
+                .header("content-type", "application/grpc")
+                .body(())?;
+            let mut send = respond.send_response(head, false)?;
+            let mut body = declared_then_cut(DECLARED);
+            body.truncate(5 + SENT_OF_DECLARED);
+            send.send_data(Bytes::from(body), false)?;
+            tokio::time::sleep(WAIT).await;
+            send.send_trailers(trailers(0, "")?)?;
+        }
         other => {
             let head = Response::builder()
                 .status(200)

@@ -214,6 +214,12 @@ impl FrameDecoder {
         Ok(Some(message))
     }
 
+    /// The bytes the decoder's buffer has allocated: what it costs in
+    /// memory, whatever of it is still to be returned.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Bytes received but not yet returned as a message.
     pub fn buffered(&self) -> usize {
         self.buf.len() - self.start

@@ -24,6 +24,15 @@ pub const MAX_FIELD_PATH_BYTES: usize = 1024;
 /// `usize` once the header is added; the README's limits table gives it.
 pub const MAX_BODY_LIMIT: usize = 256 << 20;
 
+/// The largest `max_held_response_bytes` a configuration may set: 1 GiB,
+/// a quarter of what a wasm32 module can address, so that the bytes held
+/// for many streams at once leave room for decoding and printing them.
+pub const MAX_HELD_LIMIT: usize = 1 << 30;
+
+/// The default `max_held_response_bytes`: 128 MiB for all the streams of a
+/// VM together, 32 responses of the default `max_response_bytes` at once.
+pub const DEFAULT_HELD_BYTES: usize = 128 << 20;
+
 /// The error text for input that nests deeper than [`MAX_NESTING`].
 pub fn nesting_error() -> String {
     format!("message nesting exceeds {MAX_NESTING} levels")

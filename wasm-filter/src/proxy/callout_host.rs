@@ -20,6 +20,7 @@ use super::config::FilterConfig;
 use super::contract::{
     BufferType, MapType, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX, TRAILER_PREFIX,
 };
+use super::held::Held;
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::pairs;
@@ -39,6 +40,8 @@ pub struct Call {
     /// Messages gathered for the final reply (hosts without delivery).
     messages: Vec<String>,
     message_bytes: usize,
+    /// The gathered messages' share of what the VM holds of responses.
+    held: Held,
     initial: HeaderMap,
     trailing: HeaderMap,
     delivering: bool,
@@ -280,6 +283,13 @@ pub fn on_message(
     call.message_bytes += json.len();
     if call.message_bytes > config.max_response_bytes {
         return Some(over_limit(config, call, call.message_bytes));
+    }
+    if let Err(over) = call
+        .held
+        .set(call.message_bytes, config.max_held_response_bytes)
+    {
+        let status = transcoder::over_budget_status(over.others, over.budget);
+        return Some(fail(config, call, status));
     }
     call.messages.push(json);
     None

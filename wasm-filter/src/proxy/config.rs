@@ -12,6 +12,7 @@
 //!   "reject_unknown_methods": true,
 //!   "max_request_bytes": 4194304,
 //!   "max_response_bytes": 4194304,
+//!   "max_held_response_bytes": 134217728,
 //!   "stream_format": "ndjson",
 //!   "callout": {"upstream": "greeter_cluster", "timeout_ms": 10000,
 //!               "metadata": {"x-origin": "proxy"}}
@@ -63,6 +64,8 @@ struct RawConfig {
     max_request_bytes: usize,
     #[serde(default = "default_max_body")]
     max_response_bytes: usize,
+    #[serde(default)]
+    max_held_response_bytes: Option<usize>,
     #[serde(default)]
     callout: Option<RawCallout>,
     #[serde(default)]
@@ -200,6 +203,9 @@ pub struct FilterConfig {
     pub reject_unknown_methods: bool,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
+    /// What the module may hold of responses for all the streams of its VM
+    /// together (see `proxy::held`).
+    pub max_held_response_bytes: usize,
     /// The `google.api.http` bindings of the exposed methods.
     pub bindings: Vec<Binding>,
     pub callout: Option<Callout>,
@@ -285,6 +291,11 @@ impl FilterConfig {
         }
         check_body_limit("max_request_bytes", raw.max_request_bytes)?;
         check_body_limit("max_response_bytes", raw.max_response_bytes)?;
+        // Unset, the budget holds at least one response of the largest size.
+        let max_held_response_bytes = raw
+            .max_held_response_bytes
+            .unwrap_or(crate::limits::DEFAULT_HELD_BYTES.max(raw.max_response_bytes));
+        check_held_limit(max_held_response_bytes, raw.max_response_bytes)?;
         let bindings = collect_bindings(&registry, raw.services.as_deref())?;
         let callout = raw.callout.map(check_callout).transpose()?;
         let p = raw.print_options;
@@ -302,6 +313,7 @@ impl FilterConfig {
             reject_unknown_methods: raw.reject_unknown_methods,
             max_request_bytes: raw.max_request_bytes,
             max_response_bytes: raw.max_response_bytes,
+            max_held_response_bytes,
             bindings,
             callout,
             stream_format: raw.stream_format,
@@ -328,6 +340,23 @@ fn check_body_limit(name: &str, limit: usize) -> Result<(), String> {
         return Err(format!(
             "{name}: {limit} is above the largest limit, {} bytes",
             crate::limits::MAX_BODY_LIMIT
+        ));
+    }
+    Ok(())
+}
+
+/// The VM's budget must hold one whole response, and stay within what a
+/// wasm32 module can spare.
+fn check_held_limit(held: usize, response: usize) -> Result<(), String> {
+    if held > crate::limits::MAX_HELD_LIMIT {
+        return Err(format!(
+            "max_held_response_bytes: {held} is above the largest limit, {} bytes",
+            crate::limits::MAX_HELD_LIMIT
+        ));
+    }
+    if held < response {
+        return Err(format!(
+            "max_held_response_bytes: {held} is below max_response_bytes ({response}): no response of that size could be held"
         ));
     }
     Ok(())
@@ -434,6 +463,32 @@ mod tests {
         assert!(FilterConfig::from_json(b"not json")
             .unwrap_err()
             .starts_with("invalid plugin configuration: expected"));
+    }
+
+    #[test]
+    fn the_vm_budget_holds_one_whole_response_and_stays_within_a_gib() {
+        let base = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")}});
+        let load = |extra: serde_json::Value| {
+            let mut cfg = base.clone();
+            cfg.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            FilterConfig::from_json(cfg.to_string().as_bytes())
+        };
+        assert_eq!(
+            load(serde_json::json!({})).unwrap().max_held_response_bytes,
+            128 << 20
+        );
+        let big = load(serde_json::json!({"max_response_bytes": 200 << 20})).unwrap();
+        assert_eq!(big.max_held_response_bytes, 200 << 20);
+        assert_eq!(
+            load(serde_json::json!({"max_held_response_bytes": 1000})).unwrap_err(),
+            "max_held_response_bytes: 1000 is below max_response_bytes (4194304): no response of that size could be held"
+        );
+        assert_eq!(
+            load(serde_json::json!({"max_held_response_bytes": (1u64 << 30) + 1})).unwrap_err(),
+            "max_held_response_bytes: 1073741825 is above the largest limit, 1073741824 bytes"
+        );
     }
 
     #[test]

@@ -21,4 +21,5 @@ pub mod transcoder;
 mod callout_host;
 mod fetch;
 pub mod filter;
+mod held;
 pub mod host;

@@ -344,6 +344,18 @@ pub fn too_large_status(what: &str, size: usize, limit: usize) -> Status {
     )
 }
 
+/// A stream refused more memory: what the VM's other streams hold leaves
+/// it no room within `max_held_response_bytes`. The stream fails alone;
+/// the others go on.
+pub fn over_budget_status(others: usize, budget: usize) -> Status {
+    Status::new(
+        Code::ResourceExhausted,
+        format!(
+            "the proxy holds too many responses at once: {others} bytes for other streams, max_held_response_bytes is {budget}"
+        ),
+    )
+}
+
 /// The whole gRPC response body and its final status as the JSON reply:
 /// the message for a unary method, an array of messages for a streaming one.
 /// A streaming error after messages keeps them and ends the array with

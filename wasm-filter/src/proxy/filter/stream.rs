@@ -7,6 +7,7 @@ use crate::status::Status;
 
 use super::super::callout_host::Call;
 use super::super::config::FilterConfig;
+use super::super::held::Held;
 use super::super::transcoder::Route;
 
 pub(super) struct Stream {
@@ -19,6 +20,8 @@ pub(super) struct Stream {
     pub(super) call: Option<Call>,
     /// The response's `grpc-encoding`.
     pub(super) encoding: Compression,
+    /// This stream's share of what the VM's streams hold of responses.
+    pub(super) held: Held,
 }
 
 impl Stream {
@@ -29,7 +32,16 @@ impl Stream {
             phase: Phase::Open,
             call: None,
             encoding: Compression::Identity,
+            held: Held::default(),
         }
+    }
+
+    /// Makes the stream's share of the VM's budget what its phase holds
+    /// now, after a callback: a share only grows within the budget where
+    /// the bytes are taken (`make_room`, `stream_chunk`), so here it is
+    /// given back, or kept as checked.
+    pub(super) fn settle_held(&mut self) {
+        let _ = self.held.set(self.phase.held_bytes(), usize::MAX);
     }
 }
 
@@ -56,6 +68,10 @@ pub(super) enum Phase {
     /// The reply is written into the body: the chunks that follow are
     /// dropped, and the trailers left alone.
     Dropping,
+    /// A carried unary message's JSON has left: data that follows is an
+    /// error (as a second message is on the held path), named in the
+    /// trailers; without any, the trailers are left alone.
+    Sent,
     /// The filter wrote this error into the body after the headers had
     /// left: the chunks that follow are dropped, and trailers that come
     /// later are made to say the same (not the upstream's OK).
@@ -71,8 +87,22 @@ impl Phase {
     pub(super) fn is_decided(&self) -> bool {
         matches!(
             self,
-            Phase::Answered | Phase::Dropping | Phase::Failed(_) | Phase::ReplyInFirstChunk(_)
+            Phase::Answered
+                | Phase::Dropping
+                | Phase::Sent
+                | Phase::Failed(_)
+                | Phase::ReplyInFirstChunk(_)
         )
+    }
+
+    /// The bytes this phase holds in the module's memory.
+    fn held_bytes(&self) -> usize {
+        match self {
+            Phase::Holding(Some(seen)) => seen.capacity(),
+            Phase::Carrying(held) => held.capacity(),
+            Phase::Streaming(decoder) => decoder.capacity(),
+            _ => 0,
+        }
     }
 
     /// The bytes of a `Holding` phase whose chunk the filter read (the

@@ -549,7 +549,7 @@ fn envoy_a_large_message_refused_by_its_header_leaves_no_ok_trailers() {
     let error: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
     assert_eq!(
         error["message"],
-        json!("response body of 200009 bytes exceeds the limit of 100000 bytes")
+        json!("grpc: received message larger than max (200004 vs. 100000)")
     );
     assert_eq!(response_body(&host, &reply[70_000..], false), CONTINUE);
     assert_eq!(response_text(&host), "");
@@ -746,4 +746,158 @@ fn a_request_the_filter_passes_through_keeps_its_trailers() {
     assert_eq!(proxy_on_request_headers(HTTP, 2, 0), CONTINUE);
     assert_eq!(request_trailers(&host), CONTINUE);
     assert!(host.state.borrow().replies.is_empty());
+}
+
+/// What all the streams of the VM hold now.
+fn vm_held() -> usize {
+    crate::proxy::held::vm_total()
+}
+
+/// A second HTTP stream on the same root, past its request: its response
+/// headers have arrived.
+fn second_stream(host: &MockHost, id: u32, path: &str) {
+    proxy_on_context_create(id, ROOT);
+    let headers = [
+        (":method", "POST"),
+        (":path", path),
+        (":authority", "test"),
+        ("content-type", "application/json"),
+        ("content-length", "2"),
+    ];
+    host.set_map(MapType::HttpRequestHeaders, &headers);
+    assert_eq!(proxy_on_request_headers(id, 5, 0), CONTINUE);
+    host.set_buffer_bytes(BufferType::HttpRequestBody, b"{}");
+    assert_eq!(proxy_on_request_body(id, 2, 1), CONTINUE);
+    host.set_map(MapType::HttpResponseHeaders, &GRPC_OK);
+    assert_eq!(proxy_on_response_headers(id, 2, 0), CONTINUE);
+}
+
+#[test]
+fn envoy_a_large_message_costs_what_has_arrived_not_what_its_header_declares() {
+    // 1,024 streams whose upstream sent only a header declaring ~4 MiB once
+    // made the module reserve 4 GiB and trap (issue 26).
+    let host = testing_filter(json!({}), false);
+    json_request(&host, LARGE, br#"{"size":4000000}"#);
+    response_headers(&host, &GRPC_OK, false);
+    let reply = large_reply(4_000_000);
+    assert_eq!(response_body(&host, &reply[..70_000], false), CONTINUE);
+    assert_eq!(vm_held(), 70_000);
+    assert_eq!(
+        response_body(&host, &reply[70_000..100_000], false),
+        CONTINUE
+    );
+    assert_eq!(vm_held(), 140_000, "doubling, not the declared 4,000,009");
+    // Whole, it leaves as JSON and the module holds nothing more.
+    assert_eq!(response_body(&host, &reply[100_000..], false), CONTINUE);
+    assert!(response_text(&host).starts_with("{\"payload\":\""));
+    assert_eq!(vm_held(), 0);
+}
+
+#[test]
+fn envoy_streams_past_the_vm_budget_fail_alone_with_resource_exhausted() {
+    let host = testing_filter(
+        json!({"max_response_bytes": 100000, "max_held_response_bytes": 150000}),
+        false,
+    );
+    json_request(&host, LARGE, br#"{"size":90000}"#);
+    response_headers(&host, &GRPC_OK, false);
+    let reply = large_reply(90_000);
+    assert_eq!(response_body(&host, &reply[..80_000], false), CONTINUE);
+    assert_eq!(vm_held(), 80_000);
+    // A second stream finds 80,000 bytes held: 80,000 more pass the budget.
+    second_stream(&host, 3, LARGE);
+    host.set_buffer_bytes(BufferType::HttpResponseBody, &reply[..80_000]);
+    assert_eq!(proxy_on_response_body(3, 80_000, 0), CONTINUE);
+    let error: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
+    assert_eq!(
+        error,
+        json!({"code": 8, "details": [], "message": "the proxy holds too many responses at once: 80000 bytes for other streams, max_held_response_bytes is 150000"})
+    );
+    host.set_buffer_bytes(BufferType::HttpResponseBody, b"");
+    host.set_map(MapType::HttpResponseTrailers, &[("grpc-status", "0")]);
+    assert_eq!(proxy_on_response_trailers(3, 1), CONTINUE);
+    assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("8"));
+    assert_eq!(vm_held(), 80_000, "the refused stream holds nothing");
+    // The first goes on, whole.
+    assert_eq!(response_body(&host, &reply[80_000..], false), CONTINUE);
+    let json: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
+    assert_eq!(json["payload"].as_str().map(str::len), Some(120_000));
+    assert_eq!(vm_held(), 0);
+    proxy_on_delete(3);
+}
+
+#[test]
+fn envoy_a_stream_deleted_while_carrying_gives_its_share_back() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, LARGE, br#"{"size":90000}"#);
+    response_headers(&host, &GRPC_OK, false);
+    assert_eq!(
+        response_body(&host, &large_reply(90_000)[..70_000], false),
+        CONTINUE
+    );
+    assert_eq!(vm_held(), 70_000);
+    proxy_on_delete(HTTP);
+    assert_eq!(vm_held(), 0);
+}
+
+#[test]
+fn envoy_data_after_a_carried_message_is_internal_as_on_the_held_path() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, LARGE, br#"{"size":70000}"#);
+    response_headers(&host, &GRPC_OK, false);
+    let reply = large_reply(70_000);
+    assert_eq!(response_body(&host, &reply, false), CONTINUE);
+    assert!(response_text(&host).starts_with("{\"payload\":"));
+    // A second message after the JSON has left: dropped, and the trailers
+    // say what the held path answers a body of two messages with.
+    assert_eq!(response_body(&host, &large_reply(3), false), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(response_trailers(&host, &[("grpc-status", "0")]), CONTINUE);
+    assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("13"));
+    assert_eq!(
+        trailer(&host, "grpc-message").as_deref(),
+        Some("expected one response message, got 2")
+    );
+}
+
+#[test]
+fn envoy_a_second_message_in_the_chunk_that_ends_a_carried_one_is_internal() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, LARGE, br#"{"size":70000}"#);
+    response_headers(&host, &GRPC_OK, false);
+    let mut body = large_reply(70_000);
+    body.extend(large_reply(3));
+    assert_eq!(response_body(&host, &body, false), CONTINUE);
+    let error: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
+    assert_eq!(
+        error,
+        json!({"code": 13, "details": [], "message": "expected one response message, got 2"})
+    );
+}
+
+#[test]
+fn envoy_a_streamed_response_s_incomplete_frames_count_against_the_vm_budget() {
+    let host = testing_filter(
+        json!({"max_response_bytes": 1000, "max_held_response_bytes": 1000}),
+        false,
+    );
+    json_request(&host, STREAM_THEN_FAIL, br#"{"count":2}"#);
+    response_headers(&host, &GRPC_OK, false);
+    // 600 bytes of a frame declaring 900: held until the rest comes.
+    let mut partial = vec![0, 0, 0, 0x03, 0x84];
+    partial.resize(600, 0);
+    assert_eq!(response_body(&host, &partial, false), CONTINUE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(vm_held(), 600);
+    second_stream(&host, 3, STREAM_THEN_FAIL);
+    host.set_buffer_bytes(BufferType::HttpResponseBody, &partial);
+    assert_eq!(proxy_on_response_body(3, 600, 0), CONTINUE);
+    assert_eq!(
+        response_text(&host),
+        "{\"error\":{\"code\":8,\"message\":\"the proxy holds too many responses at once: 600 bytes for other streams, max_held_response_bytes is 1000\",\"details\":[]}}\n"
+    );
+    proxy_on_delete(3);
+    assert_eq!(vm_held(), 600);
+    proxy_on_delete(HTTP);
+    assert_eq!(vm_held(), 0);
 }

@@ -14,10 +14,9 @@
 use std::rc::Rc;
 
 use crate::code::Code;
-use crate::framing::{Compression, FrameDecoder};
+use crate::framing::{Compression, FrameDecoder, FrameError};
 use crate::status::Status;
 
-use super::super::config::FilterConfig;
 use super::super::contract::{BufferType, LogLevel, MapType};
 use super::super::host::{self, *};
 use super::super::transcoder::{self, Reply, Route};
@@ -198,6 +197,12 @@ pub(super) fn response_body(stream: &mut Stream, size: usize, end_of_stream: boo
     if stream.route.is_none() {
         return CONTINUE;
     }
+    let action = response_chunk(stream, size, end_of_stream);
+    stream.settle_held();
+    action
+}
+
+fn response_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
     match &mut stream.phase {
         Phase::ReplyInFirstChunk(body) => {
             let body = std::mem::take(body);
@@ -210,6 +215,7 @@ pub(super) fn response_body(stream: &mut Stream, size: usize, end_of_stream: boo
             CONTINUE
         }
         Phase::Answered => CONTINUE,
+        Phase::Sent => data_after_the_message(stream, size, end_of_stream),
         Phase::Streaming(_) => stream_chunk(stream, size, end_of_stream),
         Phase::Open | Phase::Holding(_) | Phase::Carrying(_) => {
             one_reply_chunk(stream, size, end_of_stream)
@@ -252,6 +258,14 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
                 return carry_large_response(stream, size);
             }
             seen = (first_chunk && head.len() == size).then_some(head);
+            // A copy, kept only when the VM's budget has room for it: the
+            // host holds the body anyway, and trailers can read it again.
+            let budget = stream.config.max_held_response_bytes;
+            if let Some(copy) = &seen {
+                if stream.held.set(copy.capacity(), budget).is_err() {
+                    seen = None;
+                }
+            }
         }
         stream.phase = Phase::Holding(seen);
         return PAUSE;
@@ -279,6 +293,12 @@ pub(super) fn response_trailers(stream: &mut Stream) -> u32 {
     if stream.route.is_none() {
         return CONTINUE;
     }
+    let action = trailers_of_response(stream);
+    stream.settle_held();
+    action
+}
+
+fn trailers_of_response(stream: &mut Stream) -> u32 {
     if let Phase::Failed(status) = &stream.phase {
         let trailers = HeaderMap::read(MapType::HttpResponseTrailers);
         set_status_trailers(&trailers, status);
@@ -385,7 +405,19 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
         return CONTINUE;
     };
     let chunk = host::buffer(BufferType::HttpResponseBody, 0, size).unwrap_or_default();
-    let (mut piece, error) = transcoder::stream_piece(&stream.config, &route, decoder, &chunk);
+    // The incomplete frames a stream holds count against the VM's budget
+    // before they are taken (the frame limit bounds one stream only).
+    let holding = decoder.buffered().saturating_add(chunk.len());
+    let (mut piece, error) = match stream
+        .held
+        .set(holding, stream.config.max_held_response_bytes)
+    {
+        Ok(()) => transcoder::stream_piece(&stream.config, &route, decoder, &chunk),
+        Err(over) => (
+            String::new(),
+            Some(transcoder::over_budget_status(over.others, over.budget)),
+        ),
+    };
     if let Some(status) = error {
         // What follows cannot be read: the error ends the stream, and the
         // upstream's own status (in trailers) gives way to it.
@@ -460,38 +492,103 @@ fn answers_one_message(route: &Route) -> bool {
 /// Envoy holds a paused body in its connection buffer (1 MiB by default),
 /// and a body written there at the end that outgrows it resets the stream
 /// after its 200: a large unary message is taken out of each chunk into
-/// the module instead (bounded by max_response_bytes), nothing is paused,
-/// and its JSON leaves in the chunk that completes it. A status sent after
-/// it reaches HTTP/2 clients as trailers only.
+/// the module instead (bounded by max_response_bytes, and with the other
+/// streams by max_held_response_bytes), nothing is paused, and its JSON
+/// leaves in the chunk that completes it. A status sent after it reaches
+/// HTTP/2 clients as trailers only.
 fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
-    let mut held = stream.phase.take_carried();
-    let taken = hold_response_chunk(&stream.config, &mut held, size);
-    let declared = first_frame_len(&held).unwrap_or(0);
-    stream.phase = Phase::Carrying(held);
-    if let Err(reply) = taken {
-        return answer(stream, &reply);
-    }
-    if declared > stream.config.max_response_bytes as u64 {
-        // Refused by its header, before its bytes are held.
-        let limit = stream.config.max_response_bytes;
-        let declared = usize::try_from(declared).unwrap_or(usize::MAX);
-        let status = transcoder::too_large_status("response", declared, limit);
-        fail_in_body(stream, 0, status, false);
-        return CONTINUE;
-    }
-    let Phase::Carrying(held) = &mut stream.phase else {
-        return CONTINUE;
+    let chunk = match host::buffer(BufferType::HttpResponseBody, 0, size) {
+        Ok(chunk) => chunk,
+        Err(s) => return cannot(stream, "read", s),
     };
-    if (held.len() as u64) < declared {
-        // One allocation for the whole message, not a doubling one.
-        held.reserve_exact(declared as usize - held.len());
+    let mut held = stream.phase.take_carried();
+    // The first chunk carried has the frame's header (that is how it was
+    // found large), and every later one follows it.
+    let head = if held.is_empty() { &chunk } else { &held };
+    let declared = first_frame_len(head).unwrap_or(0);
+    let limit = stream.config.max_response_bytes;
+    if declared.saturating_sub(5) > limit as u64 {
+        // Refused by its header, before its bytes are held.
+        let message = usize::try_from(declared.saturating_sub(5)).unwrap_or(usize::MAX);
+        let status = Status::from(FrameError::MessageTooLarge {
+            size: message,
+            limit,
+        });
+        fail_in_body(stream, size, status, false);
         return CONTINUE;
     }
-    let body = stream.phase.take_carried();
-    let action = finish(stream, Ok(body), Status::ok());
-    // What follows the message is dropped.
-    stream.phase = Phase::Dropping;
+    if let Err(status) = make_room(stream, &mut held, chunk.len(), declared) {
+        fail_in_body(stream, size, status, false);
+        return CONTINUE;
+    }
+    if let Err(s) = set_buffer(BufferType::HttpResponseBody, size, b"") {
+        return cannot(stream, "take", s);
+    }
+    held.extend_from_slice(&chunk);
+    if (held.len() as u64) < declared {
+        stream.phase = Phase::Carrying(held);
+        return CONTINUE;
+    }
+    // Bytes after the message in this chunk are decoded with it, and
+    // answered as the held path answers them (INTERNAL).
+    let action = finish(stream, Ok(held), Status::ok());
+    if matches!(stream.phase, Phase::Answered) {
+        stream.phase = Phase::Sent;
+    }
     action
+}
+
+/// Grows `held` for `more` bytes of a message `declared` long, within the
+/// VM's budget: doubling (so that a message of many chunks is copied a few
+/// times, not once per chunk) but never past the frame, and never reserved
+/// ahead on the peer's word alone: a header declaring 4 MiB costs what has
+/// arrived, not 4 MiB (issue 26).
+fn make_room(
+    stream: &mut Stream,
+    held: &mut Vec<u8>,
+    more: usize,
+    declared: u64,
+) -> Result<(), Status> {
+    let wanted = held.len().saturating_add(more);
+    if wanted <= held.capacity() {
+        return Ok(());
+    }
+    let frame = usize::try_from(declared).unwrap_or(usize::MAX);
+    let capacity = wanted.max(held.capacity().saturating_mul(2).min(frame));
+    let budget = stream.config.max_held_response_bytes;
+    stream
+        .held
+        .set(capacity, budget)
+        .map_err(|over| transcoder::over_budget_status(over.others, over.budget))?;
+    held.reserve_exact(capacity - held.len());
+    Ok(())
+}
+
+/// A host call on the response body failed: the stream is answered with
+/// INTERNAL, naming it.
+fn cannot(stream: &mut Stream, what: &str, s: HostStatus) -> u32 {
+    let reply = internal(
+        &stream.config,
+        &format!("cannot {what} the response body (host status {})", s.0),
+    );
+    answer(stream, &reply)
+}
+
+/// Data after the one message whose JSON has left: the small path answers
+/// a body of two messages with this, and so does the carried one, in the
+/// trailers (the body has ended its JSON).
+fn data_after_the_message(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
+    if size == 0 {
+        return CONTINUE;
+    }
+    let status = Status::new(Code::Internal, "expected one response message, got 2");
+    log(
+        LogLevel::Warn,
+        &format!("grpc-wasm: {} bytes after the response message", size),
+    );
+    let _ = replace_response_chunk(size, b"", end_of_stream);
+    stream.phase = Phase::Failed(status);
+    CONTINUE
 }
 
 /// Trailers came before the carried message was complete. Its chunks were
@@ -540,25 +637,6 @@ fn set_status_trailers(trailers: &HeaderMap, status: &Status) {
             "grpc-wasm: the host refused a trailer change",
         );
     }
-}
-
-/// Moves a response chunk from the host's buffer into `held`.
-fn hold_response_chunk(
-    config: &FilterConfig,
-    held: &mut Vec<u8>,
-    size: usize,
-) -> Result<(), Reply> {
-    let failed = |what: &str, s: HostStatus| {
-        internal(
-            config,
-            &format!("cannot {what} the response body (host status {})", s.0),
-        )
-    };
-    let chunk =
-        host::buffer(BufferType::HttpResponseBody, 0, size).map_err(|s| failed("read", s))?;
-    set_buffer(BufferType::HttpResponseBody, size, b"").map_err(|s| failed("take", s))?;
-    held.extend_from_slice(&chunk);
-    Ok(())
 }
 
 /// The whole response body: what the module carries, then what the host holds.
