@@ -13,6 +13,9 @@ listener the same way, chosen by `mode`:
   answered;
 - `stalled`: the handshake and a gRPC 200 to each request, then nothing,
   and the connection is no longer read (a peer stuck mid-response);
+- `ping_flood`: the handshake, then, once a request is in, PINGs without
+  end and nothing read again: every PING owes an ack the server never
+  takes;
 - `after_reset`: a gRPC 200 and one empty message to each request, which
   it never ends; once the client resets the stream, 1,000 one-byte DATA
   frames on it: a thousand times what a server has in flight when its
@@ -133,5 +136,10 @@ class RawH2:
         elif self.mode == "stalled":
             conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200))
             return "hold"
+        elif self.mode == "ping_flood":
+            pings = frame(PING, 0, 0, b"floodfld") * 4096
+            while not self.stopped.is_set():
+                conn.sendall(pings)
+            return "closed"
         # "silent": nothing.
         return None

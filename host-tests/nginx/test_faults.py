@@ -99,6 +99,33 @@ def test_a_server_that_breaks_http2_gets_a_clear_status_without_a_spin(nginx, mo
     assert spent < 0.3, spent
 
 
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def test_a_server_that_floods_pings_and_reads_nothing_ends_the_connection_not_the_worker(nginx):
+    """Each PING owes an ack; a server that reads none of them grew the
+    worker to 603 MB in 9 s on cosocket, as the acks waited unbounded for
+    the socket, until its 10 s send timeout. The connection now ends at
+    16 MiB unsent, its call with UNAVAILABLE naming why."""
+    server = RawH2("ping_flood")
+    try:
+        (worker,) = worker_pids(nginx)
+        before = rss_mb(worker)
+        counts, slowest, error = calls(nginx, name="ping-flood", addr=server.addr,
+                                       transport="cosocket", ms=0, timeout=8000)
+        grown = rss_mb(worker) - before
+    finally:
+        server.stop()
+    assert counts == {"UNAVAILABLE": "1"}, (counts, error)
+    assert error == ("UNAVAILABLE (14): the connection failed: the server does not read what this side "
+                     "sends: 16777216 bytes wait unsent"), error
+    # Well before the deadline, and the worker holds about the bound.
+    assert slowest < 6000, slowest
+    assert grown < 120, f"the worker grew by {grown:.0f} MB"
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_cancelled_streams_do_not_wear_the_connection_out(nginx, transport):
     """Frames a server has in flight when its client cancels a stream still

@@ -685,6 +685,28 @@ mod tests {
     }
 
     #[test]
+    fn a_server_that_floods_pings_and_reads_nothing_ends_the_connection_at_the_bound() {
+        // Each PING owes an ack; none of them is taken (the socket is not
+        // written): the acks once piled up without end (603 MB in 9 s).
+        let mut wire = answered(keepalive(0, 0, 1000));
+        let mut ping = vec![0, 0, 8, PING, 0, 0, 0, 0, 0];
+        ping.extend_from_slice(&[7; 8]);
+        let flood = ping.repeat(4096);
+        let acks_per_bound = pipe::MAX_UNSENT / ping.len() + 1;
+        let mut produced = Vec::new();
+        for _ in 0..acks_per_bound / 4096 + 2 {
+            produced = wire.input(&flood);
+            if !produced.is_empty() {
+                break;
+            }
+        }
+        let expected = format!("the connection failed: {}", pipe::unread());
+        assert_eq!(only_close(&produced, 3), (14, expected));
+        assert!(wire.is_over());
+        assert!(wire.take_output().len() <= pipe::MAX_UNSENT);
+    }
+
+    #[test]
     fn an_answered_ping_keeps_the_connection() {
         let mut wire = answered(keepalive(200, 300, 1000));
         let ms = Duration::from_millis;

@@ -15,6 +15,19 @@ use crate::sync::lock;
 /// Why a TLS connection fails when its server goes on after closing it.
 pub(super) const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
 
+/// The most bytes that may wait for the socket. h2 writes DATA only within
+/// the server's flow-control windows, but the answers the protocol owes
+/// (PING and SETTINGS acks) have no window: a server that floods PINGs
+/// and reads nothing grew a worker to 603 MB in 9 s (issue 26). Past this
+/// the connection fails, and its calls with UNAVAILABLE and [`unread`]'s
+/// words.
+pub(super) const MAX_UNSENT: usize = 16 << 20;
+
+/// Why a connection whose server reads nothing of it failed.
+pub(super) fn unread() -> String {
+    format!("the server does not read what this side sends: {MAX_UNSENT} bytes wait unsent")
+}
+
 /// The bytes between h2 and the socket, with TLS in between when enabled.
 #[derive(Default)]
 pub(super) struct Pipe {
@@ -93,6 +106,9 @@ impl Pipe {
     }
 
     fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if self.outbound.len().saturating_add(data.len()) > MAX_UNSENT {
+            return Err(std::io::Error::other(unread()));
+        }
         match &mut self.tls {
             None => self.outbound.extend_from_slice(data),
             Some(tls) => {
