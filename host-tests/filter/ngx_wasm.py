@@ -68,10 +68,10 @@ class NgxWasm:
     """nginx + ngx_wasm_module on free loopback ports, with the same face as
     harness.Envoy (port, post, log, stop). `routes`: (path prefix, name,
     upstream port); `inline`: a configuration given in the directive itself
-    instead of fetched."""
+    instead of fetched; `sha256`: the fetch's "sha256"."""
 
     def __init__(self, plugin_config, routes, workers=1, inline=None,
-                 body_buffer="16m", response_buffers="8 1m", wait=True):
+                 body_buffer="16m", response_buffers="8 1m", wait=True, sha256=None):
         self.port, self.config_port = free_port(), free_port()
         self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-ngx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
@@ -79,6 +79,8 @@ class NgxWasm:
             json.dump(plugin_config, f)
         if inline is None:
             inline = {"fetch": {"upstream": f"127.0.0.1:{self.config_port}", "path": "/grpc-wasm.json"}}
+            if sha256 is not None:
+                inline["fetch"]["sha256"] = sha256
         text = json.dumps(inline)
         assert "'" not in text, "the inline configuration is quoted with '"
         locations = "".join(LOCATION.format(prefix=p, port=port) for p, _, port in routes)

@@ -3,6 +3,7 @@ there: no gRPC calls, a configuration fetched because a directive holds at
 most 4 KB, bodies that nginx keeps outside the buffers a filter can read,
 and bodiless requests (the host never says a body is absent)."""
 
+import hashlib
 import json
 import time
 
@@ -84,6 +85,27 @@ def test_a_configuration_larger_than_a_directive_is_fetched(started, servers):
     status, body, _ = proxy.post("/v1/shelves", {"id": "9", "theme": "fetched"})
     assert (status, body) == (200, {"id": "9", "theme": "fetched"}), proxy.log()
     assert "grpc-wasm: configured from http://localhost/grpc-wasm.json" in proxy.log()
+
+
+def test_a_fetched_configuration_is_checked_against_its_sha256(started, servers):
+    """Whoever can change the fetched document can change every limit: with
+    "sha256" inline, a document that does not match is refused (requests
+    get 503, never an unchecked configuration), and the matching one loads."""
+    config = {"protos": read_protos("helloworld.proto")}
+    document = json.dumps(config).encode()
+    digest = hashlib.sha256(document).hexdigest()
+    wrong = hashlib.sha256(b"another document").hexdigest()
+    proxy = started(config, [("/", "greeter", servers["greeter"].port)], sha256=wrong, wait=False)
+    deadline = time.time() + 20
+    while "the document's sha256 is" not in proxy.log():
+        assert time.time() < deadline, proxy.log()
+        time.sleep(0.2)
+    assert f"the document's sha256 is {digest}, not the {wrong} the configuration names" in proxy.log()
+    status, body, _ = proxy.post("/helloworld.Greeter/SayHello", {"name": "x"})
+    assert (status, body["code"]) == (503, 14), (body, proxy.log())
+    proxy = started(config, [("/", "greeter", servers["greeter"].port)], sha256=digest.upper())
+    status, body, _ = proxy.post("/helloworld.Greeter/SayHello", {"name": "x"})
+    assert (status, body) == (200, {"message": "Hello x!"}), proxy.log()
 
 
 def test_a_body_nginx_wrote_to_a_file_is_a_clear_413(started, servers):

@@ -84,6 +84,10 @@ pub struct Fetch {
     pub authority: String,
     #[serde(default = "default_fetch_timeout_ms")]
     pub timeout_ms: u32,
+    /// The document's SHA-256 (hex): a document that does not match is
+    /// refused, as whoever can change it can change every limit.
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 fn default_authority() -> String {
@@ -238,6 +242,15 @@ impl FilterConfig {
                     || fetch.timeout_ms == 0
                 {
                     return Err("fetch: give \"upstream\", a \"path\" starting with '/', and a timeout_ms of at least 1".into());
+                }
+                if fetch
+                    .sha256
+                    .as_deref()
+                    .is_some_and(|h| h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()))
+                {
+                    return Err(
+                        "fetch: sha256: give the document's SHA-256 as 64 hex digits".into(),
+                    );
                 }
                 Ok(Loaded::Fetch(fetch))
             }
@@ -521,8 +534,14 @@ mod tests {
                 upstream: "127.0.0.1:8099".into(),
                 path: "/grpc-wasm.json".into(),
                 authority: "localhost".into(),
-                timeout_ms: 5000
+                timeout_ms: 5000,
+                sha256: None,
             }
+        );
+        let bad = br#"{"fetch": {"upstream": "u", "path": "/c.json", "sha256": "abc"}}"#;
+        assert_eq!(
+            FilterConfig::load(bad).unwrap_err(),
+            "fetch: sha256: give the document's SHA-256 as 64 hex digits"
         );
         let c = FilterConfig::with_fetched(inline, hello().as_bytes()).unwrap();
         assert_eq!(c.max_request_bytes, 10);

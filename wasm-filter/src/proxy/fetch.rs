@@ -178,7 +178,24 @@ fn configuration(state: &Loading, body_size: usize) -> Result<FilterConfig, Stri
     }
     let body = host::buffer(BufferType::HttpCallResponseBody, 0, body_size)
         .map_err(|s| format!("{from}: cannot read the body (host status {})", s.0))?;
+    if let Some(expected) = &state.fetch.sha256 {
+        let actual = sha256_hex(&body);
+        if !actual.eq_ignore_ascii_case(expected) {
+            return Err(format!(
+                "{from}: the document's sha256 is {actual}, not the {expected} the configuration names"
+            ));
+        }
+    }
     FilterConfig::with_fetched(&state.inline, &body).map_err(|e| format!("{from}: {e}"))
+}
+
+/// The SHA-256 of `bytes`, in lowercase hex.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn failed(state: &mut Loading, reason: String) {
