@@ -13,6 +13,9 @@ listener the same way, chosen by `mode`:
   answered;
 - `stalled`: the handshake and a gRPC 200 to each request, then nothing,
   and the connection is no longer read (a peer stuck mid-response);
+- `no_window`: SETTINGS that grant every stream a window of 0 bytes, a
+  gRPC 200 to each request, and never a WINDOW_UPDATE: no request data
+  can be sent, and whatever comes is read and dropped;
 - `ping_flood`: the handshake, then, once a request is in, PINGs without
   end and nothing read again: every PING owes an ack the server never
   takes;
@@ -93,7 +96,9 @@ class RawH2:
         if reader.read(len(PREFACE)) != PREFACE:
             conn.close()
             return
-        conn.sendall(frame(SETTINGS, 0, 0))
+        # SETTINGS_INITIAL_WINDOW_SIZE (0x4) = 0 for `no_window`.
+        settings = struct.pack(">HI", 0x4, 0) if self.mode == "no_window" else b""
+        conn.sendall(frame(SETTINGS, 0, 0, settings))
         while True:
             head = reader.read(9)
             if len(head) < 9:
@@ -136,6 +141,8 @@ class RawH2:
         elif self.mode == "stalled":
             conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200))
             return "hold"
+        elif self.mode == "no_window":
+            conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200))
         elif self.mode == "ping_flood":
             pings = frame(PING, 0, 0, b"floodfld") * 4096
             while not self.stopped.is_set():

@@ -610,6 +610,18 @@ pub unsafe extern "C" fn grpc_wasm_send(id: u32, json: *const u8, len: usize) ->
     })
 }
 
+/// The bytes a stream's caller waits for before its next send (see
+/// `Client::send_backlog`): 0, go on; -1, the call is over or unknown.
+/// Never fails.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_send_backlog(id: u32) -> i64 {
+    let backlog = std::panic::catch_unwind(|| process().ok()?.client.send_backlog(id));
+    match backlog {
+        Ok(Some(n)) => i64::try_from(n).unwrap_or(i64::MAX),
+        Ok(None) | Err(_) => -1,
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn grpc_wasm_close_send(id: u32) -> i32 {
     guard(|| {

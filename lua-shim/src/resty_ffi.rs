@@ -389,6 +389,10 @@ impl Runtime {
             }
             "send" => done(c.send(number(r, "id")?, field(r, "body")?.as_bytes())),
             "close_send" => done(c.close_send(number(r, "id")?)),
+            "send_backlog" => {
+                let backlog = c.send_backlog(number(r, "id")?);
+                Ok(backlog.map_or("-1".into(), |n| n.to_string()).into_bytes())
+            }
             "close" => {
                 let id = number(r, "id")?;
                 c.close(id);

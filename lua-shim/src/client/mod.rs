@@ -561,6 +561,21 @@ impl Client {
     }
 
     /// Whether call `id` is known (started and not closed).
+    /// The request bytes a stream's transport holds that the server's
+    /// windows have not let out, when they pass `max_queued_bytes` (the
+    /// bound each way): the caller waits before its next send. `Some(0)`
+    /// when it may go on; `None` for a call that is over or unknown.
+    pub fn send_backlog(&self, id: u32) -> Option<usize> {
+        let events = lock(&self.inner.events);
+        let queue = events.get(&id).filter(|q| !q.ended)?;
+        let unsent = queue.gate.as_ref().map_or(0, |gate| gate.unsent());
+        Some(if unsent > self.max_queued() {
+            unsent
+        } else {
+            0
+        })
+    }
+
     pub fn has_call(&self, id: u32) -> bool {
         lock(&self.inner.events).contains_key(&id)
     }

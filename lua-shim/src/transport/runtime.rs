@@ -13,6 +13,7 @@ use http::uri::PathAndQuery;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::metadata::MetadataMap;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -248,13 +249,20 @@ pub fn stream(
     gate: Arc<Gate>,
 ) -> (mpsc::UnboundedSender<Vec<u8>>, AbortHandle) {
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let taken = gate.clone();
     let handle = rt.spawn(async move {
         let run = async {
             let mut grpc = tonic::client::Grpc::new(upstream.channel.clone());
             grpc.ready()
                 .await
                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-            let req = request(UnboundedReceiverStream::new(rx), &target.metadata);
+            // hyper takes the next message only once the stream's window
+            // has room: what the channel still holds is the caller's unsent.
+            let messages = UnboundedReceiverStream::new(rx).map(move |message| {
+                taken.sent(message.len());
+                message
+            });
+            let req = request(messages, &target.metadata);
             let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
             let (metadata, mut messages, _) = response.into_parts();
             sink(token, vec![GrpcEvent::InitialMetadata(pairs(&metadata))]);
@@ -297,8 +305,15 @@ impl CallTransport for Upstream {
 
     fn stream(&self, call: NewCall<'_>, gate: Arc<Gate>) -> Started {
         let (runtime, sink) = (call.runtime, call.sink.clone());
-        let (requests, task) = stream(runtime, self.clone(), call.token, call.target, sink, gate);
-        (RuntimeCall::boxed(task, Some(requests)), Vec::new())
+        let (requests, task) = stream(
+            runtime,
+            self.clone(),
+            call.token,
+            call.target,
+            sink,
+            gate.clone(),
+        );
+        (RuntimeCall::boxed(task, Some((requests, gate))), Vec::new())
     }
 }
 
@@ -307,6 +322,8 @@ struct RuntimeCall {
     task: AbortHandle,
     /// Dropped to half-close.
     requests: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// A stream's gate, which counts what `requests` holds.
+    gate: Option<Arc<Gate>>,
     unary: bool,
 }
 
@@ -314,12 +331,14 @@ impl RuntimeCall {
     /// A unary call has no request messages to send.
     fn boxed(
         task: AbortHandle,
-        requests: Option<mpsc::UnboundedSender<Vec<u8>>>,
+        stream: Option<(mpsc::UnboundedSender<Vec<u8>>, Arc<Gate>)>,
     ) -> Box<dyn RunningCall> {
-        let unary = requests.is_none();
+        let unary = stream.is_none();
+        let (requests, gate) = stream.unzip();
         Box::new(RuntimeCall {
             task,
             requests,
+            gate,
             unary,
         })
     }
@@ -328,8 +347,18 @@ impl RuntimeCall {
 impl RunningCall for RuntimeCall {
     fn send(&mut self, message: Vec<u8>) -> Produced {
         if let Some(requests) = &self.requests {
+            // Counted before the task can take it, so that its `sent`
+            // never comes first.
+            let len = message.len();
+            if let Some(gate) = &self.gate {
+                gate.queued(len);
+            }
             // A call whose task has ended reports its own end.
-            let _ = requests.send(message);
+            if requests.send(message).is_err() {
+                if let Some(gate) = &self.gate {
+                    gate.sent(len);
+                }
+            }
         }
         Vec::new()
     }

@@ -15,6 +15,7 @@ local native = require("resty.ffi.grpc.shim")
 local ngx = ngx
 local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring
 local setmetatable = setmetatable
+local min = math.min
 local concat = table.concat
 local ffi_new, ffi_gc = ffi.new, ffi.gc
 local settings, getenv = native.settings, native.getenv
@@ -35,6 +36,10 @@ local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
 --                                       ms; metadata: a checked table or
 --                                       nil; json: option names or nil
 --   send(id, body) -> true
+--   send_backlog(id) -> bytes           a stream's request bytes its
+--                                       transport holds past the bound; 0:
+--                                       send on; -1: the call is over
+--                                       (never fails)
 --   close_send(id) -> true
 --   next_event(id, timeout_ms)          the call's next event, waited for
 --       -> "message", json              at most its deadline and a second
@@ -573,7 +578,36 @@ function Conn:new_stream(path, opts)
     local handle = ffi_gc(ffi_new("uint32_t[1]", id), function(h) collect(h[0]) end)
     -- The stream holds its conn, so that a conn nobody else references is
     -- not collected (and closed) while the stream still uses it.
-    return true, setmetatable({ id = id, timeout = timeout, handle = handle, conn = self }, Stream)
+    return true, setmetatable({ id = id, timeout = timeout, deadline = ngx.now() + timeout / 1000,
+                                handle = handle, conn = self }, Stream)
+end
+
+-- A server that takes less than its caller sends: what HTTP/2's windows
+-- do not let out stays in the transport, and send waits (yielding) while
+-- that passes max_queued_bytes, as recv's side holds at most that much;
+-- never past the call's deadline.
+local function wait_for_room(stream)
+    local delay, waited = 0.001, false
+    while true do
+        local backlog = backend.send_backlog(stream.id)
+        if backlog == 0 or (backlog < 0 and not waited) then
+            -- Room, or a call already over, whose end recv reports.
+            return true
+        end
+        local left = stream.deadline - ngx.now()
+        if backlog < 0 and left > 0.05 then
+            return false, "the call ended before the server took this message; recv gives its status"
+        end
+        if left <= 0.05 then
+            -- The deadline (the transport's own may have ended the call
+            -- at the same moment).
+            return false, "DEADLINE_EXCEEDED (4): deadline of " .. stream.timeout
+                .. " ms exceeded while the server took no more of the request"
+        end
+        ngx.sleep(min(delay, left))
+        delay = min(delay * 2, 0.05)
+        waited = true
+    end
 end
 
 function Stream:send(message)
@@ -592,7 +626,7 @@ function Stream:send(message)
     if not sok then
         return false, serr
     end
-    return true
+    return wait_for_room(self)
 end
 
 function Stream:close_send()

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
@@ -19,25 +19,32 @@ use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced};
 use crate::sync::lock;
 
 /// A call's outgoing half, shared between the connection's methods and
-/// the call's task.
+/// the call's task. Messages stay here until the server's windows let h2
+/// send them: h2 itself would queue any amount.
 #[derive(Default)]
 pub(super) struct Outbox {
     messages: VecDeque<Bytes>,
     closed: bool,
     task: Option<Waker>,
+    /// A stream's gate, which counts the bytes queued here for its caller.
+    gate: Option<Arc<Gate>>,
 }
 
 impl Outbox {
     /// A unary call's outbox holds its one message, and is closed.
-    pub(super) fn new(first: Option<Bytes>, closed: bool) -> Outbox {
+    pub(super) fn new(first: Option<Bytes>, closed: bool, gate: Option<Arc<Gate>>) -> Outbox {
         Outbox {
             messages: first.into_iter().collect(),
             closed,
             task: None,
+            gate,
         }
     }
 
     pub(super) fn push(&mut self, message: Bytes) {
+        if let Some(gate) = &self.gate {
+            gate.queued(message.len());
+        }
         self.messages.push_back(message);
         self.wake();
     }
@@ -51,6 +58,13 @@ impl Outbox {
     fn wake(&mut self) {
         if let Some(waker) = self.task.take() {
             waker.wake();
+        }
+    }
+
+    /// `bytes` of the front message went to h2.
+    fn sent(&mut self, bytes: usize) {
+        if let Some(gate) = &self.gate {
+            gate.sent(bytes);
         }
     }
 }
@@ -122,9 +136,25 @@ impl Outgoing {
             return;
         }
         let mut outbox = lock(&self.outbox);
-        while let Some(message) = outbox.messages.pop_front() {
-            if self.body.send_data(message, false).is_err() {
+        while let Some(front) = outbox.messages.front_mut() {
+            // Only as much as the windows allow goes to h2; h2 wakes this
+            // task when the server grants more.
+            self.body.reserve_capacity(front.len());
+            let granted = match self.body.poll_capacity(cx) {
+                Poll::Ready(Some(Ok(n))) if n > 0 => n.min(front.len()),
+                Poll::Ready(Some(Ok(_))) | Poll::Pending => return,
                 // The stream is reset or gone: the response side reports why.
+                Poll::Ready(Some(Err(_)) | None) => {
+                    self.sending = false;
+                    return;
+                }
+            };
+            let piece = front.split_to(granted);
+            if front.is_empty() {
+                outbox.messages.pop_front();
+            }
+            outbox.sent(piece.len());
+            if self.body.send_data(piece, false).is_err() {
                 self.sending = false;
                 return;
             }

@@ -252,7 +252,7 @@ impl Wire {
             Ok(first) => first,
             Err(e) => return vec![(token, vec![close_as(Code::Internal, &e)])],
         };
-        let outbox = Arc::new(Mutex::new(Outbox::new(first, unary)));
+        let outbox = Arc::new(Mutex::new(Outbox::new(first, unary, gate.clone())));
         self.outboxes.insert(token, outbox.clone());
         let call = Call { token, unary, gate };
         let task = call::task(send, request, outbox, call, self.events.clone());

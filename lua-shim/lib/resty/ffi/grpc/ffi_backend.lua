@@ -439,6 +439,10 @@ function ffi_backend.send(id, body)
     return status(rc)
 end
 
+function ffi_backend.send_backlog(id)
+    return tonumber(C.grpc_wasm_send_backlog(id))
+end
+
 function ffi_backend.close_send(id)
     local rc = C.grpc_wasm_close_send(id)
     wake_pump(call_pumps[id])

@@ -105,6 +105,10 @@ function resty_backend.send(id, body)
     return task({ op = "send", id = id, body = body })
 end
 
+function resty_backend.send_backlog(id)
+    return tonumber(task({ op = "send_backlog", id = id })) or -1
+end
+
 function resty_backend.close_send(id)
     return task({ op = "close_send", id = id })
 end

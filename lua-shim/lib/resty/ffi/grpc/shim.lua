@@ -35,6 +35,7 @@ int grpc_wasm_start(uint32_t conn, const char *path, size_t path_len, const char
                     int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options);
 int grpc_wasm_send(uint32_t id, const char *json, size_t len);
 int grpc_wasm_close_send(uint32_t id);
+int64_t grpc_wasm_send_backlog(uint32_t id);
 int grpc_wasm_next_event(uint32_t id, grpc_wasm_event *out);
 void grpc_wasm_close(uint32_t id);
 int grpc_wasm_wire_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key,
