@@ -370,15 +370,19 @@ fn a_query_refused_at_the_request_headers_never_reaches_the_upstream() {
 }
 
 #[test]
-fn a_reply_the_host_refuses_does_not_hold_the_request() {
+fn a_body_whose_reply_the_host_refuses_is_held_not_forwarded() {
     let host = transcoding(false);
     host.state.borrow_mut().refuse_replies = true;
     request_headers(&host, &[], false);
-    // The body callback's reply is refused: the request goes on as it is
-    // (CONTINUE), and a later body callback is not held for a reply that
-    // never comes.
-    assert_eq!(request_body(&host, b"{not json", true), CONTINUE);
-    assert_eq!(request_body(&host, b"{not json", true), CONTINUE);
+    // The headers say gRPC already: letting the body on would send the
+    // client's own bytes upstream as the gRPC request (issue 26).
+    assert_eq!(request_body(&host, b"{not json", true), PAUSE);
+    assert_eq!(
+        host.buffer_bytes(BufferType::HttpRequestBody).as_deref(),
+        Some(&b"{not json"[..]),
+        "the body is held as it came, not framed"
+    );
+    assert_eq!(request_body(&host, b"{not json", true), PAUSE);
     let logs = &host.state.borrow().logs;
     assert!(
         logs.iter()

@@ -90,7 +90,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
             size,
             stream.config.max_request_bytes,
         );
-        return answer(stream, &reply);
+        return refuse(stream, &reply);
     }
     if !end_of_stream {
         return PAUSE;
@@ -101,7 +101,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
             // to a file.
             let reply =
                 transcoder::host_buffer_full(&stream.config, transcoder::NGINX_REQUEST_BUFFER);
-            return answer(stream, &reply);
+            return refuse(stream, &reply);
         }
         Ok(body) => body,
         Err(s) => {
@@ -109,7 +109,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
                 &stream.config,
                 &format!("cannot read the request body (host status {})", s.0),
             );
-            return answer(stream, &reply);
+            return refuse(stream, &reply);
         }
     };
     match transcoder::encode_request(&stream.config, &route, &body) {
@@ -131,11 +131,21 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
                     &stream.config,
                     &format!("cannot replace the request body (host status {})", s.0),
                 );
-                answer(stream, &reply)
+                refuse(stream, &reply)
             }
         },
-        Err(reply) => answer(stream, &reply),
+        Err(reply) => refuse(stream, &reply),
     }
+}
+
+/// Answers a request whose headers were already rewritten for gRPC with
+/// `reply`, and holds its body either way: when the host refuses the
+/// reply, letting the body on would send the client's own bytes (unread,
+/// unchecked, over the limit) upstream as the gRPC request. The host's
+/// own timeouts then end the exchange.
+fn refuse(stream: &mut Stream, reply: &Reply) -> u32 {
+    answer(stream, reply);
+    PAUSE
 }
 
 pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 {
