@@ -35,12 +35,30 @@ pub enum Error {
         message_type: String,
         reason: String,
     },
+    /// A message whose JSON would cost far more than its size (see
+    /// `json::cost`): refused, RESOURCE_EXHAUSTED.
+    #[error("cannot transcode {message_type}: {reason}")]
+    TooCostly {
+        message_type: String,
+        reason: String,
+    },
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error(transparent)]
     Metadata(#[from] MetadataError),
     #[error(transparent)]
     Timeout(#[from] TimeoutError),
+}
+
+impl Error {
+    /// The gRPC code a proxy answers with when a response cannot be
+    /// transcoded for this reason.
+    pub fn response_code(&self) -> crate::Code {
+        match self {
+            Error::TooCostly { .. } => crate::Code::ResourceExhausted,
+            _ => crate::Code::Internal,
+        }
+    }
 }
 
 fn json_message(path: &str, message: &str) -> String {

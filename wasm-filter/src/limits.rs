@@ -33,6 +33,11 @@ pub const MAX_HELD_LIMIT: usize = 1 << 30;
 /// VM together, 32 responses of the default `max_response_bytes` at once.
 pub const DEFAULT_HELD_BYTES: usize = 128 << 20;
 
+/// The JSON a response message may print to, per byte of its wire form
+/// (and 64 KiB more; see `json::cost`): a packed list of enums with long
+/// names once printed a 4 MiB message as 260 MB of JSON.
+pub const MAX_JSON_PER_BYTE: usize = 8;
+
 /// The error text for input that nests deeper than [`MAX_NESTING`].
 pub fn nesting_error() -> String {
     format!("message nesting exceeds {MAX_NESTING} levels")

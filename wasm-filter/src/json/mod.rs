@@ -1,5 +1,6 @@
 //! JSON ⇄ protobuf for any message type, following the proto3 JSON mapping.
 
+pub mod cost;
 mod flat;
 mod parse;
 mod print;
@@ -204,7 +205,27 @@ fn print_json(
             return Ok(json);
         }
     }
-    message_to_json(&decode_message(desc, bytes)?, options)
+    let message = decode_message(desc, bytes)?;
+    let limit = cost::max_json_bytes(bytes.len());
+    let mut printer = print::Printer::new(options, 128).with_limit(limit);
+    printer.message(&message).map_err(|reason| {
+        let message_type = desc.full_name().to_string();
+        if printer.over_limit {
+            Error::TooCostly {
+                message_type,
+                reason: format!(
+                    "its JSON passes {limit} bytes, 8 per byte of its {} (and 64 KiB more)",
+                    bytes.len()
+                ),
+            }
+        } else {
+            Error::Encode {
+                message_type,
+                reason,
+            }
+        }
+    })?;
+    Ok(printer.out)
 }
 
 /// Every print option on (tests compare both paths under it).

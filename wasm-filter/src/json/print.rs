@@ -22,6 +22,10 @@ pub(crate) struct Printer<'a> {
     /// decoded afresh, so the decoder's own limit does not see the whole
     /// depth: the printer counts it.
     depth: Depth,
+    /// The most JSON this printer writes (see `json::cost`).
+    limit: usize,
+    /// Whether printing stopped at `limit`.
+    pub(crate) over_limit: bool,
 }
 
 type Result = std::result::Result<(), String>;
@@ -32,7 +36,15 @@ impl<'a> Printer<'a> {
             options,
             out: String::with_capacity(capacity),
             depth: Depth::default(),
+            limit: usize::MAX,
+            over_limit: false,
         }
+    }
+
+    /// A printer that stops once its output passes `limit` bytes.
+    pub(crate) fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
     }
 
     pub(crate) fn message(&mut self, message: &DynamicMessage) -> Result {
@@ -149,6 +161,10 @@ impl<'a> Printer<'a> {
     }
 
     pub(super) fn single(&mut self, kind: &Kind, value: &Value) -> Result {
+        if self.out.len() > self.limit {
+            self.over_limit = true;
+            return Err(format!("its JSON passes {} bytes", self.limit));
+        }
         match value {
             Value::Bool(b) => self.out.push_str(if *b { "true" } else { "false" }),
             Value::I32(n) => self.integer(*n, false),

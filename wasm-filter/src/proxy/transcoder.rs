@@ -252,7 +252,7 @@ pub fn decode_message(
         .method
         .output_type()
         .protobuf_to_json(message, route.json(config))
-        .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+        .map_err(|e| Status::new(e.response_code(), e.to_string()))?;
     Ok(match &route.binding {
         Some((binding, _, _)) => response_part(binding, &printed),
         None => printed,

@@ -1,0 +1,76 @@
+//! What printing a message may cost, bounded before it is paid.
+//!
+//! A message's JSON can be many times its wire size (a packed list of
+//! enums with long names printed a 4 MiB message as 260 MB of JSON, issue
+//! 26), and the hosts' wasm memory never shrinks: the printer stops at
+//! [`max_json_bytes`] and the message is refused RESOURCE_EXHAUSTED.
+//!
+//! Decoding is not bounded here yet: prost-reflect holds each field and
+//! each packed element as a `Value` (tens of bytes, a nested message a few
+//! hundred), so an ordinary list of small messages costs tens of times its
+//! wire size. No per-byte rule separates that from an attack; printing
+//! straight from the wire bytes (as `flat` does for flat messages) is what
+//! will bound it.
+
+use crate::limits::MAX_JSON_PER_BYTE;
+
+/// The JSON a message of `wire` bytes may print to: [`MAX_JSON_PER_BYTE`]
+/// per wire byte and 64 KiB more, which base64, enum names of ordinary
+/// length and timestamps stay within.
+pub fn max_json_bytes(wire: usize) -> usize {
+    wire.saturating_mul(MAX_JSON_PER_BYTE)
+        .saturating_add(64 << 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::{protobuf_to_json, JsonOptions};
+    use crate::{Code, Error, Registry};
+
+    const PROTO: &str = r#"syntax = "proto3";
+package cost;
+import "google/protobuf/timestamp.proto";
+enum Long {
+  LONG_ZERO_AND_A_NAME_THAT_GOES_ON_AND_ON_FOR_SIXTY_FOUR_CHARACTERS_ = 0;
+  LONG_ONE_AND_A_NAME_THAT_GOES_ON_AND_ON_FOR_SIXTY_FOUR_CHARACTERS__ = 1;
+}
+message Enums { repeated Long values = 1; }
+message Times { repeated google.protobuf.Timestamp at = 1; }
+"#;
+
+    fn registry() -> Registry {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("cost.proto", PROTO)]).unwrap();
+        r
+    }
+
+    fn print(type_name: &str, bytes: &[u8]) -> Result<String, Error> {
+        let desc = registry().message(type_name).unwrap();
+        protobuf_to_json(&desc, bytes, &JsonOptions::default())
+    }
+
+    fn packed(field: u8, values: &[u8]) -> Vec<u8> {
+        let mut bytes = vec![(field << 3) | 2];
+        prost::encoding::encode_varint(values.len() as u64, &mut bytes);
+        bytes.extend_from_slice(values);
+        bytes
+    }
+
+    #[test]
+    fn json_past_eight_bytes_per_wire_byte_is_refused_while_printing() {
+        // Each four-byte element prints as a 66-character name: 17 bytes
+        // of JSON per wire byte.
+        let values: Vec<u8> = [0x81, 0x80, 0x80, 0x00].repeat(40_000);
+        let err = print("cost.Enums", &packed(1, &values)).unwrap_err();
+        assert_eq!(err.response_code(), Code::ResourceExhausted);
+        assert_eq!(
+            err.to_string(),
+            "cannot transcode cost.Enums: its JSON passes 1345568 bytes, 8 per byte of its 160004 (and 64 KiB more)"
+        );
+        // Timestamps of today print within it: 8 wire bytes, 22 of JSON.
+        let times = [0x0a, 0x06, 0x08, 0x80, 0xa4, 0xc8, 0xaa, 0x06].repeat(10_000);
+        let json = print("cost.Times", &times).unwrap();
+        assert!(json.len() <= max_json_bytes(times.len()), "{}", json.len());
+    }
+}
