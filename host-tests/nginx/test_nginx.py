@@ -87,6 +87,20 @@ def test_the_issue_program(nginx):
     ]
 
 
+def test_large_requests_over_tls_and_mtls_on_a_fresh_connection(nginx):
+    """rustls held at most 64 KiB of data written before its handshake
+    ended, and h2 writes its first window (65,535 bytes) at once: on
+    cosocket every request over about 64 KiB on a fresh TLS connection
+    failed 'UNAVAILABLE (14): the connection failed: write zero' (gRPC's
+    interop large_unary over TLS)."""
+    status, body = nginx.get("/t/tls_sizes", timeout=120)
+    assert status == 200, body + nginx.log()[-3000:]
+    cases = [f"{kind} {size}: ok" for kind in ("tls", "mtls")
+             for size in (65535, 65536, 65537, 70000, 1048576, 4000000)]
+    expected = cases[:6] + ["tls stream of 3 MiB: ok"] + cases[6:] + ["mtls stream of 3 MiB: ok"]
+    assert body.splitlines() == expected, body
+
+
 def test_the_issue_program_through_lua_resty_ffi(nginx_resty_ffi):
     status, body = nginx_resty_ffi.get("/t/program")
     assert status == 200, body + nginx_resty_ffi.log()[-3000:]

@@ -65,8 +65,18 @@ impl ClientTls {
     }
 
     pub(crate) fn connection(&self) -> Result<rustls::ClientConnection, TransportError> {
-        rustls::ClientConnection::new(self.config.clone(), self.server_name.clone())
-            .map_err(|e| TransportError::Tls(e.to_string()))
+        let mut tls = rustls::ClientConnection::new(self.config.clone(), self.server_name.clone())
+            .map_err(|e| TransportError::Tls(e.to_string()))?;
+        // h2 writes its preface and a first window of DATA (65,535 bytes)
+        // at once, before the handshake ends; rustls holds such plaintext
+        // up to 64 KiB by default and refuses the rest, which failed every
+        // request over 64 KiB on a fresh TLS connection (gRPC's interop
+        // large_unary). Before the handshake only h2's own first window
+        // can be written (the server can send nothing that needs an
+        // answer yet), and after it the pipe bounds what waits
+        // (`pipe::MAX_UNSENT`).
+        tls.set_buffer_limit(None);
+        Ok(tls)
     }
 }
 

@@ -880,20 +880,8 @@ mod tests {
     /// A TLS server in this thread (rustls, a fresh self-signed
     /// certificate) and a wire connection to it, handshake done.
     fn tls_pair() -> (Wire, rustls::ServerConnection) {
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
         let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![CertificateDer::from(key.cert.der().to_vec())],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der())),
-            )
-            .unwrap();
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        let mut server = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+        let mut server = tls_server(&key);
         let options = crate::transport::TlsOptions {
             ca: Some(key.cert.pem()),
             ..Default::default()
@@ -915,6 +903,73 @@ mod tests {
         }
         assert!(!server.is_handshaking());
         (wire, server)
+    }
+
+    /// A TLS server for `key`'s self-signed certificate, speaking h2.
+    fn tls_server(key: &rcgen::CertifiedKey<rcgen::KeyPair>) -> rustls::ServerConnection {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(key.cert.der().to_vec())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.signing_key.serialize_der())),
+            )
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        rustls::ServerConnection::new(Arc::new(config)).unwrap()
+    }
+
+    #[test]
+    fn a_request_over_64_kib_written_before_the_tls_handshake_ends_is_sent_whole() {
+        // h2 writes the preface and a first window (65,535 bytes) of DATA
+        // at once; rustls held at most 64 KiB of plaintext before its
+        // handshake ended, and the rest failed the connection.
+        let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let options = crate::transport::TlsOptions {
+            ca: Some(key.cert.pem()),
+            ..Default::default()
+        };
+        let tls = ClientTls::new("localhost", &options).unwrap();
+        let mut wire = Wire::new("localhost:443", Some(tls)).unwrap();
+        let message = vec![7u8; 100_000];
+        assert!(wire.unary(3, greeter(), &message, 5000).is_empty());
+        assert!(!wire.is_over());
+        let mut server = tls_server(&key);
+        let mut plain = Vec::new();
+        for _ in 0..10 {
+            let out = wire.take_output();
+            // rustls takes a record or so per read_tls.
+            let mut rest = &out[..];
+            while !rest.is_empty() {
+                server.read_tls(&mut rest).unwrap();
+                server.process_new_packets().unwrap();
+                let mut chunk = [0u8; 65536];
+                while let Ok(n) = std::io::Read::read(&mut server.reader(), &mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    plain.extend_from_slice(&chunk[..n]);
+                }
+            }
+            let mut back = Vec::new();
+            while server.wants_write() {
+                server.write_tls(&mut back).unwrap();
+            }
+            assert!(wire.input(&back).is_empty(), "the call failed");
+            if !server.is_handshaking() && !wire.has_output() {
+                break;
+            }
+        }
+        assert!(!wire.is_over());
+        // The preface, SETTINGS, HEADERS and a full first window of DATA.
+        assert!(
+            plain.len() > 65_535,
+            "{} bytes reached the server",
+            plain.len()
+        );
     }
 
     /// `f` on another thread, which must end within 5 s.
