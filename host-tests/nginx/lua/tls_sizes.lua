@@ -50,7 +50,8 @@ for _, kind in ipairs({ "tls", "mtls" }) do
     if sent and rok and res and #res.message == 3 * 1048576 + 2 then
         ngx.say(kind, " stream of 3 MiB: ok")
     else
-        ngx.say(kind, " stream of 3 MiB: ", tostring(sent), " ", tostring(rok), " ", rok and #(res and res.message or "") or tostring(res))
+        local got = rok and #(res and res.message or "") or tostring(res)
+        ngx.say(kind, " stream of 3 MiB: ", tostring(sent), " ", tostring(rok), " ", got)
     end
     stream:close()
     conn:close()
