@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
+use tonic::codec::CompressionEncoding;
 use tonic::metadata::MetadataMap;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -184,7 +185,8 @@ pub fn unary(
         let timeout = Duration::from_millis(u64::from(timeout_ms.max(1)));
         let started = tokio::time::Instant::now();
         let call = async {
-            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone());
+            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone())
+                .accept_compressed(CompressionEncoding::Gzip);
             grpc.ready()
                 .await
                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
@@ -252,7 +254,8 @@ pub fn stream(
     let taken = gate.clone();
     let handle = rt.spawn(async move {
         let run = async {
-            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone());
+            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone())
+                .accept_compressed(CompressionEncoding::Gzip);
             grpc.ready()
                 .await
                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;

@@ -75,6 +75,10 @@ pub(super) type Events = Arc<Mutex<Produced>>;
 const APPLICATION_GRPC: http::HeaderValue = http::HeaderValue::from_static("application/grpc");
 const TRAILERS: http::HeaderValue = http::HeaderValue::from_static("trailers");
 const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+const GRPC_ACCEPT_ENCODING: http::HeaderName =
+    http::HeaderName::from_static("grpc-accept-encoding");
+/// What the core can inflate (`framing::Compression`), offered to servers.
+const ACCEPTED_ENCODINGS: http::HeaderValue = http::HeaderValue::from_static("gzip");
 
 /// A call's request headers: to `origin`, for `target`'s method and
 /// metadata, with its deadline as `grpc-timeout` when it has one.
@@ -102,6 +106,7 @@ pub(super) fn request(
     let headers = request.headers_mut();
     headers.insert(http::header::CONTENT_TYPE, APPLICATION_GRPC);
     headers.insert(http::header::TE, TRAILERS);
+    headers.insert(GRPC_ACCEPT_ENCODING, ACCEPTED_ENCODINGS);
     if let Some(ms) = timeout_ms {
         let value = encode_timeout(std::time::Duration::from_millis(u64::from(ms.max(1))));
         if let Ok(value) = http::HeaderValue::from_str(&value) {
@@ -117,6 +122,11 @@ pub(super) fn frame(message: &[u8]) -> Result<Bytes, String> {
     encode_frame(message, Compression::Identity)
         .map(Bytes::from)
         .map_err(|e| e.to_string())
+}
+
+/// Why a response compressed with `name` cannot be read.
+fn unoffered(name: &str) -> String {
+    format!("the server compressed the response with '{name}', which this client did not offer (it offers gzip)")
 }
 
 fn pairs(headers: &http::HeaderMap) -> HeaderBlock {
@@ -238,8 +248,17 @@ async fn run_call(
     }
     let initial = pairs(&parts.headers);
     let mut received = Vec::new();
-    // We ask for no compression (no grpc-accept-encoding).
-    let mut decoder = FrameDecoder::default();
+    // The server may compress with what the request offered; anything
+    // else it cannot expect this side to read (gRPC's compression spec).
+    let encoding = match parts.headers.get("grpc-encoding").map(|v| v.to_str()) {
+        None => Compression::Identity,
+        Some(Ok(name)) => match Compression::from_header(name) {
+            Some(encoding) => encoding,
+            None => return vec![close_as(Code::Unimplemented, &unoffered(name))],
+        },
+        Some(Err(_)) => return vec![close_as(Code::Unimplemented, &unoffered("(not text)"))],
+    };
+    let mut decoder = FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, encoding);
     if unary {
         // A unary answer is one message; without a cap on the sum, a server
         // sending frame after frame would have them all held here until the

@@ -752,6 +752,8 @@ mod tests {
         Body(Vec<Bytes>),
         /// One HEADERS frame that ends the stream with grpc-status 0.
         TrailersOnly,
+        /// [`Answer::Body`] under this `grpc-encoding`.
+        Encoded(&'static str, Vec<Bytes>),
     }
 
     fn unary_answered(answer: Answer) -> Vec<GrpcEvent> {
@@ -773,9 +775,14 @@ mod tests {
                 };
                 // The connection's I/O runs while the answer is sent.
                 let driver = tokio::spawn(async move { while conn.accept().await.is_some() {} });
-                let response = http::Response::builder().header("content-type", "application/grpc");
+                let mut response =
+                    http::Response::builder().header("content-type", "application/grpc");
                 let frames = match answer {
                     Answer::Body(frames) => frames,
+                    Answer::Encoded(name, frames) => {
+                        response = response.header("grpc-encoding", name);
+                        frames
+                    }
                     Answer::TrailersOnly => {
                         let response = response.header("grpc-status", "0").body(()).unwrap();
                         let _ = respond.send_response(response, true);
@@ -829,6 +836,24 @@ mod tests {
         encode_frame(&vec![0x2a; len], Compression::Identity)
             .unwrap()
             .into()
+    }
+
+    #[test]
+    fn a_gzip_answer_is_inflated_and_an_unoffered_encoding_is_unimplemented() {
+        let message = vec![0x2a; 1000];
+        let gzip = encode_frame(&message, Compression::Gzip).unwrap();
+        let events = unary_answered(Answer::Encoded("gzip", vec![gzip.into()]));
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, GrpcEvent::Message(m) if m[..] == message[..])),
+            "{events:?}"
+        );
+        let events = unary_answered(Answer::Encoded("deflate", vec![grpc_frame(3)]));
+        assert!(
+            matches!(&events[..], [GrpcEvent::Close(12, m)] if m[..] == *b"the server compressed the response with 'deflate', which this client did not offer (it offers gzip)"),
+            "{events:?}"
+        );
     }
 
     #[test]
