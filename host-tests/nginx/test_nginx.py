@@ -101,6 +101,14 @@ def test_large_requests_over_tls_and_mtls_on_a_fresh_connection(nginx):
     assert body.splitlines() == expected, body
 
 
+def test_status_messages_arrive_byte_for_byte(nginx):
+    """The module cut every message's trailing whitespace and a trailing
+    {...} group, a rule for what Envoy appends, in a host that appends
+    nothing (gRPC's interop special_status_message)."""
+    status, body = nginx.get("/t/status_messages")
+    assert (status, body) == (200, "1: same\n2: same\n3: same\n"), body + nginx.log()[-3000:]
+
+
 def test_the_issue_program_through_lua_resty_ffi(nginx_resty_ffi):
     status, body = nginx_resty_ffi.get("/t/program")
     assert status == 200, body + nginx_resty_ffi.log()[-3000:]

@@ -79,16 +79,29 @@ pub fn call_metadata<'a>(
 
 /// The status a host reported when a call failed. Envoy appends its
 /// response details in braces (`...{upstream_reset_before_response_started}`),
-/// which is noise to a client: it is cut. Envoy reports an expired
-/// deadline as UNAVAILABLE, and a server may reset a call at its deadline
-/// with CANCEL; once the deadline has passed, either is DEADLINE_EXCEEDED.
-pub fn closed_status(code: u32, message: &str, elapsed_ms: u64, deadline_ms: u64) -> Status {
+/// which is noise to a client: with `host_details` (a host known to add
+/// them) that suffix is cut, and nothing else; elsewhere the server's
+/// message stays byte for byte (gRPC's interop special_status_message).
+/// Envoy reports an expired deadline as UNAVAILABLE, and a server may
+/// reset a call at its deadline with CANCEL; once the deadline has passed,
+/// either is DEADLINE_EXCEEDED.
+pub fn closed_status(
+    code: u32,
+    message: &str,
+    elapsed_ms: u64,
+    deadline_ms: u64,
+    host_details: bool,
+) -> Status {
     let code = i32::try_from(code)
         .map(Code::from_i32)
         .unwrap_or(Code::Unknown);
     // Envoy reports the `grpc-message` header as it came: percent-encoded.
     let decoded = percent_decode(message.as_bytes());
-    let message = strip_details_suffix(&decoded);
+    let message = if host_details {
+        strip_details_suffix(&decoded)
+    } else {
+        &decoded
+    };
     // Host timers may fire a little early by the module's clock: 5% slack.
     let expired =
         elapsed_ms.saturating_add(deadline_ms / 20) >= deadline_ms || message == ENVOY_TIMEOUT;
@@ -112,7 +125,7 @@ const ENVOY_TIMEOUT: &str = "upstream request timeout";
 fn strip_details_suffix(message: &str) -> &str {
     let trimmed = message.trim_end();
     if !trimmed.ends_with('}') {
-        return trimmed;
+        return message;
     }
     // The suffix's opening brace: walk back over balanced braces.
     let mut depth = 0usize;
@@ -398,9 +411,10 @@ mod tests {
             "upstream connect error{remote_connection_failure{x}}",
             3,
             1000,
+            true,
         );
         assert_eq!(s, Status::new(Code::Unavailable, "upstream connect error"));
-        let s = closed_status(14, "stream timeout{a}", 960, 1000);
+        let s = closed_status(14, "stream timeout{a}", 960, 1000, true);
         assert_eq!(
             s,
             Status::new(
@@ -408,29 +422,45 @@ mod tests {
                 "deadline of 1000 ms exceeded (stream timeout)"
             )
         );
-        let s = closed_status(14, "upstream request timeout", 10, 1000);
+        let s = closed_status(14, "upstream request timeout", 10, 1000, true);
         assert_eq!(s.code, Code::DeadlineExceeded);
         assert_eq!(
-            closed_status(14, "no%20route", 3, 1000),
+            closed_status(14, "no%20route", 3, 1000, true),
             Status::new(Code::Unavailable, "no route")
         );
         assert_eq!(
-            closed_status(5, "no {such} book", 0, 10),
+            closed_status(5, "no {such} book", 0, 10, true),
             Status::new(Code::NotFound, "no {such} book")
         );
         assert_eq!(
-            closed_status(1, "the server reset the stream with CANCEL", 1000, 1000),
+            closed_status(
+                1,
+                "the server reset the stream with CANCEL",
+                1000,
+                1000,
+                true
+            ),
             Status::new(
                 Code::DeadlineExceeded,
                 "deadline of 1000 ms exceeded (the server reset the stream with CANCEL)"
             )
         );
         assert_eq!(
-            closed_status(1, "the server reset the stream with CANCEL", 10, 1000),
+            closed_status(1, "the server reset the stream with CANCEL", 10, 1000, true),
             Status::new(Code::Cancelled, "the server reset the stream with CANCEL")
         );
-        assert_eq!(closed_status(99, "x", 0, 10).code, Code::Unknown);
-        assert_eq!(closed_status(0, "", 0, 10).code, Code::Internal);
+        assert_eq!(closed_status(99, "x", 0, 10, true).code, Code::Unknown);
+        assert_eq!(closed_status(0, "", 0, 10, true).code, Code::Internal);
+        // A host that adds nothing (the shim): the server's words, whole.
+        let special =
+            "\t\ntest with whitespace\r\nand Unicode BMP \u{263a} and non-BMP \u{1f608}\t\n";
+        assert_eq!(closed_status(2, special, 0, 10, false).message, special);
+        assert_eq!(
+            closed_status(3, "cannot parse {\"a\": 1}", 0, 10, false).message,
+            "cannot parse {\"a\": 1}"
+        );
+        // Envoy's suffix goes, and only that: other trailing text stays.
+        assert_eq!(closed_status(2, special, 0, 10, true).message, special);
     }
 
     #[test]

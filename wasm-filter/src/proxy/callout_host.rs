@@ -324,7 +324,16 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
     let status = if code == 0 && route.method.streaming() != StreamingKind::Unary {
         Status::ok()
     } else {
-        let mut status = closed_status(code, &message, elapsed_ms(call), call.deadline_ms);
+        // Only Envoy adds its details to the message; the shim passes the
+        // server's as they came.
+        let host_details = !host::is_shim();
+        let mut status = closed_status(
+            code,
+            &message,
+            elapsed_ms(call),
+            call.deadline_ms,
+            host_details,
+        );
         status.details = trailing_details(call);
         status
     };

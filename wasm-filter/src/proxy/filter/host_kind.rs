@@ -4,7 +4,6 @@
 use std::cell::Cell;
 
 use super::super::config::FilterConfig;
-use super::super::contract::{HOST_PROPERTY, SHIM_HOST};
 use super::super::host;
 
 /// What the filter must know about its host, learnt once per VM.
@@ -35,11 +34,9 @@ thread_local! {
     static HOST_KIND: Cell<Option<HostKind>> = const { Cell::new(None) };
 }
 
-/// The shim names itself through a property that other hosts do not have.
-/// (Not a probing foreign-function call: ngx_wasm_module traps on names it
-/// does not know.)
+/// Whether the host is the shim (see `host::is_shim`), remembered.
 pub(super) fn host_is_shim() -> bool {
-    let shim = host::property(&[HOST_PROPERTY]).as_deref() == Some(SHIM_HOST);
+    let shim = host::is_shim();
     if shim {
         HOST_KIND.with(|k| k.set(Some(HostKind::Shim)));
     }

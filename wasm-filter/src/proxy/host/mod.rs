@@ -231,6 +231,13 @@ pub fn property(path: &[&str]) -> Option<Vec<u8>> {
     current().get_property(path.join("\0").as_bytes()).ok()
 }
 
+/// Whether the host is the OpenResty shim, which names itself through a
+/// property other hosts do not have. (Not a probing foreign-function call:
+/// ngx_wasm_module traps on names it does not know.)
+pub fn is_shim() -> bool {
+    property(&[super::contract::HOST_PROPERTY]).as_deref() == Some(super::contract::SHIM_HOST)
+}
+
 /// Makes later calls (replies, headers) act on this HTTP stream; gRPC
 /// callbacks arrive on the root context.
 pub fn set_effective_context(context_id: u32) -> Result<(), HostStatus> {
