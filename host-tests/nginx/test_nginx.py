@@ -109,6 +109,14 @@ def test_status_messages_arrive_byte_for_byte(nginx):
     assert (status, body) == (200, "1: same\n2: same\n3: same\n"), body + nginx.log()[-3000:]
 
 
+def test_a_unary_answer_over_4_mib_is_resource_exhausted_on_both_transports(nginx):
+    """runtime gave tonic's 'OUT_OF_RANGE (11): Error, decoded message length
+    too large' where cosocket and the README say RESOURCE_EXHAUSTED."""
+    status, body = nginx.get("/t/large_answer")
+    assert (status, body) == (200, "false RESOURCE_EXHAUSTED (8): grpc: received message larger than max "
+                                   "(5000005 vs. 4194304)\n"), body + nginx.log()[-3000:]
+
+
 def test_the_issue_program_through_lua_resty_ffi(nginx_resty_ffi):
     status, body = nginx_resty_ffi.get("/t/program")
     assert status == 200, body + nginx_resty_ffi.log()[-3000:]
