@@ -110,8 +110,8 @@ def test_metadata_cannot_smuggle_entries(nginx):
         f"crlf in value: false metadata value of 'a' {control}",
         "nul in key: false invalid metadata key 'a?authorization': only letters, digits, '-', '_' and '.'",
         "not a table: false metadata must be a table, got string",
-        "bin: true authorization=nil a=nil bin=intact",
-        "plain: true authorization=nil a=fine bin=nil",
+        "bin: true authorization=nil a=nil bin=intact trailer=intact",
+        "plain: true authorization=nil a=fine bin=nil trailer=nil",
     ], body
 
 

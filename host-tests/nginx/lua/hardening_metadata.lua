@@ -13,9 +13,13 @@ local function try(name, metadata)
         ngx.say(name, ": false ", res)
         return
     end
+    -- -bin values come back as the raw bytes sent, headers and trailers
+    -- alike (gRPC carries them as base64).
     local raw = info.headers["x-echo-raw-bin"]
+    local trailer = info.trailers["x-echo-raw-trailer-bin"]
     ngx.say(name, ": true authorization=", tostring(res.metadata.authorization), " a=", tostring(res.metadata.a),
-            " bin=", raw and ngx.decode_base64(raw) == "a\0authorization\0b\r\n" and "intact" or tostring(raw))
+            " bin=", raw == "a\0authorization\0b\r\n" and "intact" or tostring(raw),
+            " trailer=", trailer == "a\0authorization\0b\r\n" and "intact" or tostring(trailer))
 end
 
 try("nul in value", { a = "x\0authorization\0Bearer x" })

@@ -16,6 +16,8 @@ local ngx = ngx
 local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring
 local setmetatable = setmetatable
 local min = math.min
+local sub = string.sub
+local decode_base64 = ngx.decode_base64
 local concat = table.concat
 local ffi_new, ffi_gc = ffi.new, ffi.gc
 local settings, getenv = native.settings, native.getenv
@@ -392,10 +394,19 @@ local function encode_metadata(metadata)
     return out
 end
 
+-- A -bin value as the raw bytes gRPC carries as base64 (padded or not),
+-- as encode_metadata takes them; text that is no base64 stays as it came.
+local function metadata_value(k, v)
+    if sub(k, -4) == "-bin" then
+        return decode_base64(v) or v
+    end
+    return v
+end
+
 -- key\0value\0 pairs: grpc-metadata-* are headers, grpc-trailer-* trailers.
 local function parse_headers(raw)
     local headers, trailers, list = {}, {}, {}
-    local find, sub = string.find, string.sub
+    local find = string.find
     local at = 1
     while true do
         local k_end = find(raw, "\0", at, true)
@@ -409,9 +420,9 @@ local function parse_headers(raw)
         local k, v = sub(raw, at, k_end - 1), sub(raw, k_end + 1, v_end - 1)
         list[k] = v
         if sub(k, 1, 14) == "grpc-metadata-" then
-            headers[sub(k, 15)] = v
+            headers[sub(k, 15)] = metadata_value(k, v)
         elseif sub(k, 1, 13) == "grpc-trailer-" then
-            trailers[sub(k, 14)] = v
+            trailers[sub(k, 14)] = metadata_value(k, v)
         end
         at = v_end + 1
     end
