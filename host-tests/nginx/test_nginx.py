@@ -159,6 +159,9 @@ def test_failures(nginx):
     assert lines[21] == "json options: true number nil", body
     assert lines[23] == "bad path: false UNIMPLEMENTED (12): the module does not handle this path (it is not /package.Service/Method)", body
     assert lines[22] == "bad json option: false INVALID_ARGUMENT (3): x-grpc-wasm-json-options: unknown JSON option 'pretty'", body
+    # gRPC's interop cancel_after_first_response: the caller sees CANCELLED.
+    assert lines[24] == "recv after cancel: true false CANCELLED (1): the stream was cancelled by its caller 1", body
+    assert lines[25] == "recv after end and close: true nil false the stream is closed", body
 
 
 def test_server_killed_mid_stream(nginx):

@@ -113,3 +113,20 @@ local ok, err = conn:unary("/grpcwasm.testing.Testing/Sleep", {millis = 0}, {jso
 ngx.say("bad json option: ", tostring(ok), " ", err)
 local ok, err = conn:unary("not a path", {})
 ngx.say("bad path: ", tostring(ok), " ", err)
+
+-- a stream the caller cancels: its end is CANCELLED; one that ended first
+-- keeps its own end
+local ok, stream = conn:new_stream("/grpcwasm.testing.Testing/StreamThenFail")
+stream:send({count = 1000, intervalMillis = 20})
+stream:close_send()
+local ok1 = stream:recv()
+stream:close()
+local ok2, err, info = stream:recv()
+ngx.say("recv after cancel: ", tostring(ok1), " ", tostring(ok2), " ", err, " ", info and info.code)
+local ok, stream = conn:new_stream("/grpcwasm.testing.Testing/StreamThenFail")
+stream:send({count = 0})
+stream:close_send()
+local ok1, res = stream:recv()
+stream:close()
+local ok2, err = stream:recv()
+ngx.say("recv after end and close: ", tostring(ok1), " ", tostring(res), " ", tostring(ok2), " ", err)

@@ -466,10 +466,11 @@ local function failure(info)
 end
 
 -- A call that failed on this side (no status came): false, err, info as
--- for any failed call, INTERNAL.
-local function local_failure(message)
-    return failure(setmetatable({ code = 13, name = "INTERNAL", http_status = 0, raw = "",
-                                  body = cjson.encode({ code = 13, message = message }) }, Info))
+-- for any failed call, INTERNAL unless said otherwise.
+local function local_failure(message, code, name)
+    code = code or 13
+    return failure(setmetatable({ code = code, name = name or "INTERNAL", http_status = 0, raw = "",
+                                  body = cjson.encode({ code = code, message = message }) }, Info))
 end
 
 local function decode_message(json)
@@ -670,11 +671,11 @@ function Stream:recv()
     if not pok then
         return false, perr
     end
-    if self.closed then
-        return false, "the stream is closed"
-    end
     if self.failure then
         return false, self.failure[1], self.failure[2]
+    end
+    if self.closed then
+        return false, "the stream is closed"
     end
     if self.finished then
         return true, nil
@@ -705,6 +706,11 @@ end
 function Stream:close()
     if not self.closed then
         self.closed = true
+        if not self.finished then
+            -- Cancelled before its end: that is its end, as gRPC clients
+            -- observe it, and what a later recv answers.
+            stream_failed(self, local_failure("the stream was cancelled by its caller", 1, "CANCELLED"))
+        end
         if not self.forgotten then
             forget(self.id)
         end
