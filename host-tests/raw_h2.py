@@ -16,6 +16,10 @@ listener the same way, chosen by `mode`:
 - `no_window`: SETTINGS that grant every stream a window of 0 bytes, a
   gRPC 200 to each request, and never a WINDOW_UPDATE: no request data
   can be sent, and whatever comes is read and dropped;
+- `wide_window`: SETTINGS and a WINDOW_UPDATE that open every window as
+  wide as HTTP/2 allows, a gRPC 200 to each request, and everything that
+  comes read and dropped: a server that takes uploads as fast as they
+  come;
 - `ping_flood`: the handshake, then, once a request is in, PINGs without
   end and nothing read again: every PING owes an ack the server never
   takes;
@@ -31,7 +35,7 @@ import struct
 import threading
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7, 0x8
 END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
 # HPACK: ":status: 200" from the static table, then content-type (static
 # name 31) as a literal that is not indexed.
@@ -98,7 +102,11 @@ class RawH2:
             return
         # SETTINGS_INITIAL_WINDOW_SIZE (0x4) = 0 for `no_window`.
         settings = struct.pack(">HI", 0x4, 0) if self.mode == "no_window" else b""
+        if self.mode == "wide_window":
+            settings = struct.pack(">HI", 0x4, 0x7FFFFFFF)
         conn.sendall(frame(SETTINGS, 0, 0, settings))
+        if self.mode == "wide_window":
+            conn.sendall(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7FFFFFFF - 65535)))
         while True:
             head = reader.read(9)
             if len(head) < 9:
@@ -141,7 +149,7 @@ class RawH2:
         elif self.mode == "stalled":
             conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200))
             return "hold"
-        elif self.mode == "no_window":
+        elif self.mode in ("no_window", "wide_window"):
             conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200))
         elif self.mode == "ping_flood":
             pings = frame(PING, 0, 0, b"floodfld") * 4096

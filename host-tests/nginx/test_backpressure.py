@@ -225,3 +225,25 @@ def test_a_gzip_compressed_stream_from_grpcio_is_read(tmp_path, transport):
         proxy.stop()
         server.server.stop(0)
     assert got == (200, "read 3 in order\n"), got[1] + proxy.log()[-3000:]
+
+
+@pytest.mark.parametrize("transport", ["cosocket", "runtime"])
+def test_an_upload_faster_than_the_socket_waits_for_the_writer(tmp_path, transport):
+    """A server that opens every window takes each send at once into h2, and
+    on cosocket into the bytes waiting for the socket: a caller sending in a
+    loop never yielded, so its writer never ran, and past the connection's
+    bound the whole connection failed as if the server read nothing. send
+    now counts those bytes too and yields to the writer: 80 MiB go."""
+    server = RawH2("wide_window")
+    proto = tmp_path / "sink.proto"
+    proto.write_text(SINK_PROTO)
+    proxy = Nginx({"sink_proto": str(proto)}, workers=1)
+    try:
+        status, body = proxy.get(f"/t/send_window?addr={server.addr}&transport={transport}"
+                                 f"&count=80&size={1 << 20}&timeout=30000&recv=0", timeout=60)
+    finally:
+        proxy.stop()
+        server.stop()
+    assert status == 200, body + proxy.log()[-3000:]
+    accepted, elapsed, failure = body.rstrip("\n").split(" | ")
+    assert (accepted, failure) == ("80", "nil"), body

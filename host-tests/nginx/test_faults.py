@@ -108,7 +108,7 @@ def test_a_server_that_floods_pings_and_reads_nothing_ends_the_connection_not_th
     """Each PING owes an ack; a server that reads none of them grew the
     worker to 603 MB in 9 s on cosocket, as the acks waited unbounded for
     the socket, until its 10 s send timeout. The connection now ends at
-    16 MiB unsent, its call with UNAVAILABLE naming why."""
+    64 MiB unsent, its call with UNAVAILABLE naming why."""
     server = RawH2("ping_flood")
     try:
         (worker,) = worker_pids(nginx)
@@ -120,10 +120,10 @@ def test_a_server_that_floods_pings_and_reads_nothing_ends_the_connection_not_th
         server.stop()
     assert counts == {"UNAVAILABLE": "1"}, (counts, error)
     assert error == ("UNAVAILABLE (14): the connection failed: the server does not read what this side "
-                     "sends: 16777216 bytes wait unsent"), error
+                     "sends: 67108864 bytes wait unsent"), error
     # Well before the deadline, and the worker holds about the bound.
     assert slowest < 6000, slowest
-    assert grown < 120, f"the worker grew by {grown:.0f} MB"
+    assert grown < 200, f"the worker grew by {grown:.0f} MB"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

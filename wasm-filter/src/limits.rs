@@ -30,7 +30,8 @@ pub const MAX_BODY_LIMIT: usize = 256 << 20;
 pub const MAX_HELD_LIMIT: usize = 1 << 30;
 
 /// The default `max_held_response_bytes`: 128 MiB for all the streams of a
-/// VM together, 32 responses of the default `max_response_bytes` at once.
+/// VM together, 32 responses of the default `max_response_bytes` at once
+/// (or twice `max_response_bytes`, when that is more).
 pub const DEFAULT_HELD_BYTES: usize = 128 << 20;
 
 /// The JSON a response message may print to, per byte of its wire form

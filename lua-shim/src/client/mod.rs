@@ -561,14 +561,27 @@ impl Client {
     }
 
     /// Whether call `id` is known (started and not closed).
-    /// The request bytes a stream's transport holds that the server's
-    /// windows have not let out, when they pass `max_queued_bytes` (the
-    /// bound each way): the caller waits before its next send. `Some(0)`
-    /// when it may go on; `None` for a call that is over or unknown.
+    /// The request bytes a stream's transport holds that have not left for
+    /// the server, when they pass `max_queued_bytes` (the bound each way):
+    /// the caller waits before its next send. On a wire connection they
+    /// include what waits for the socket, so that a caller sending faster
+    /// than its socket writes yields to the writer (the connection's own
+    /// bound, `pipe::MAX_UNSENT`, is for servers that read nothing).
+    /// `Some(0)` when it may go on; `None` for a call that is over or
+    /// unknown.
     pub fn send_backlog(&self, id: u32) -> Option<usize> {
-        let events = lock(&self.inner.events);
-        let queue = events.get(&id).filter(|q| !q.ended)?;
-        let unsent = queue.gate.as_ref().map_or(0, |gate| gate.unsent());
+        let (gate, wire) = {
+            let events = lock(&self.inner.events);
+            let queue = events.get(&id).filter(|q| !q.ended)?;
+            (queue.gate.clone(), queue.wire)
+        };
+        let mut unsent = gate.map_or(0, |gate| gate.unsent());
+        // Taken apart from the events lock: the wire's drive takes that.
+        if let Some(Conn::Wire(wire)) =
+            wire.and_then(|conn| lock(&self.inner.conns).get(&conn).cloned())
+        {
+            unsent = unsent.saturating_add(lock(&wire).output_len());
+        }
         Some(if unsent > self.max_queued() {
             unsent
         } else {

@@ -72,10 +72,11 @@ impl ClientTls {
         // up to 64 KiB by default and refuses the rest, which failed every
         // request over 64 KiB on a fresh TLS connection (gRPC's interop
         // large_unary). Before the handshake only h2's own first window
-        // can be written (the server can send nothing that needs an
-        // answer yet), and after it the pipe bounds what waits
-        // (`pipe::MAX_UNSENT`).
-        tls.set_buffer_limit(None);
+        // (and the HEADERS of calls started meanwhile) can be written (the
+        // server can send nothing that needs an
+        // answer yet), and after it the pipe bounds what waits: the same
+        // bound holds here, so that nothing is unbounded before it either.
+        tls.set_buffer_limit(Some(super::wire::MAX_UNSENT));
         Ok(tls)
     }
 }

@@ -300,7 +300,17 @@ fn over_limit(config: &FilterConfig, call: &mut Call, size: usize) -> Reply {
     let reply = transcoder::too_large(config, "response", size, config.max_response_bytes);
     let _ = grpc_cancel(call.token);
     forget(call.token);
+    let _ = drop_messages(call);
     reply
+}
+
+/// The messages gathered for the final reply, taken out, and the VM's
+/// budget given their share back: the call's context may live on long
+/// after its reply (a slow client), and its share with it.
+fn drop_messages(call: &mut Call) -> Vec<String> {
+    call.held.release();
+    call.message_bytes = 0;
+    std::mem::take(&mut call.messages)
 }
 
 /// Hands a message to the host's delivery function; false when the host has
@@ -345,7 +355,7 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
             Reply::error(config, &status)
         };
     }
-    transcoder::reply_from_messages(config, route, std::mem::take(&mut call.messages), &status)
+    transcoder::reply_from_messages(config, route, drop_messages(call), &status)
 }
 
 fn trailing_details(call: &Call) -> Option<Vec<u8>> {
@@ -358,6 +368,7 @@ fn fail(config: &FilterConfig, call: &mut Call, status: Status) -> Reply {
         let _ = grpc_cancel(call.token);
         forget(call.token);
     }
+    let _ = drop_messages(call);
     Reply::error(config, &status)
 }
 

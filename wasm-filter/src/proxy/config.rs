@@ -304,10 +304,11 @@ impl FilterConfig {
         }
         check_body_limit("max_request_bytes", raw.max_request_bytes)?;
         check_body_limit("max_response_bytes", raw.max_response_bytes)?;
-        // Unset, the budget holds at least one response of the largest size.
-        let max_held_response_bytes = raw
-            .max_held_response_bytes
-            .unwrap_or(crate::limits::DEFAULT_HELD_BYTES.max(raw.max_response_bytes));
+        // Unset, the budget holds two responses of the largest size at
+        // least: a streamed one holds a whole frame and the next chunk.
+        let max_held_response_bytes = raw.max_held_response_bytes.unwrap_or(
+            crate::limits::DEFAULT_HELD_BYTES.max(raw.max_response_bytes.saturating_mul(2)),
+        );
         check_held_limit(max_held_response_bytes, raw.max_response_bytes)?;
         let bindings = collect_bindings(&registry, raw.services.as_deref())?;
         let callout = raw.callout.map(check_callout).transpose()?;
@@ -493,7 +494,7 @@ mod tests {
             128 << 20
         );
         let big = load(serde_json::json!({"max_response_bytes": 200 << 20})).unwrap();
-        assert_eq!(big.max_held_response_bytes, 200 << 20);
+        assert_eq!(big.max_held_response_bytes, 400 << 20);
         assert_eq!(
             load(serde_json::json!({"max_held_response_bytes": 1000})).unwrap_err(),
             "max_held_response_bytes: 1000 is below max_response_bytes (4194304): no response of that size could be held"

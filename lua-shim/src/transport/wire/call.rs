@@ -289,6 +289,13 @@ async fn run_call(
         // Taken, so given back: the gate bounds what the caller holds.
         let _ = recv.flow_control().release_capacity(chunk.len());
         decoder.push(&chunk);
+        if !unary {
+            // What one received chunk inflates to is bounded, as in the
+            // filter (`transcoder::stream_piece`): the gate closes only once
+            // the caller's queue is full, after this drive, and a gzip frame
+            // of a few KiB may inflate to 4 MiB.
+            decoder.limit_total(DEFAULT_MAX_MESSAGE_SIZE);
+        }
         let mut complete = Vec::new();
         loop {
             match decoder.next_message() {

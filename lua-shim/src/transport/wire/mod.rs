@@ -13,6 +13,8 @@ mod call;
 mod executor;
 mod pipe;
 
+pub(crate) use pipe::MAX_UNSENT;
+
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -205,6 +207,11 @@ impl Wire {
 
     pub fn has_output(&self) -> bool {
         lock(&self.pipe).has_outbound()
+    }
+
+    /// The bytes waiting for the socket.
+    pub fn output_len(&self) -> usize {
+        lock(&self.pipe).outbound_len()
     }
 
     /// The HTTP/2 connection is over (the server closed it, or it broke):
@@ -704,6 +711,26 @@ mod tests {
         assert_eq!(only_close(&produced, 3), (14, expected));
         assert!(wire.is_over());
         assert!(wire.take_output().len() <= pipe::MAX_UNSENT);
+    }
+
+    #[test]
+    fn an_upload_under_wide_windows_waits_in_the_output_not_in_the_gate() {
+        // With every window open h2 takes each message at once: nothing
+        // stays unsent in the call, and all of it waits for the socket.
+        // A caller that counted only the gate never yielded to its writer,
+        // and the connection failed at its bound (hence send_backlog counts
+        // `output_len` too).
+        let mut wire = answered(keepalive(0, 0, 1000));
+        let mut wide = vec![0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0x7f, 0xff, 0xff, 0xff];
+        wide.extend_from_slice(&[0, 0, 4, 8, 0, 0, 0, 0, 0, 0x7f, 0xff, 0x00, 0x00]);
+        assert!(wire.input(&wide).is_empty());
+        let gate = Arc::new(Gate::default());
+        assert!(wire.stream(9, greeter(), gate.clone()).is_empty());
+        for _ in 0..8 {
+            assert!(wire.send(9, &vec![1u8; 1 << 20]).is_empty());
+        }
+        assert_eq!(gate.unsent(), 0);
+        assert!(wire.output_len() > 8 << 20, "{}", wire.output_len());
     }
 
     #[test]

@@ -20,8 +20,11 @@ pub(super) const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after it
 /// (PING and SETTINGS acks) have no window: a server that floods PINGs
 /// and reads nothing grew a worker to 603 MB in 9 s (issue 26). Past this
 /// the connection fails, and its calls with UNAVAILABLE and [`unread`]'s
-/// words.
-pub(super) const MAX_UNSENT: usize = 16 << 20;
+/// words. Callers that send faster than the socket writes wait well
+/// before it (`Client::send_backlog` counts these bytes), so it is reached
+/// by a server that reads nothing, not by a large upload; 64 MiB leaves a
+/// burst of large unary calls on a wide-windowed connection its room.
+pub(crate) const MAX_UNSENT: usize = 64 << 20;
 
 /// Why a connection whose server reads nothing of it failed.
 pub(super) fn unread() -> String {
@@ -61,6 +64,10 @@ impl Pipe {
 
     pub(super) fn has_outbound(&self) -> bool {
         !self.outbound.is_empty()
+    }
+
+    pub(super) fn outbound_len(&self) -> usize {
+        self.outbound.len()
     }
 
     pub(super) fn feed(&mut self, mut bytes: &[u8]) -> Result<(), String> {

@@ -167,11 +167,15 @@ fn read_body(config: &FilterConfig, size: usize) -> Result<Vec<u8>, Reply> {
 }
 
 /// A callout that failed on the request side: cancel what started, answer.
+/// Ends the call with `reply`, and holds the request either way: when the
+/// host refuses the reply, letting it on would send the client's JSON to
+/// the route's own upstream.
 fn fail_call(stream: &mut Stream, reply: &Reply) -> u32 {
     if let Some(call) = &stream.call {
         callout_host::cancel(call);
     }
-    answer(stream, reply)
+    answer(stream, reply);
+    PAUSE
 }
 
 /// The calls' deadlines, checked at each tick.

@@ -509,7 +509,7 @@ fn answers_one_message(route: &Route) -> bool {
 fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
     let chunk = match host::buffer(BufferType::HttpResponseBody, 0, size) {
         Ok(chunk) => chunk,
-        Err(s) => return cannot(stream, "read", s),
+        Err(s) => return cannot(stream, size, "read", s),
     };
     let mut held = stream.phase.take_carried();
     // The first chunk carried has the frame's header (that is how it was
@@ -532,7 +532,7 @@ fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
         return CONTINUE;
     }
     if let Err(s) = set_buffer(BufferType::HttpResponseBody, size, b"") {
-        return cannot(stream, "take", s);
+        return cannot(stream, size, "take", s);
     }
     held.extend_from_slice(&chunk);
     if (held.len() as u64) < declared {
@@ -574,14 +574,17 @@ fn make_room(
     Ok(())
 }
 
-/// A host call on the response body failed: the stream is answered with
-/// INTERNAL, naming it.
-fn cannot(stream: &mut Stream, what: &str, s: HostStatus) -> u32 {
-    let reply = internal(
-        &stream.config,
-        &format!("cannot {what} the response body (host status {})", s.0),
+/// A host call on the response body failed after the headers had left:
+/// the chunk becomes the INTERNAL error, as any failure there does (a
+/// local reply now would be refused, and the chunk's gRPC bytes would go
+/// to the client).
+fn cannot(stream: &mut Stream, size: usize, what: &str, s: HostStatus) -> u32 {
+    let status = Status::new(
+        Code::Internal,
+        format!("cannot {what} the response body (host status {})", s.0),
     );
-    answer(stream, &reply)
+    fail_in_body(stream, size, status, false);
+    CONTINUE
 }
 
 /// Data after the one message whose JSON has left: the small path answers
