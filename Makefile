@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-envoy bench-envoy-instructions bench-lua clean
+.PHONY: all deps wasm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-lua clean
 
 all: build
 
@@ -108,6 +108,11 @@ bench: build
 # JSON <-> protobuf in wasm vs native.
 bench-core:
 	target/release/core-bench $(WASM)
+
+# What transcoding costs per input byte (memory and time) on the costliest
+# inputs, natively (issue 26, item 3).
+bench-amplification: build
+	target/release/amplification
 
 # resty.ffi.grpc in nginx vs a native tonic client, unpinned and pinned.
 bench-lua:
