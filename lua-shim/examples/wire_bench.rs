@@ -23,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             service: "helloworld.Greeter".into(),
             method: "SayHello".into(),
             metadata: vec![],
+            compression: Default::default(),
         };
         let mut produced = wire.unary(token, target, b"\x0a\x05bench", 10_000);
         loop {

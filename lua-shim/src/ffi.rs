@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
-use crate::client::{CallOptions, Client, Event};
+use crate::client::{compression_named, CallOptions, Client, Event};
 use crate::notify::Notifier;
 use crate::sync::lock;
 use crate::transport::{Keepalive, TlsOptions};
@@ -542,7 +542,8 @@ pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
 
 /// Starts a call. `body` NULL: a stream whose messages follow. `metadata`
 /// is `key\0value\0` pairs; `json_options` (may be NULL) a comma-separated
-/// list (`emit_defaults,int64_as_number,...`). Returns the call id (> 0).
+/// list (`emit_defaults,int64_as_number,...`); `compression` (may be NULL:
+/// none) `gzip` or `identity`. Returns the call id (> 0).
 ///
 /// # Safety
 /// Each pointer addresses its length in bytes (or is NULL with length 0).
@@ -557,24 +558,29 @@ pub unsafe extern "C" fn grpc_wasm_start(
     metadata: *const u8,
     metadata_len: usize,
     json_options: *const c_char,
+    compression: *const c_char,
 ) -> i32 {
     guard(|| {
         let p = process()?;
         // SAFETY: each pointer addresses its length in bytes or is NULL,
-        // and `json_options` is NULL or NUL-terminated (this function's contract).
-        let (path, body, metadata, json_options) = unsafe {
+        // and `json_options` and `compression` are NULL or NUL-terminated
+        // (this function's contract).
+        let (path, body, metadata, json_options, compression) = unsafe {
             (
                 bytes(path, path_len),
                 (!body.is_null()).then(|| bytes(body, body_len)),
                 bytes(metadata, metadata_len),
                 text(json_options),
+                text(compression),
             )
         };
         let path = std::str::from_utf8(path).map_err(|_| "the method path is not UTF-8")?;
+        let compression = compression.as_deref().map(compression_named).transpose()?;
         let options = CallOptions {
             timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
             metadata: split_pairs(metadata),
             json_options,
+            compression: compression.unwrap_or_default(),
         };
         let id = p
             .client
@@ -598,13 +604,18 @@ fn split_pairs(raw: &[u8]) -> Vec<(String, String)> {
 /// # Safety
 /// `json` addresses `len` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn grpc_wasm_send(id: u32, json: *const u8, len: usize) -> i32 {
+pub unsafe extern "C" fn grpc_wasm_send(
+    id: u32,
+    json: *const u8,
+    len: usize,
+    compress: i32,
+) -> i32 {
     guard(|| {
         // SAFETY: `json` addresses `len` bytes (this function's contract).
         let json = unsafe { bytes(json, len) };
         process()?
             .client
-            .send(id, json)
+            .send(id, json, compress != 0)
             .map_err(|e| e.to_string())?;
         Ok(0)
     })

@@ -29,6 +29,6 @@ pub mod resty_ffi;
 pub mod wasm;
 
 #[cfg(feature = "host")]
-pub use client::{CallOptions, Client, ClientError, Event};
+pub use client::{compression_named, CallOptions, Client, ClientError, Event};
 #[cfg(feature = "host")]
 pub use wasm::{CoreModule, HostError};

@@ -373,10 +373,12 @@ impl Runtime {
                     .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
                     .collect();
                 let body = optional(r, "body");
+                let compression = r["compression"].as_str().map(crate::compression_named);
                 let options = crate::CallOptions {
                     timeout_ms: r["timeout"].as_u64(),
                     metadata,
                     json_options: optional(r, "json"),
+                    compression: compression.transpose()?.unwrap_or_default(),
                 };
                 let id = c.start(
                     number(r, "conn")?,
@@ -387,7 +389,10 @@ impl Runtime {
                 id.map(|id| id.to_string().into_bytes())
                     .map_err(|e| e.to_string())
             }
-            "send" => done(c.send(number(r, "id")?, field(r, "body")?.as_bytes())),
+            "send" => {
+                let compress = r["compress"].as_bool().unwrap_or(true);
+                done(c.send(number(r, "id")?, field(r, "body")?.as_bytes(), compress))
+            }
             "close_send" => done(c.close_send(number(r, "id")?)),
             "send_backlog" => {
                 let backlog = c.send_backlog(number(r, "id")?);

@@ -15,8 +15,9 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
 const HEADER_LEN: usize = 5;
 
 /// A message encoding named by `grpc-encoding` / `grpc-accept-encoding`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compression {
+    #[default]
     Identity,
     Gzip,
 }

@@ -353,6 +353,7 @@ fn target(service: &str) -> GrpcTarget {
         service: service.into(),
         method: "Call".into(),
         metadata: vec![("x-call".into(), b"1".to_vec())],
+        compression: Default::default(),
     }
 }
 
@@ -381,7 +382,7 @@ fn run(data: &[u8]) {
                     wire.stream(token, target("fuzz.Stream"), gate)
                 })
             }
-            Op::Send { call, message } => with(&calls, call, |t| wire.send(t, &message)),
+            Op::Send { call, message } => with(&calls, call, |t| wire.send(t, &message, true)),
             Op::CloseSend { call } => with(&calls, call, |t| wire.close_send(t)),
             Op::Cancel { call } => {
                 let produced = with(&calls, call, |t| wire.cancel(t));

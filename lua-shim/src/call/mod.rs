@@ -7,19 +7,23 @@
 pub mod events;
 pub mod header_block;
 
+pub use grpc_wasm::framing::Compression;
 pub use header_block::HeaderBlock;
 
 /// A header map in arrival order; keys may repeat.
 pub type Pairs = Vec<(String, Vec<u8>)>;
 
 /// Where a call goes: the connection's name, the method, and the
-/// metadata the module sends with it.
-#[derive(Debug, Clone)]
+/// metadata the module sends with it; and how its caller wants the request
+/// messages compressed (a transport's concern, as in Envoy's gRPC client:
+/// the module hands over messages, the transport frames them).
+#[derive(Debug, Clone, Default)]
 pub struct GrpcTarget {
     pub upstream: String,
     pub service: String,
     pub method: String,
     pub metadata: Pairs,
+    pub compression: Compression,
 }
 
 /// A transport event for a call, delivered to the module as Envoy would.

@@ -24,7 +24,7 @@ use grpc_wasm::timeout::encode_timeout;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::call::events;
-use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced};
+use crate::call::{Compression, GrpcEvent, GrpcTarget, HeaderBlock, Produced};
 use crate::host::{GrpcCommand, HostError, LocalReply, Outputs, ProxyHost};
 use crate::sync::lock;
 use crate::transport::runtime::{self, Upstream};
@@ -73,6 +73,19 @@ pub struct CallOptions {
     pub metadata: Vec<(String, String)>,
     /// JSON options for this call, comma-separated (`emit_defaults,...`).
     pub json_options: Option<String>,
+    /// How its request messages are compressed (`grpc-encoding`).
+    pub compression: Compression,
+}
+
+/// The request compression a caller names: `gzip`, or `identity` (none).
+pub fn compression_named(name: &str) -> Result<Compression, String> {
+    match Compression::from_header(name) {
+        Some(compression) if compression.name() == name => Ok(compression),
+        _ => Err(format!(
+            "unknown compression '{}': gzip or identity",
+            name.escape_default()
+        )),
+    }
 }
 
 /// What a call has for its caller.
@@ -137,6 +150,8 @@ struct Queue {
     gate: Option<Arc<Gate>>,
     /// The wire connection its stream runs on, driven when the gate opens.
     wire: Option<u32>,
+    /// How its caller wants the request compressed.
+    compression: Compression,
 }
 
 impl Queue {
@@ -512,7 +527,11 @@ impl Client {
                 // even when the module is done with it.
                 let mut events = lock(&self.inner.events);
                 let id = host.reserve_id(|id| events.contains_key(&id))?;
-                events.insert(id, Queue::default());
+                let queue = Queue {
+                    compression: options.compression,
+                    ..Queue::default()
+                };
+                events.insert(id, queue);
                 id
             };
             match host.open(id, headers, body) {
@@ -529,17 +548,18 @@ impl Client {
         Ok(id)
     }
 
-    /// One more request message (JSON) for a streaming call.
-    pub fn send(&self, id: u32, json: &[u8]) -> Result<(), ClientError> {
-        self.feed(id, json, false)
+    /// One more request message (JSON) for a streaming call; `compress:
+    /// false` sends it uncompressed in a compressed call.
+    pub fn send(&self, id: u32, json: &[u8], compress: bool) -> Result<(), ClientError> {
+        self.feed(id, json, false, compress)
     }
 
     /// No more request messages.
     pub fn close_send(&self, id: u32) -> Result<(), ClientError> {
-        self.feed(id, b"", true)
+        self.feed(id, b"", true, true)
     }
 
-    fn feed(&self, id: u32, bytes: &[u8], end: bool) -> Result<(), ClientError> {
+    fn feed(&self, id: u32, bytes: &[u8], end: bool, compress: bool) -> Result<(), ClientError> {
         if !lock(&self.inner.events).contains_key(&id) {
             return Err(ClientError::UnknownCall);
         }
@@ -551,7 +571,10 @@ impl Client {
         }
         let (woken, result) = {
             let mut host = lock(&self.inner.host);
-            match host.body(id, &framed, end) {
+            host.send_uncompressed(!compress);
+            let fed = host.body(id, &framed, end);
+            host.send_uncompressed(false);
+            match fed {
                 Ok(()) => (self.run(&mut host), Ok(())),
                 Err(e) => (self.recover(&mut host, &e), Err(e.into())),
             }
@@ -770,17 +793,22 @@ impl Client {
         let produced = match command {
             GrpcCommand::Call {
                 token,
-                target,
+                mut target,
                 message,
                 timeout_ms,
-            } => self.start_call(token, target, |conn, call| {
-                conn.transport().unary(call, message, timeout_ms)
-            }),
-            GrpcCommand::Stream {
-                token,
-                target,
                 context,
             } => {
+                target.compression = self.compression_of(context);
+                self.start_call(token, target, |conn, call| {
+                    conn.transport().unary(call, message, timeout_ms)
+                })
+            }
+            GrpcCommand::Stream {
+                token,
+                mut target,
+                context,
+            } => {
+                target.compression = self.compression_of(context);
                 let conn_id = target.upstream.parse().ok();
                 self.start_call(token, target, |conn, call| {
                     // A wire's tasks run when the caller drives them, so
@@ -789,7 +817,11 @@ impl Client {
                     conn.transport().stream(call, self.gate(context, wire))
                 })
             }
-            GrpcCommand::Send { token, message } => self.on_call(token, |c| c.send(message)),
+            GrpcCommand::Send {
+                token,
+                message,
+                compress,
+            } => self.on_call(token, |c| c.send(message, compress)),
             GrpcCommand::Close { token } => self.on_call(token, |c| c.close_send()),
             GrpcCommand::Cancel { token } => match lock(&self.inner.calls).remove(&token) {
                 Some(call) => call.cancel(),
@@ -839,6 +871,14 @@ impl Client {
             queue.wire = wire;
         }
         gate
+    }
+
+    /// How call `context`'s caller wants its request compressed.
+    fn compression_of(&self, context: u32) -> Compression {
+        lock(&self.inner.events)
+            .get(&context)
+            .map(|queue| queue.compression)
+            .unwrap_or_default()
     }
 
     fn conn(&self, upstream: &str) -> Option<Conn> {
@@ -1141,7 +1181,7 @@ mod tests {
         let Some(client) = client() else { return };
         let conn = dead_conn(&client);
         let running = in_flight(&client, conn);
-        client.send(running, br#"{"name":"a"}"#).unwrap();
+        client.send(running, br#"{"name":"a"}"#, true).unwrap();
         client.close_send(running).unwrap();
         assert_eq!(lock(&client.inner.calls).len(), 1);
         client.close_conn(conn);

@@ -83,10 +83,12 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             let Some(message) = read(&mut c, ptr, len) else {
                 return INVALID_MEMORY_ACCESS;
             };
-            c.data_mut()
-                .outputs
-                .commands
-                .push(GrpcCommand::Send { token, message });
+            let compress = !c.data().uncompressed_sends;
+            c.data_mut().outputs.commands.push(GrpcCommand::Send {
+                token,
+                message,
+                compress,
+            });
             OK
         },
     )?;
@@ -425,6 +427,8 @@ fn target(
         service,
         method,
         metadata,
+        // The caller's choice, set by the client before the call starts.
+        compression: Default::default(),
     })
 }
 
@@ -448,6 +452,7 @@ fn grpc_call(
         return INVALID_MEMORY_ACCESS;
     };
     let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
+    let context = c.data().effective;
     open_call(
         &mut c,
         parts,
@@ -458,6 +463,7 @@ fn grpc_call(
             target,
             message,
             timeout_ms,
+            context,
         },
     )
 }

@@ -84,6 +84,12 @@ impl ProxyHost {
         self.store.data_mut().limits = limits(bytes);
     }
 
+    /// Whether the messages the module sends from now on go uncompressed
+    /// (their caller's choice, for the message being fed).
+    pub fn send_uncompressed(&mut self, on: bool) {
+        self.store.data_mut().uncompressed_sends = on;
+    }
+
     /// The module's memory size in bytes.
     pub fn memory_size(&self) -> usize {
         self.store

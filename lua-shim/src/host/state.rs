@@ -46,6 +46,8 @@ pub enum GrpcCommand {
         target: GrpcTarget,
         message: Vec<u8>,
         timeout_ms: u32,
+        /// The HTTP context (the shim's call) that opened it.
+        context: u32,
     },
     Stream {
         token: u32,
@@ -56,6 +58,8 @@ pub enum GrpcCommand {
     Send {
         token: u32,
         message: Vec<u8>,
+        /// False: this message goes uncompressed in a compressed call.
+        compress: bool,
     },
     Close {
         token: u32,
@@ -101,6 +105,9 @@ pub struct HostState {
     pub trapped: Option<String>,
     /// What the module may grow to (unlimited unless a test lowers it).
     pub limits: wasmtime::StoreLimits,
+    /// While the client feeds a message its caller sends uncompressed: the
+    /// message the module sends meanwhile goes so.
+    pub uncompressed_sends: bool,
 }
 
 /// What a token names. A unary call that succeeds ends with its message:

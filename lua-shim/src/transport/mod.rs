@@ -6,6 +6,7 @@
 //! share the options, bounds and failure names here.
 
 mod codec;
+mod exchange;
 pub mod gate;
 pub mod runtime;
 pub mod tls;
@@ -46,8 +47,9 @@ pub type Started = (Box<dyn RunningCall>, Produced);
 
 /// A call as the client holds it while its transport runs it.
 pub trait RunningCall: Send {
-    /// One more request message (a stream's).
-    fn send(&mut self, message: Vec<u8>) -> Produced;
+    /// One more request message (a stream's): compressed as the call is,
+    /// unless `compress` is false.
+    fn send(&mut self, message: Vec<u8>, compress: bool) -> Produced;
     /// The end of the request.
     fn close_send(&mut self) -> Produced;
     /// Ends the call at once; it reports nothing more.

@@ -7,24 +7,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use grpc_wasm::framing::{FrameError, DEFAULT_MAX_MESSAGE_SIZE};
+use grpc_wasm::framing::{Compression, FrameError, DEFAULT_MAX_MESSAGE_SIZE};
 use grpc_wasm::{Code, Status};
-use http::uri::PathAndQuery;
+use http_body_util::StreamBody;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
-use tonic::codec::CompressionEncoding;
+use tonic::client::GrpcService;
+use tonic::codec::{CompressionEncoding, Streaming};
 use tonic::metadata::MetadataMap;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::codec::RawCodec;
+use super::exchange::{self, origin, Origin};
 use super::{
     h2_failure, tls, CallTransport, Gate, Keepalive, NewCall, RunningCall, Sink, Started,
     TlsOptions, TransportError, CONNECTION_WINDOW, REMEMBERED_RESETS,
 };
 use crate::call::events::{self, close, close_as};
-use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Pairs, Produced};
+use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced};
 
 /// A lazily connected, multiplexed HTTP/2 channel; it reconnects by itself
 /// after the server comes back. Must run inside the runtime. hyper's
@@ -71,6 +73,7 @@ pub fn connect(
     Ok(Upstream {
         channel: endpoint.connect_lazy(),
         keepalive: *keepalive,
+        origin: origin(addr, tls.enabled()),
     })
 }
 
@@ -80,6 +83,9 @@ pub fn connect(
 pub struct Upstream {
     pub channel: Channel,
     pub keepalive: Keepalive,
+    /// Its requests' scheme and authority (tonic's channel sets its own
+    /// too; the headers are made as the wire transport makes them).
+    origin: Result<Origin, String>,
 }
 
 /// The HTTP/2 or I/O failure under a tonic status, named as the wire
@@ -123,17 +129,66 @@ fn keepalive_timed_out(status: &tonic::Status) -> bool {
     false
 }
 
-fn path(target: &GrpcTarget) -> Result<PathAndQuery, tonic::Status> {
-    PathAndQuery::try_from(format!("/{}/{}", target.service, target.method))
-        .map_err(|e| tonic::Status::invalid_argument(format!("invalid method path: {e}")))
-}
+/// A request message as its caller sent it, and whether it goes
+/// compressed (when the call is).
+type Outgoing = (Vec<u8>, bool);
 
-fn request<T>(message: T, metadata: &Pairs) -> tonic::Request<T> {
-    let mut headers = http::HeaderMap::new();
-    events::append_metadata(&mut headers, metadata);
-    let mut request = tonic::Request::new(message);
-    *request.metadata_mut() = MetadataMap::from_headers(headers);
-    request
+/// One call's HTTP/2 exchange on `upstream`: the request made as the wire
+/// transport makes it (`exchange`), its messages framed by the core with
+/// each one's compressed flag (tonic's client compresses all messages of a
+/// call or none, and gRPC lets a caller choose per message), and the
+/// response read by tonic's decoder. What `tonic::client::Grpc::streaming`
+/// does, with the request side written here for that reason.
+async fn exchange<S>(
+    upstream: &Upstream,
+    target: &GrpcTarget,
+    timeout_ms: Option<u32>,
+    messages: S,
+) -> Result<(MetadataMap, Streaming<Vec<u8>>), tonic::Status>
+where
+    S: tokio_stream::Stream<Item = Outgoing> + Send + 'static,
+{
+    let request =
+        exchange::request(&upstream.origin, target, timeout_ms).map_err(tonic::Status::internal)?;
+    let compression = target.compression;
+    let frames = messages.map(move |(message, compress)| {
+        exchange::frame(&message, compression, compress)
+            .map(http_body::Frame::data)
+            .map_err(tonic::Status::internal)
+    });
+    let request = request.map(|()| tonic::body::Body::new(StreamBody::new(frames)));
+    let mut channel = upstream.channel.clone();
+    std::future::poll_fn(|cx| GrpcService::poll_ready(&mut channel, cx))
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let response = GrpcService::call(&mut channel, request)
+        .await
+        .map_err(|e| tonic::Status::from_error(e.into()))?;
+    let encoding = match exchange::response_encoding(response.headers()) {
+        Ok(Compression::Gzip) => Some(CompressionEncoding::Gzip),
+        Ok(Compression::Identity) => None,
+        Err(why) => return Err(tonic::Status::unimplemented(why)),
+    };
+    let status_code = response.status();
+    // Trailers-only: the headers carry the status.
+    let trailers_only = tonic::Status::from_header_map(response.headers());
+    if let Some(status) = &trailers_only {
+        if status.code() != tonic::Code::Ok {
+            return Err(status.clone());
+        }
+    }
+    let (parts, body) = response.into_parts();
+    let messages = match trailers_only {
+        Some(_) => Streaming::new_empty(RawCodec, body),
+        None => Streaming::new_response(
+            RawCodec,
+            body,
+            status_code,
+            encoding,
+            Some(DEFAULT_MAX_MESSAGE_SIZE),
+        ),
+    };
+    Ok((MetadataMap::from_headers(parts.headers), messages))
 }
 
 fn pairs(metadata: &MetadataMap) -> HeaderBlock {
@@ -208,15 +263,8 @@ pub fn unary(
         let timeout = Duration::from_millis(u64::from(timeout_ms.max(1)));
         let started = tokio::time::Instant::now();
         let call = async {
-            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone())
-                .accept_compressed(CompressionEncoding::Gzip);
-            grpc.ready()
-                .await
-                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-            let mut req = request(tokio_stream::once(message), &target.metadata);
-            req.set_timeout(timeout);
-            let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
-            let (headers, mut body, _) = response.into_parts();
+            let once = tokio_stream::once((message, true));
+            let (headers, mut body) = exchange(&upstream, &target, Some(timeout_ms), once).await?;
             let mut messages = Vec::with_capacity(1);
             let mut total = 0usize;
             while let Some(message) = body.message().await? {
@@ -272,25 +320,18 @@ pub fn stream(
     target: GrpcTarget,
     sink: Sink,
     gate: Arc<Gate>,
-) -> (mpsc::UnboundedSender<Vec<u8>>, AbortHandle) {
-    let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+) -> (mpsc::UnboundedSender<Outgoing>, AbortHandle) {
+    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     let taken = gate.clone();
     let handle = rt.spawn(async move {
         let run = async {
-            let mut grpc = tonic::client::Grpc::new(upstream.channel.clone())
-                .accept_compressed(CompressionEncoding::Gzip);
-            grpc.ready()
-                .await
-                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
             // hyper takes the next message only once the stream's window
             // has room: what the channel still holds is the caller's unsent.
-            let messages = UnboundedReceiverStream::new(rx).map(move |message| {
-                taken.sent(message.len());
-                message
+            let messages = UnboundedReceiverStream::new(rx).map(move |outgoing: Outgoing| {
+                taken.sent(outgoing.0.len());
+                outgoing
             });
-            let req = request(messages, &target.metadata);
-            let response = grpc.streaming(req, path(&target)?, RawCodec).await?;
-            let (metadata, mut messages, _) = response.into_parts();
+            let (metadata, mut messages) = exchange(&upstream, &target, None, messages).await?;
             sink(token, vec![GrpcEvent::InitialMetadata(pairs(&metadata))]);
             loop {
                 gate.opened().await;
@@ -347,7 +388,7 @@ impl CallTransport for Upstream {
 struct RuntimeCall {
     task: AbortHandle,
     /// Dropped to half-close.
-    requests: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    requests: Option<mpsc::UnboundedSender<Outgoing>>,
     /// A stream's gate, which counts what `requests` holds.
     gate: Option<Arc<Gate>>,
     unary: bool,
@@ -357,7 +398,7 @@ impl RuntimeCall {
     /// A unary call has no request messages to send.
     fn boxed(
         task: AbortHandle,
-        stream: Option<(mpsc::UnboundedSender<Vec<u8>>, Arc<Gate>)>,
+        stream: Option<(mpsc::UnboundedSender<Outgoing>, Arc<Gate>)>,
     ) -> Box<dyn RunningCall> {
         let unary = stream.is_none();
         let (requests, gate) = stream.unzip();
@@ -371,7 +412,7 @@ impl RuntimeCall {
 }
 
 impl RunningCall for RuntimeCall {
-    fn send(&mut self, message: Vec<u8>) -> Produced {
+    fn send(&mut self, message: Vec<u8>, compress: bool) -> Produced {
         if let Some(requests) = &self.requests {
             // Counted before the task can take it, so that its `sent`
             // never comes first.
@@ -380,7 +421,7 @@ impl RunningCall for RuntimeCall {
                 gate.queued(len);
             }
             // A call whose task has ended reports its own end.
-            if requests.send(message).is_err() {
+            if requests.send((message, compress)).is_err() {
                 if let Some(gate) = &self.gate {
                     gate.sent(len);
                 }
@@ -509,6 +550,7 @@ mod tests {
             service: "pkg.Svc".into(),
             method: "Sleep".into(),
             metadata: vec![],
+            compression: Default::default(),
         }
     }
 

@@ -33,11 +33,14 @@ local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
 --   set_json_options(json) -> true
 --   connect(addr, opts) -> conn id      opts: connect's, checked
 --   conn_close(conn)
---   start(conn, path, body, timeout, metadata, json) -> call id
---                                       body: nil for a stream; timeout in
+--   start(conn, path, body, timeout, metadata, json, compression)
+--       -> call id                      body: nil for a stream; timeout in
 --                                       ms; metadata: a checked table or
---                                       nil; json: option names or nil
---   send(id, body) -> true
+--                                       nil; json: option names or nil;
+--                                       compression: "gzip", "identity" or
+--                                       nil (the shim checks the name)
+--   send(id, body, compress) -> true    compress: false sends this message
+--                                       uncompressed on a compressed call
 --   send_backlog(id) -> bytes           a stream's request bytes its
 --                                       transport holds past the bound; 0:
 --                                       send on; -1: the call is over
@@ -133,6 +136,15 @@ local function check_opts(opts, what)
     return true
 end
 
+-- Only the type: which names exist is the shim's rule, and it answers an
+-- unknown one when the call starts.
+local function check_compression(compression)
+    if compression ~= nil and type(compression) ~= "string" then
+        return nil, "compression must be a string (gzip or identity), got " .. type(compression)
+    end
+    return true
+end
+
 --- Sets where things are before first use: shim (path of liblua_shim.so),
 -- module (path of grpc_wasm.wasm), cache_dir (compiled module cache;
 -- default $XDG_CACHE_HOME/grpc-wasm, ~/.cache/grpc-wasm or
@@ -144,7 +156,8 @@ end
 -- keepalive_timeout, handshake_timeout (defaults for connect, below),
 -- max_queued_bytes (the response bytes, as JSON, a call holds for its
 -- caller before its stream is no longer read: the server is then held by
--- HTTP/2 flow control; default 4 MiB).
+-- HTTP/2 flow control; default 4 MiB), compression (how requests are sent:
+-- "identity", the default, or "gzip"; a call's own opts.compression wins).
 -- In init_by_lua (the master) it only records them: each worker sets
 -- itself up at its first use.
 function _M.init(opts)
@@ -161,6 +174,10 @@ function _M.init(opts)
         return false, err
     end
     ok, err = check_keepalive(opts or {})
+    if not ok then
+        return false, err
+    end
+    ok, err = check_compression(opts and opts.compression)
     if not ok then
         return false, err
     end
@@ -514,7 +531,13 @@ local function start(conn, path, body, opts)
     if merr then
         return nil, merr
     end
-    local id, err = backend.start(conn.id, path, body, timeout, metadata, json)
+    local compression = opts and opts.compression
+    local cok, cerr = check_compression(compression)
+    if not cok then
+        return nil, cerr
+    end
+    compression = compression or settings.compression
+    local id, err = backend.start(conn.id, path, body, timeout, metadata, json, compression)
     if not id then
         return nil, err
     end
@@ -527,7 +550,9 @@ end
 
 --- A unary call: ok, response table | false, err, info. info has code,
 -- name, message, details, http_status, headers and trailers.
--- opts: timeout (ms), metadata (table), raw (true: the response as JSON text).
+-- opts: timeout (ms), metadata (table), raw (true: the response as JSON text),
+-- compression ("gzip" or "identity": how the request is sent; default
+-- init's). Responses in gzip are always accepted (grpc-accept-encoding).
 function Conn:unary(path, message, opts)
     local pok, perr = check_phase("conn:unary")
     if not pok then
@@ -577,6 +602,8 @@ function Conn:unary(path, message, opts)
 end
 
 --- A stream for any streaming kind: send / close_send / recv / close.
+-- opts as unary's; with compression = "gzip", stream:send(msg, {compress =
+-- false}) sends that one message uncompressed.
 function Conn:new_stream(path, opts)
     local pok, perr = check_phase("conn:new_stream")
     if not pok then
@@ -622,7 +649,7 @@ local function wait_for_room(stream)
     end
 end
 
-function Stream:send(message)
+function Stream:send(message, opts)
     local pok, perr = check_phase("stream:send")
     if not pok then
         return false, perr
@@ -630,11 +657,15 @@ function Stream:send(message)
     if self.closed or self.finished then
         return false, "the stream is closed"
     end
+    local ook, oerr = check_opts(opts, "send")
+    if not ook then
+        return false, oerr
+    end
     local body, err = encode(message)
     if not body then
         return false, err
     end
-    local sok, serr = backend.send(self.id, body)
+    local sok, serr = backend.send(self.id, body, not (opts and opts.compress == false))
     if not sok then
         return false, serr
     end

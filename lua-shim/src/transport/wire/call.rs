@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use grpc_wasm::framing::{encode_frame, Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
-use grpc_wasm::timeout::encode_timeout;
+use grpc_wasm::framing::{Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
 use grpc_wasm::{Code, Status};
 use h2::client::SendRequest;
 
+use super::super::exchange;
 use super::super::gate::Gate;
 use crate::call::events::{self, close, close_as};
-use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced};
+use crate::call::{GrpcEvent, HeaderBlock, Produced};
 use crate::sync::lock;
 
 /// A call's outgoing half, shared between the connection's methods and
@@ -28,16 +28,24 @@ pub(super) struct Outbox {
     task: Option<Waker>,
     /// A stream's gate, which counts the bytes queued here for its caller.
     gate: Option<Arc<Gate>>,
+    /// How the call's messages are compressed (each may go uncompressed).
+    pub(super) compression: Compression,
 }
 
 impl Outbox {
     /// A unary call's outbox holds its one message, and is closed.
-    pub(super) fn new(first: Option<Bytes>, closed: bool, gate: Option<Arc<Gate>>) -> Outbox {
+    pub(super) fn new(
+        first: Option<Bytes>,
+        closed: bool,
+        gate: Option<Arc<Gate>>,
+        compression: Compression,
+    ) -> Outbox {
         Outbox {
             messages: first.into_iter().collect(),
             closed,
             task: None,
             gate,
+            compression,
         }
     }
 
@@ -71,63 +79,6 @@ impl Outbox {
 
 /// Events a task produced, taken out after each drive.
 pub(super) type Events = Arc<Mutex<Produced>>;
-
-const APPLICATION_GRPC: http::HeaderValue = http::HeaderValue::from_static("application/grpc");
-const TRAILERS: http::HeaderValue = http::HeaderValue::from_static("trailers");
-const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
-const GRPC_ACCEPT_ENCODING: http::HeaderName =
-    http::HeaderName::from_static("grpc-accept-encoding");
-/// What the core can inflate (`framing::Compression`), offered to servers.
-const ACCEPTED_ENCODINGS: http::HeaderValue = http::HeaderValue::from_static("gzip");
-
-/// A call's request headers: to `origin`, for `target`'s method and
-/// metadata, with its deadline as `grpc-timeout` when it has one.
-pub(super) fn request(
-    origin: &Result<(http::uri::Scheme, http::uri::Authority), String>,
-    target: &GrpcTarget,
-    timeout_ms: Option<u32>,
-) -> Result<http::Request<()>, String> {
-    let (scheme, authority) = origin.clone()?;
-    let mut path = String::with_capacity(2 + target.service.len() + target.method.len());
-    path.push('/');
-    path.push_str(&target.service);
-    path.push('/');
-    path.push_str(&target.method);
-    let path =
-        http::uri::PathAndQuery::try_from(path).map_err(|e| format!("invalid method path: {e}"))?;
-    let mut parts = http::uri::Parts::default();
-    parts.scheme = Some(scheme);
-    parts.authority = Some(authority);
-    parts.path_and_query = Some(path);
-    let uri = http::Uri::from_parts(parts).map_err(|e| format!("invalid method path: {e}"))?;
-    let mut request = http::Request::new(());
-    *request.method_mut() = http::Method::POST;
-    *request.uri_mut() = uri;
-    let headers = request.headers_mut();
-    headers.insert(http::header::CONTENT_TYPE, APPLICATION_GRPC);
-    headers.insert(http::header::TE, TRAILERS);
-    headers.insert(GRPC_ACCEPT_ENCODING, ACCEPTED_ENCODINGS);
-    if let Some(ms) = timeout_ms {
-        let value = encode_timeout(std::time::Duration::from_millis(u64::from(ms.max(1))));
-        if let Ok(value) = http::HeaderValue::from_str(&value) {
-            headers.insert(GRPC_TIMEOUT, value);
-        }
-    }
-    events::append_metadata(headers, &target.metadata);
-    Ok(request)
-}
-
-/// One length-prefixed, uncompressed gRPC message, framed by the core.
-pub(super) fn frame(message: &[u8]) -> Result<Bytes, String> {
-    encode_frame(message, Compression::Identity)
-        .map(Bytes::from)
-        .map_err(|e| e.to_string())
-}
-
-/// Why a response compressed with `name` cannot be read.
-fn unoffered(name: &str) -> String {
-    format!("the server compressed the response with '{name}', which this client did not offer (it offers gzip)")
-}
 
 fn pairs(headers: &http::HeaderMap) -> HeaderBlock {
     events::header_block(headers, None)
@@ -250,13 +201,9 @@ async fn run_call(
     let mut received = Vec::new();
     // The server may compress with what the request offered; anything
     // else it cannot expect this side to read (gRPC's compression spec).
-    let encoding = match parts.headers.get("grpc-encoding").map(|v| v.to_str()) {
-        None => Compression::Identity,
-        Some(Ok(name)) => match Compression::from_header(name) {
-            Some(encoding) => encoding,
-            None => return vec![close_as(Code::Unimplemented, &unoffered(name))],
-        },
-        Some(Err(_)) => return vec![close_as(Code::Unimplemented, &unoffered("(not text)"))],
+    let encoding = match exchange::response_encoding(&parts.headers) {
+        Ok(encoding) => encoding,
+        Err(why) => return vec![close_as(Code::Unimplemented, &why)],
     };
     let mut decoder = FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, encoding);
     if unary {

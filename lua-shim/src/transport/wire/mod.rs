@@ -26,9 +26,10 @@ use h2::client::SendRequest;
 use h2::{Ping, PingPong};
 use rustc_hash::FxHashMap as HashMap;
 
-use self::call::{frame, Call, Events, Outbox};
+use self::call::{Call, Events, Outbox};
 use self::executor::Executor;
 use self::pipe::{Pipe, PipeIo};
+use super::exchange::{self, origin, Origin};
 use super::gate::Gate;
 use super::tls::ClientTls;
 use super::{
@@ -57,7 +58,7 @@ enum Liveness {
 
 pub struct Wire {
     /// The scheme and authority of every request, parsed once.
-    origin: Result<(http::uri::Scheme, http::uri::Authority), String>,
+    origin: Result<Origin, String>,
     tls: Option<ClientTls>,
     pipe: Arc<Mutex<Pipe>>,
     send: Option<SendRequest<Bytes>>,
@@ -250,16 +251,19 @@ impl Wire {
         let Some(send) = self.send.clone() else {
             return vec![(token, vec![events::connection_closed()])];
         };
-        let request = match call::request(&self.origin, &target, timeout_ms) {
+        let request = match exchange::request(&self.origin, &target, timeout_ms) {
             Ok(request) => request,
             Err(e) => return vec![(token, vec![close_as(Code::Internal, &e)])],
         };
         let unary = message.is_some();
-        let first = match message.map(frame).transpose() {
+        let compression = target.compression;
+        let first = message.map(|m| exchange::frame(m, compression, true));
+        let first = match first.transpose() {
             Ok(first) => first,
             Err(e) => return vec![(token, vec![close_as(Code::Internal, &e)])],
         };
-        let outbox = Arc::new(Mutex::new(Outbox::new(first, unary, gate.clone())));
+        let outbox = Outbox::new(first, unary, gate.clone(), compression);
+        let outbox = Arc::new(Mutex::new(outbox));
         self.outboxes.insert(token, outbox.clone());
         let call = Call { token, unary, gate };
         let task = call::task(send, request, outbox, call, self.events.clone());
@@ -267,8 +271,13 @@ impl Wire {
         self.drive()
     }
 
-    pub fn send(&mut self, token: u32, message: &[u8]) -> Produced {
-        match frame(message) {
+    /// One more message of stream `token`; `compress: false` sends it
+    /// uncompressed in a compressed stream.
+    pub fn send(&mut self, token: u32, message: &[u8], compress: bool) -> Produced {
+        let Some(compression) = self.outboxes.get(&token).map(|o| lock(o).compression) else {
+            return self.drive();
+        };
+        match exchange::frame(message, compression, compress) {
             Ok(framed) => self.outbox(token, |outbox| outbox.push(framed)),
             Err(e) => {
                 let mut produced = self.cancel(token);
@@ -435,8 +444,8 @@ impl WireCall {
 }
 
 impl RunningCall for WireCall {
-    fn send(&mut self, message: Vec<u8>) -> Produced {
-        lock(&self.wire).send(self.token, &message)
+    fn send(&mut self, message: Vec<u8>, compress: bool) -> Produced {
+        lock(&self.wire).send(self.token, &message, compress)
     }
 
     fn close_send(&mut self) -> Produced {
@@ -450,19 +459,6 @@ impl RunningCall for WireCall {
     fn is_unary(&self) -> bool {
         self.unary
     }
-}
-
-/// The scheme and authority of a connection's requests; an address that is
-/// no authority fails each call, as a bad method path does.
-fn origin(authority: &str, tls: bool) -> Result<(http::uri::Scheme, http::uri::Authority), String> {
-    let scheme = if tls {
-        http::uri::Scheme::HTTPS
-    } else {
-        http::uri::Scheme::HTTP
-    };
-    let authority = http::uri::Authority::try_from(authority)
-        .map_err(|e| format!("invalid address '{authority}': {e}"))?;
-    Ok((scheme, authority))
 }
 
 fn unanswered(what: &str, within: Duration) -> String {
@@ -485,6 +481,7 @@ mod tests {
             service: "helloworld.Greeter".into(),
             method: "SayHello".into(),
             metadata: vec![],
+            compression: Default::default(),
         }
     }
 
@@ -542,8 +539,9 @@ mod tests {
             service: "pkg.Svc".into(),
             method: "Do".into(),
             metadata: vec![("x-id".into(), b"7".to_vec())],
+            compression: Default::default(),
         };
-        let request = call::request(&wire.origin, &target, Some(250)).unwrap();
+        let request = exchange::request(&wire.origin, &target, Some(250)).unwrap();
         assert_eq!(request.uri(), "http://example.com:443/pkg.Svc/Do");
         let header = |r: &http::Request<()>, name: &str| {
             r.headers()
@@ -553,9 +551,9 @@ mod tests {
         assert_eq!(header(&request, "grpc-timeout").as_deref(), Some("250000u"));
         assert_eq!(header(&request, "x-id").as_deref(), Some("7"));
         assert_eq!(header(&request, "te").as_deref(), Some("trailers"));
-        let long = call::request(&wire.origin, &target, Some(200_000_000)).unwrap();
+        let long = exchange::request(&wire.origin, &target, Some(200_000_000)).unwrap();
         assert_eq!(header(&long, "grpc-timeout").as_deref(), Some("200000S"));
-        let stream = call::request(&wire.origin, &target, None).unwrap();
+        let stream = exchange::request(&wire.origin, &target, None).unwrap();
         assert_eq!(header(&stream, "grpc-timeout"), None);
     }
 
@@ -727,7 +725,7 @@ mod tests {
         let gate = Arc::new(Gate::default());
         assert!(wire.stream(9, greeter(), gate.clone()).is_empty());
         for _ in 0..8 {
-            assert!(wire.send(9, &vec![1u8; 1 << 20]).is_empty());
+            assert!(wire.send(9, &vec![1u8; 1 << 20], true).is_empty());
         }
         assert_eq!(gate.unsent(), 0);
         assert!(wire.output_len() > 8 << 20, "{}", wire.output_len());

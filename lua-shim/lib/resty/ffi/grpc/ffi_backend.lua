@@ -417,9 +417,10 @@ local function flatten(metadata)
     return flat, #flat
 end
 
-function ffi_backend.start(conn, path, body, timeout, metadata, json)
+function ffi_backend.start(conn, path, body, timeout, metadata, json, compression)
     local md, md_len = flatten(metadata)
-    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, json)
+    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, json,
+                                 compression)
     if id < 0 then
         return nil, last_error()
     end
@@ -433,8 +434,8 @@ function ffi_backend.start(conn, path, body, timeout, metadata, json)
     return id
 end
 
-function ffi_backend.send(id, body)
-    local rc = C.grpc_wasm_send(id, body, #body)
+function ffi_backend.send(id, body, compress)
+    local rc = C.grpc_wasm_send(id, body, #body, compress and 1 or 0)
     wake_pump(call_pumps[id])
     return status(rc)
 end

@@ -95,14 +95,14 @@ function resty_backend.conn_close(id)
     task({ op = "conn_close", conn = id })
 end
 
-function resty_backend.start(conn, path, body, timeout, metadata, json)
+function resty_backend.start(conn, path, body, timeout, metadata, json, compression)
     local id, err = task({ op = "start", conn = conn, path = path, body = body, timeout = timeout,
-                           metadata = metadata, json = json })
+                           metadata = metadata, json = json, compression = compression })
     return tonumber(id), err
 end
 
-function resty_backend.send(id, body)
-    return task({ op = "send", id = id, body = body })
+function resty_backend.send(id, body, compress)
+    return task({ op = "send", id = id, body = body, compress = compress })
 end
 
 function resty_backend.send_backlog(id)

@@ -32,8 +32,9 @@ int grpc_wasm_connect(const char *addr, const char *host, const char *ca, const 
 int grpc_wasm_set_max_queued_bytes(int64_t bytes);
 void grpc_wasm_conn_close(uint32_t conn);
 int grpc_wasm_start(uint32_t conn, const char *path, size_t path_len, const char *body, size_t body_len,
-                    int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options);
-int grpc_wasm_send(uint32_t id, const char *json, size_t len);
+                    int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options,
+                    const char *compression);
+int grpc_wasm_send(uint32_t id, const char *json, size_t len, int compress);
 int grpc_wasm_close_send(uint32_t id);
 int64_t grpc_wasm_send_backlog(uint32_t id);
 int grpc_wasm_next_event(uint32_t id, grpc_wasm_event *out);
