@@ -36,7 +36,7 @@ env GRPC_WASM_MODE={mode};
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
-    lua_package_path "{prefix}/?.lua;{lib}/?.lua;{lua}/?.lua;/usr/share/lua/5.1/?.lua;;";
+    lua_package_path "{prefix}/?.lua;{lib}/?.lua;{lua}/?.lua;{here}/lua/?.lua;/usr/share/lua/5.1/?.lua;;";
     {http_extra}
     server {{
         listen 127.0.0.1:{port} backlog=4096;
@@ -57,8 +57,10 @@ def ensure_certs():
 class Nginx:
     """nginx on a free port; `testenv.lua` tells the Lua tests where things are."""
 
-    def __init__(self, env, workers=2, http_extra="", transport="cosocket", mode="", shim=SHIM, wasm=WASM):
-        """mode, shim, wasm: GRPC_WASM_MODE, _SHIM, _MODULE ("" leaves one unset)."""
+    def __init__(self, env, workers=2, http_extra="", transport="cosocket", mode="", shim=SHIM, wasm=WASM,
+                 lua=os.path.join(HERE, "lua")):
+        """mode, shim, wasm: GRPC_WASM_MODE, _SHIM, _MODULE ("" leaves one unset);
+        lua: the directory whose <name>.lua answers /t/<name>."""
         self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-nginx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
         self.port = free_port()
@@ -66,7 +68,7 @@ class Nginx:
         os.makedirs(cache, exist_ok=True)
         with open(os.path.join(self.prefix, "nginx.conf"), "w") as f:
             f.write(CONF.format(workers=workers, prefix=self.prefix, shim=shim, wasm=wasm, cache=cache, mode=mode,
-                                lib=os.path.join(ROOT, "lua-shim", "lib"), lua=os.path.join(HERE, "lua"),
+                                lib=os.path.join(ROOT, "lua-shim", "lib"), lua=lua, here=HERE,
                                 port=self.port, http_extra=http_extra, transport=transport))
         with open(os.path.join(self.prefix, "testenv.lua"), "w") as f:
             f.write("return {\n" + "".join(f"  {k} = {v!r},\n" for k, v in env.items()).replace("'", '"') + "}\n")
@@ -117,4 +119,7 @@ class Nginx:
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
+                # Its workers first: they outlive a killed master.
+                subprocess.run(["pkill", "-9", "-P", str(self.proc.pid)], check=False)
                 self.proc.kill()
+                self.proc.wait()

@@ -224,3 +224,18 @@ def test_500_concurrent_requests(nginx):
                          capture_output=True, text=True, timeout=120).stdout
     assert re.search(r"requests: 5000 total, 5000 started, 5000 done, 5000 succeeded, 0 failed, 0 errored", out), out
     assert "status codes: 5000 2xx" in out, out
+
+
+@pytest.mark.parametrize("transport", ["runtime", "cosocket"])
+def test_a_kept_stream_after_its_end_lets_the_worker_exit(servers, transport):
+    """The FFI backend held a stream's semaphore until the stream was
+    closed, and an exiting worker's wake-up reader runs while any is held:
+    a stream read to its end but kept (never closed, never collected) held
+    the worker in "shutting down" for good (gRPC's interop
+    timeout_on_sleeping_server left one)."""
+    proxy = Nginx(servers, transport=transport, workers=1)
+    assert proxy.get("/t/ended_stream_kept") == (200, "false 4\n"), proxy.log()[-3000:]
+    started = time.time()
+    proxy.stop()
+    assert proxy.proc.returncode == 0, proxy.log()[-3000:]
+    assert time.time() - started < 5

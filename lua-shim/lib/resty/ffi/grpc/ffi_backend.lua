@@ -29,6 +29,43 @@ local function last_error()
     return ffi_string(C.grpc_wasm_last_error())
 end
 
+-- A call's semaphore, once nothing will wait on it again (its end was read,
+-- or it closed): an exiting worker's reader runs while any is held.
+local function release_waiter(id)
+    local sema = waiters[id]
+    if sema then
+        waiters[id] = nil
+        -- Kept for reuse only when nothing is posted and nobody waits: a
+        -- stale post would wake the next call that takes it (harmless, it
+        -- looks again, but wasted).
+        if sema:count() == 0 and n_spare < 1024 then
+            n_spare = n_spare + 1
+            spare_semas[n_spare] = sema
+        end
+    end
+end
+
+-- Once the worker exits, one full collection closes the calls no one holds
+-- any more (their finalizers), so that they hold neither a connection nor
+-- the wake-up reader, and the worker can end.
+local swept = false
+local function sweep_once()
+    if not swept then
+        swept = true
+        collectgarbage()
+    end
+end
+
+-- Whether the wake-up reader goes on: always, and once the worker exits,
+-- while calls wait.
+local function reader_serves()
+    if not ngx.worker.exiting() then
+        return true
+    end
+    sweep_once()
+    return next(waiters) ~= nil
+end
+
 -- Wakes the calls whose ids are the first n of ids.
 local function post_ready(ids, n)
     for i = 0, n - 1 do
@@ -56,7 +93,7 @@ local function reader(premature, path)
     -- An exiting worker keeps reading while calls wait, so that calls in
     -- flight end when their events come; the heartbeat brings it back
     -- here to see when none is left.
-    while ok and (not ngx.worker.exiting() or next(waiters) ~= nil) do
+    while ok and reader_serves() do
         local data, rerr = sock:receiveany(4096)
         if not data then
             ngx.log(ngx.ERR, "grpc-wasm: wake-up socket: ", rerr)
@@ -181,7 +218,6 @@ local function pump_reader(pump, sock)
 end
 
 local IDLE = {} -- pump_writer's answer for a connection idle too long
-local swept = false
 
 -- Whether a pump keeps its connection: until the conn is closed and, once
 -- the worker exits (a reload, a graceful stop), while calls are open on
@@ -194,10 +230,7 @@ local function pump_serves(pump)
     if not ngx.worker.exiting() then
         return true
     end
-    if not swept then
-        swept = true
-        collectgarbage()
-    end
+    sweep_once()
     return pump.calls > 0
 end
 local next_ms = ffi_new("int64_t[1]")
@@ -450,6 +483,20 @@ function ffi_backend.close_send(id)
     return status(rc)
 end
 
+-- The call no longer counts on its connection's pump: an exiting worker's
+-- pump keeps its connection while calls count. wake: the pump has bytes to
+-- send for it (a cancel).
+local function release_pump(id, wake)
+    local pump = call_pumps[id]
+    if pump then
+        call_pumps[id] = nil
+        pump.calls = pump.calls - 1
+        if wake then
+            wake_pump(pump)
+        end
+    end
+end
+
 -- "message", json | "end", body, http status, raw headers, code | nil, err
 function ffi_backend.next_event(id, timeout_ms)
     local deadline = ngx.now() + timeout_ms / 1000 + 1
@@ -468,6 +515,12 @@ function ffi_backend.next_event(id, timeout_ms)
             if ev.kind == 1 then
                 return "message", body
             end
+            -- Nothing comes after the end: a stream its caller keeps and
+            -- never closes must not keep an exiting worker's reader or
+            -- connection running. Its pump is woken once for what the end
+            -- left to send (a deadline's RST_STREAM).
+            release_waiter(id)
+            release_pump(id, true)
             return "end", body, ev.http_status, ffi_string(ev.headers, ev.headers_len), ev.code
         end
         local sema = waiters[id]
@@ -505,26 +558,9 @@ end
 
 -- `ended`: the call's end was read, so closing it sends nothing.
 function ffi_backend.close(id, ended)
-    local sema = waiters[id]
-    if sema then
-        waiters[id] = nil
-        -- Kept for reuse only when nothing is posted and nobody waits: a
-        -- stale post would wake the next call that takes it (harmless, it
-        -- looks again, but wasted).
-        if sema:count() == 0 and n_spare < 1024 then
-            n_spare = n_spare + 1
-            spare_semas[n_spare] = sema
-        end
-    end
+    release_waiter(id)
     C.grpc_wasm_close(id)
-    local pump = call_pumps[id]
-    if pump then
-        call_pumps[id] = nil
-        pump.calls = pump.calls - 1
-        if not ended then
-            wake_pump(pump)
-        end
-    end
+    release_pump(id, not ended)
 end
 
 ffi_backend.collect_conn = ffi_backend.conn_close
