@@ -6,7 +6,7 @@ WASM     := target/grpc_wasm.wasm
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-lua clean
+.PHONY: all deps wasm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-lua clean
 
 all: build
 
@@ -38,7 +38,7 @@ build-tests: wasm
 	cp $(WASM) target/release/grpc_wasm.wasm
 
 test: lint build-tests
-	$(MAKE) unit fuzz-ci differential filter envoy nginx resty-ffi conformance
+	$(MAKE) unit fuzz-ci differential filter envoy nginx resty-ffi conformance interop
 
 unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
@@ -97,6 +97,10 @@ resty-ffi:
 
 conformance:
 	scripts/conformance.sh
+
+# gRPC's interop client cases, resty.ffi.grpc against grpcio's TestService.
+interop:
+	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 host-tests/interop/run.py
 
 demo: build
 	scripts/demo.sh
