@@ -4,7 +4,6 @@ nginx against grpcio's TestService (interop_server.py), on each transport
 (plaintext, TLS, mutual TLS). Prints every case and a final
 "N passed, N failed"; exits 1 if any case failed or nginx logged an alert."""
 
-import json
 import os
 import re
 import subprocess
@@ -14,17 +13,14 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "nginx"))
 from nginx_harness import PROTOS, Nginx, ensure_certs  # noqa: E402
+from launch import start_interop_server  # noqa: E402
 
 SECURITIES = ("plaintext", "tls", "mtls")
 
 
 def start_server(certs):
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "interop_server.py"), certs],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line:
-        raise RuntimeError(f"the interop server exited with {proc.wait()}")
-    return proc, {f"interop_{k}": f"127.0.0.1:{v}" for k, v in json.loads(line).items()}
+    proc, ports = start_interop_server(certs)
+    return proc, {f"interop_{k}": f"127.0.0.1:{v}" for k, v in ports.items()}
 
 
 def hosts(env):

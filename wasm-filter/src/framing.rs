@@ -14,6 +14,10 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
 
 const HEADER_LEN: usize = 5;
 
+/// The `grpc-accept-encoding` every client of the core sends: what
+/// [`Compression`] inflates besides identity, which gRPC implies.
+pub const ACCEPT_ENCODING: &str = "gzip";
+
 /// A message encoding named by `grpc-encoding` / `grpc-accept-encoding`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compression {

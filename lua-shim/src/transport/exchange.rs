@@ -3,7 +3,7 @@
 //! (compressed as the caller asked), and the response's encoding.
 
 use bytes::Bytes;
-use grpc_wasm::framing::{encode_frame, Compression};
+use grpc_wasm::framing::{encode_frame, Compression, ACCEPT_ENCODING};
 use grpc_wasm::timeout::encode_timeout;
 
 use crate::call::{events, GrpcTarget};
@@ -14,8 +14,7 @@ const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeo
 const GRPC_ENCODING: http::HeaderName = http::HeaderName::from_static("grpc-encoding");
 const GRPC_ACCEPT_ENCODING: http::HeaderName =
     http::HeaderName::from_static("grpc-accept-encoding");
-/// What the core can inflate (`framing::Compression`), offered to servers.
-const ACCEPTED_ENCODINGS: http::HeaderValue = http::HeaderValue::from_static("gzip");
+const ACCEPTED_ENCODINGS: http::HeaderValue = http::HeaderValue::from_static(ACCEPT_ENCODING);
 
 /// Where a connection's requests go: its scheme and authority.
 pub(crate) type Origin = (http::uri::Scheme, http::uri::Authority);

@@ -118,6 +118,11 @@ fn envoy_a_body_in_chunks_and_a_status_in_trailers() {
         Some(&b"application/grpc"[..])
     );
     assert_eq!(header("te").as_deref(), Some(&b"trailers"[..]));
+    // The filter inflates gzip answers, so it offers them.
+    assert_eq!(
+        header("grpc-accept-encoding").as_deref(),
+        Some(&b"gzip"[..])
+    );
     // The body is held until its end, then replaced by one gRPC frame.
     assert_eq!(request_body(&host, br#"{"name":"#, false), PAUSE);
     assert_eq!(request_body(&host, br#"{"name":"ann"}"#, true), CONTINUE);

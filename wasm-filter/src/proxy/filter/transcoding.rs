@@ -14,7 +14,7 @@
 use std::rc::Rc;
 
 use crate::code::Code;
-use crate::framing::{Compression, FrameDecoder, FrameError};
+use crate::framing::{self, Compression, FrameDecoder, FrameError};
 use crate::status::Status;
 
 use super::super::contract::{BufferType, LogLevel, MapType};
@@ -384,6 +384,8 @@ fn rewrite_request_headers(
     let set = [
         ("content-type", "application/grpc"),
         ("te", "trailers"),
+        // The filter inflates what it transcodes, within its limits.
+        ("grpc-accept-encoding", framing::ACCEPT_ENCODING),
         (":method", "POST"),
         (":path", grpc_path),
         // Only when it says something that `:path` no longer does.
@@ -400,7 +402,7 @@ fn rewrite_request_headers(
     }
     let set = if original_path == grpc_path {
         remove.push(ORIGINAL_PATH_HEADER);
-        &set[..4]
+        &set[..5]
     } else {
         &set[..]
     };
