@@ -1,7 +1,9 @@
 //! JSON ⇄ protobuf over a schema with every scalar, maps, oneofs,
 //! recursion, `Any`, `Struct`/`Value` and the other well-known types. What
 //! the codec writes it must read back: JSON it accepted prints again, and
-//! JSON it printed parses again and prints the same.
+//! JSON it printed parses again and prints the same. Protobuf is printed
+//! from its wire bytes; decoded into a `DynamicMessage` and printed from
+//! that tree, it must give the same JSON (or fail too).
 //!
 //! Input: `[flags, type]` then the payload. Flag bits 0–4 are the JSON
 //! options, bit 5 reads the payload as protobuf instead of JSON; `type`
@@ -9,7 +11,7 @@
 
 #![no_main]
 
-use grpc_wasm::json::{json_to_protobuf, protobuf_to_json};
+use grpc_wasm::json::{decode_message, json_to_protobuf, message_to_json, protobuf_to_json};
 use grpc_wasm_fuzz::{header, json_options, on_host_stack, registry, MESSAGE_TYPES};
 use libfuzzer_sys::fuzz_target;
 
@@ -32,7 +34,19 @@ fn run(data: &[u8]) {
     } else {
         payload.to_vec()
     };
-    let Ok(printed) = protobuf_to_json(&desc, &bytes, &options) else {
+    let printed = protobuf_to_json(&desc, &bytes, &options);
+    let by_tree = decode_message(&desc, &bytes).and_then(|m| message_to_json(&m, &options));
+    match (&printed, &by_tree) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "the wire and the tree print differently ({name})"),
+        // The wire printer alone bounds the JSON per wire byte.
+        (Err(e), Ok(_)) => assert!(
+            matches!(e, grpc_wasm::Error::TooCostly { .. }),
+            "the tree prints what the wire refuses ({name}): {e}"
+        ),
+        (Ok(_), Err(e)) => panic!("the wire prints what the tree refuses ({name}): {e}"),
+        (Err(_), Err(_)) => {}
+    }
+    let Ok(printed) = printed else {
         assert!(
             flags & 0x20 != 0,
             "JSON that was accepted does not print: {name}"

@@ -5,12 +5,10 @@
 //! 26), and the hosts' wasm memory never shrinks: the printer stops at
 //! [`max_json_bytes`] and the message is refused RESOURCE_EXHAUSTED.
 //!
-//! Decoding is not bounded here yet: prost-reflect holds each field and
-//! each packed element as a `Value` (tens of bytes, a nested message a few
-//! hundred), so an ordinary list of small messages costs tens of times its
-//! wire size. No per-byte rule separates that from an attack; printing
-//! straight from the wire bytes (as `flat` does for flat messages) is what
-//! will bound it.
+//! What printing holds besides its JSON is bounded by the printer itself:
+//! it reads the wire bytes in place (`json::wire`), with an index of 4
+//! bytes per field occurrence, instead of decoding a tree of `Value`s that
+//! cost tens of times the wire size.
 
 use crate::limits::MAX_JSON_PER_BYTE;
 

@@ -134,7 +134,7 @@ fn write(number: u32, kind: &Kind, value: &Scalar, out: &mut Vec<u8>) -> Option<
 
 /// A field's value as the wire holds it.
 #[derive(Clone, Copy)]
-enum Raw<'a> {
+pub(super) enum Raw<'a> {
     Varint(u64),
     Fixed32(u32),
     Fixed64(u64),
@@ -176,15 +176,27 @@ pub(super) fn print(
         };
         printer.key(name, &mut first);
         match value {
-            Some(Scalar::Str(s)) => printer.string(s),
-            Some(Scalar::Bytes(b)) => printer.bytes(b),
-            Some(Scalar::Owned(b)) => printer.bytes(&b),
-            Some(Scalar::Other(v)) => printer.single(&field.kind(), &v).ok()?,
+            Some(value) => print_scalar(&mut printer, &field.kind(), &value).ok()?,
             None => printer.single(&field.kind(), &field.default_value()).ok()?,
         }
     }
     printer.out.push('}');
     Some(printer.out)
+}
+
+/// Writes a value read from the wire as JSON.
+pub(super) fn print_scalar(
+    printer: &mut Printer,
+    kind: &Kind,
+    value: &Scalar,
+) -> Result<(), String> {
+    match value {
+        Scalar::Str(s) => printer.string(s),
+        Scalar::Bytes(b) => printer.bytes(b),
+        Scalar::Owned(b) => printer.bytes(b),
+        Scalar::Other(v) => printer.single(kind, v)?,
+    }
+    Ok(())
 }
 
 /// The (number, value) pairs on the wire, in order; `None` for anything
@@ -225,7 +237,7 @@ fn read<'a>(desc: &MessageDescriptor, mut bytes: &'a [u8]) -> Option<Vec<(u32, R
     Some(fields)
 }
 
-fn wire_type_of(kind: &Kind) -> Option<WireType> {
+pub(super) fn wire_type_of(kind: &Kind) -> Option<WireType> {
     Some(match kind {
         Kind::Int32
         | Kind::Int64
@@ -243,7 +255,7 @@ fn wire_type_of(kind: &Kind) -> Option<WireType> {
 }
 
 /// A value; strings and bytes stay borrowed from their input.
-enum Scalar<'a> {
+pub(super) enum Scalar<'a> {
     Str(&'a str),
     Bytes(&'a [u8]),
     /// Bytes decoded from base64.
@@ -252,7 +264,7 @@ enum Scalar<'a> {
 }
 
 /// Decodes a value the way prost does (varints truncate to 32 bits).
-fn scalar<'a>(field: &FieldDescriptor, raw: Raw<'a>) -> Option<Scalar<'a>> {
+pub(super) fn scalar<'a>(field: &FieldDescriptor, raw: Raw<'a>) -> Option<Scalar<'a>> {
     let value = match (field.kind(), raw) {
         (Kind::String, Raw::Delimited(b)) => return std::str::from_utf8(b).ok().map(Scalar::Str),
         (Kind::Bytes, Raw::Delimited(b)) => return Some(Scalar::Bytes(b)),
@@ -278,7 +290,7 @@ fn scalar<'a>(field: &FieldDescriptor, raw: Raw<'a>) -> Option<Scalar<'a>> {
     Some(Scalar::Other(value))
 }
 
-fn is_default(field: &FieldDescriptor, value: &Scalar) -> bool {
+pub(super) fn is_default(field: &FieldDescriptor, value: &Scalar) -> bool {
     match value {
         Scalar::Str(s) => s.is_empty(),
         Scalar::Bytes(b) => b.is_empty(),

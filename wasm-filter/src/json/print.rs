@@ -26,6 +26,9 @@ pub(crate) struct Printer<'a> {
     limit: usize,
     /// Whether printing stopped at `limit`.
     pub(crate) over_limit: bool,
+    /// The wire printer's messages open below their decoding root (see
+    /// `json::wire`).
+    pub(super) wire_level: usize,
 }
 
 type Result = std::result::Result<(), String>;
@@ -38,6 +41,7 @@ impl<'a> Printer<'a> {
             depth: Depth::default(),
             limit: usize::MAX,
             over_limit: false,
+            wire_level: 0,
         }
     }
 
@@ -45,6 +49,25 @@ impl<'a> Printer<'a> {
     pub(crate) fn with_limit(mut self, limit: usize) -> Self {
         self.limit = limit;
         self
+    }
+
+    /// One message level down (see `limits::Depth`); each `enter` that
+    /// succeeds is paired with a [`Printer::leave`].
+    pub(super) fn enter(&mut self) -> Result {
+        self.depth.enter()
+    }
+
+    pub(super) fn leave(&mut self) {
+        self.depth.leave();
+    }
+
+    /// Stops a printer whose output passed its limit.
+    pub(super) fn check_limit(&mut self) -> Result {
+        if self.out.len() > self.limit {
+            self.over_limit = true;
+            return Err(format!("its JSON passes {} bytes", self.limit));
+        }
+        Ok(())
     }
 
     pub(crate) fn message(&mut self, message: &DynamicMessage) -> Result {
@@ -161,10 +184,7 @@ impl<'a> Printer<'a> {
     }
 
     pub(super) fn single(&mut self, kind: &Kind, value: &Value) -> Result {
-        if self.out.len() > self.limit {
-            self.over_limit = true;
-            return Err(format!("its JSON passes {} bytes", self.limit));
-        }
+        self.check_limit()?;
         match value {
             Value::Bool(b) => self.out.push_str(if *b { "true" } else { "false" }),
             Value::I32(n) => self.integer(*n, false),

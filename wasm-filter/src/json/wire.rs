@@ -1,0 +1,1114 @@
+//! Protobuf → JSON straight from the wire bytes, for any message.
+//!
+//! Decoding into a `DynamicMessage` first holds every field and every
+//! packed element as a `Value` (tens of bytes each, a nested message a few
+//! hundred): a list of small messages cost 22 to 132 times its wire size,
+//! and the hosts' wasm memory never shrinks (issue 26). Here the bytes stay
+//! where they are; each message level keeps an index of 4 bytes per field
+//! occurrence while it prints, so a message costs a few times its size.
+//!
+//! It reads the wire as prost-reflect decodes it, rule for rule, so that
+//! both paths print the same JSON: the last value of a field wins, the
+//! occurrences of a message field merge, a oneof keeps the member set last,
+//! map entries replace each other by key, lists come packed or not, and a
+//! known field in the wrong wire type is an error. What it does not read
+//! (groups and extensions, proto2 features) goes to the general path.
+
+use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
+use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Value};
+use smallvec::SmallVec;
+
+use super::flat::{print_scalar, scalar, wire_type_of, Raw, Scalar};
+use super::parse::any_type;
+use super::print::Printer;
+use super::{wkt, WellKnown};
+
+/// Why printing stopped.
+#[derive(Debug)]
+pub(super) enum Stop {
+    /// The message holds what only the general path reads; the caller
+    /// prints it again that way.
+    General,
+    /// The bytes are no valid encoding of the type.
+    Decode(String),
+    /// The message has no JSON form, or its JSON passed the printer's limit.
+    Print(String),
+}
+
+type Result<T = ()> = std::result::Result<T, Stop>;
+
+impl From<prost::DecodeError> for Stop {
+    fn from(e: prost::DecodeError) -> Stop {
+        Stop::Decode(e.to_string())
+    }
+}
+
+fn print_err(e: String) -> Stop {
+    Stop::Print(e)
+}
+
+/// Prints the message of type `desc` held in `bytes`.
+pub(super) fn print(printer: &mut Printer, desc: &MessageDescriptor, bytes: &[u8]) -> Result {
+    message(printer, desc, &[bytes])
+}
+
+/// A message whose encoding is the concatenation of `parts` (a message
+/// field that occurs more than once merges its occurrences).
+fn message(printer: &mut Printer, desc: &MessageDescriptor, parts: &[&[u8]]) -> Result {
+    printer.enter().map_err(print_err)?;
+    printer.wire_level += 1;
+    let result = match WellKnown::of(desc) {
+        Some(wkt) => well_known(printer, desc, wkt, parts),
+        None => {
+            printer.out.push('{');
+            let mut first = true;
+            let result = fields(printer, desc, parts, &mut first);
+            printer.out.push('}');
+            result
+        }
+    };
+    printer.wire_level -= 1;
+    printer.leave();
+    result
+}
+
+/// How deep the message being printed lies below the message its bytes
+/// were decoded from (the top, or an `Any`'s payload), as prost counts it.
+fn level(printer: &Printer) -> usize {
+    printer.wire_level.saturating_sub(1)
+}
+
+/// The fields of a message, in number order (as the descriptor lists
+/// them, and the general printer prints them), into an object already
+/// open (`first`: whether nothing was written into it yet).
+fn fields(
+    printer: &mut Printer,
+    desc: &MessageDescriptor,
+    parts: &[&[u8]],
+    first: &mut bool,
+) -> Result {
+    let index = Index::new(desc, parts, level(printer))?;
+    for (position, field) in desc.fields().enumerate() {
+        let found = index.counted(position);
+        one_field(printer, &field, &index, found, first)?;
+    }
+    Ok(())
+}
+
+fn one_field(
+    printer: &mut Printer,
+    field: &FieldDescriptor,
+    index: &Index,
+    found: &[u32],
+    first: &mut bool,
+) -> Result {
+    let name = if printer.options.proto_field_names {
+        field.name()
+    } else {
+        field.json_name()
+    };
+    // Fields without presence print their default under emit_defaults.
+    let emit = printer.options.emit_defaults && !field.supports_presence();
+    if field.is_map() {
+        if found.is_empty() && !emit {
+            return Ok(());
+        }
+        printer.key(name, first);
+        return map(printer, field, index, found);
+    }
+    if field.is_list() {
+        let count = items(printer, field, index, found, |p| {
+            p.key(name, first);
+            p.out.push('[');
+        })?;
+        if count > 0 {
+            printer.out.push(']');
+        } else if emit {
+            printer.key(name, first);
+            printer.out.push_str("[]");
+        }
+        return Ok(());
+    }
+    if let Kind::Message(desc) = field.kind() {
+        if found.is_empty() {
+            return Ok(());
+        }
+        let parts = index.payloads(found)?;
+        printer.key(name, first);
+        return message(printer, &desc, &parts);
+    }
+    match found.last() {
+        Some(&at) => {
+            let value = index.scalar_at(field, at)?;
+            if field.supports_presence() || emit || !is_default(field, &value) {
+                printer.key(name, first);
+                print_scalar(printer, &field.kind(), &value).map_err(print_err)?;
+            }
+        }
+        None if emit => {
+            printer.key(name, first);
+            print_default(printer, field)?;
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+fn print_default(printer: &mut Printer, field: &FieldDescriptor) -> Result {
+    printer
+        .single(&field.kind(), &field.default_value())
+        .map_err(print_err)
+}
+
+fn is_default(field: &FieldDescriptor, value: &Scalar) -> bool {
+    super::flat::is_default(field, value)
+}
+
+/// The elements of a repeated field, comma-separated; `open` runs before
+/// the first. Returns how many there were.
+fn items(
+    printer: &mut Printer,
+    field: &FieldDescriptor,
+    index: &Index,
+    found: &[u32],
+    mut open: impl FnMut(&mut Printer),
+) -> Result<usize> {
+    let mut count = 0;
+    let mut next = |printer: &mut Printer| {
+        if count == 0 {
+            open(printer);
+        } else {
+            printer.out.push(',');
+        }
+        count += 1;
+    };
+    let kind = field.kind();
+    for &at in found {
+        printer.check_limit().map_err(print_err)?;
+        let (wire_type, raw) = index.raw_at(at)?;
+        match (&kind, raw) {
+            (Kind::Message(desc), Raw::Delimited(bytes)) => {
+                next(printer);
+                message(printer, desc, &[bytes])?;
+            }
+            (_, Raw::Delimited(packed))
+                if wire_type == WireType::LengthDelimited && is_packable(&kind) =>
+            {
+                let element_type = wire_type_of(&kind).ok_or(Stop::General)?;
+                let mut rest = packed;
+                while !rest.is_empty() {
+                    printer.check_limit().map_err(print_err)?;
+                    let raw = read_value(element_type, &mut rest)?;
+                    let value = scalar(field, raw).ok_or_else(not_utf8)?;
+                    next(printer);
+                    print_scalar(printer, &kind, &value).map_err(print_err)?;
+                }
+            }
+            (_, raw) => {
+                let value = scalar(field, raw).ok_or_else(not_utf8)?;
+                next(printer);
+                print_scalar(printer, &kind, &value).map_err(print_err)?;
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// A string field's value must be UTF-8, as prost-reflect decodes it.
+fn check_text_of(field: &FieldDescriptor, raw: Raw) -> Result {
+    match raw {
+        Raw::Delimited(b) if field.kind() == Kind::String && std::str::from_utf8(b).is_err() => {
+            Err(not_utf8())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks bytes that are decoded but never printed (a oneof member set
+/// before another, a map entry a later one replaces) as prost-reflect's
+/// decoder would: the general path refuses a message whose unprinted
+/// parts are malformed, and so must this one. `level` is how deep the
+/// message lies below its decoding root (a map entry lies at its map's
+/// level: prost does not count it).
+fn validate(desc: &MessageDescriptor, mut bytes: &[u8], level: usize) -> Result {
+    if level > DECODE_LEVELS {
+        return Err(Stop::Decode("recursion limit reached".into()));
+    }
+    let extensions = desc.extension_ranges().len() > 0;
+    while !bytes.is_empty() {
+        let (number, wire_type) = decode_key(&mut bytes)?;
+        let Some(field) = desc.get_field(number) else {
+            if extensions && desc.get_extension(number).is_some() {
+                return Err(Stop::General);
+            }
+            skip_field(wire_type, number, &mut bytes, DecodeContext::default())?;
+            continue;
+        };
+        check_wire_type(&field, wire_type)?;
+        let raw = read_value(stored_as(&field, wire_type), &mut bytes)?;
+        check_text_of(&field, raw)?;
+        let Raw::Delimited(payload) = raw else {
+            continue;
+        };
+        match field.kind() {
+            Kind::Message(inner) if field.is_map() => validate(&inner, payload, level)?,
+            Kind::Message(inner) => validate(&inner, payload, level + 1)?,
+            kind if wire_type == WireType::LengthDelimited && is_packable(&kind) => {
+                let element_type = wire_type_of(&kind).ok_or(Stop::General)?;
+                let mut rest = payload;
+                while !rest.is_empty() {
+                    read_value(element_type, &mut rest)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// How deep prost's decoder lets messages nest below the one it decodes.
+const DECODE_LEVELS: usize = 100;
+
+fn not_utf8() -> Stop {
+    Stop::Decode("invalid string value: data is not UTF-8 encoded".into())
+}
+
+/// A map key, ordered as prost-reflect's `MapKey` (the general printer
+/// writes entries in key order).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Key<'a> {
+    Bool(bool),
+    I32(i32),
+    I64(i64),
+    U32(u32),
+    U64(u64),
+    Str(&'a str),
+}
+
+impl Key<'_> {
+    fn write(&self, printer: &mut Printer, first: &mut bool) {
+        let mut buf = itoa::Buffer::new();
+        let text = match self {
+            Key::Bool(b) => {
+                if *b {
+                    "true"
+                } else {
+                    "false"
+                }
+            }
+            Key::I32(n) => buf.format(*n),
+            Key::I64(n) => buf.format(*n),
+            Key::U32(n) => buf.format(*n),
+            Key::U64(n) => buf.format(*n),
+            Key::Str(s) => s,
+        };
+        printer.key(text, first);
+    }
+}
+
+/// A map field's entries: the last entry of each key, in key order.
+fn map(printer: &mut Printer, field: &FieldDescriptor, index: &Index, found: &[u32]) -> Result {
+    let Kind::Message(entry) = field.kind() else {
+        return Err(Stop::General);
+    };
+    let (key_field, value_field) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+    let mut entries: Vec<(Key, u32)> = Vec::with_capacity(found.len());
+    for &at in found {
+        let bytes = index.payload_at(at)?;
+        entries.push((entry_key(&key_field, &value_field, bytes)?, at));
+    }
+    // Equal keys stay in wire order, so the last of each run is the one
+    // that counts.
+    entries.sort_unstable();
+    printer.out.push('{');
+    let mut first = true;
+    for (i, (key, at)) in entries.iter().enumerate() {
+        if entries.get(i + 1).is_some_and(|(next, _)| next == key) {
+            // Replaced by a later entry: never printed, still decoded.
+            validate(&entry, index.payload_at(*at)?, index.level)?;
+            continue;
+        }
+        printer.check_limit().map_err(print_err)?;
+        key.write(printer, &mut first);
+        entry_value(printer, &value_field, index.payload_at(*at)?)?;
+    }
+    printer.out.push('}');
+    Ok(())
+}
+
+/// The key of a map entry (its last one; the kind's default when none),
+/// checking every field of the entry as prost-reflect's decoder would.
+fn entry_key<'a>(
+    key_field: &FieldDescriptor,
+    value_field: &FieldDescriptor,
+    mut bytes: &'a [u8],
+) -> Result<Key<'a>> {
+    let mut key = None;
+    while !bytes.is_empty() {
+        let (number, wire_type) = decode_key(&mut bytes)?;
+        match number {
+            1 => {
+                check_wire_type(key_field, wire_type)?;
+                key = Some(read_value(wire_type, &mut bytes)?);
+            }
+            2 => {
+                check_wire_type(value_field, wire_type)?;
+                read_value(wire_type, &mut bytes)?;
+            }
+            _ => skip_field(wire_type, number, &mut bytes, DecodeContext::default())?,
+        }
+    }
+    let value = match key {
+        Some(raw) => scalar(key_field, raw).ok_or_else(not_utf8)?,
+        None => return default_key(key_field),
+    };
+    Ok(match value {
+        Scalar::Str(s) => Key::Str(s),
+        Scalar::Other(Value::Bool(b)) => Key::Bool(b),
+        Scalar::Other(Value::I32(n)) => Key::I32(n),
+        Scalar::Other(Value::I64(n)) => Key::I64(n),
+        Scalar::Other(Value::U32(n)) => Key::U32(n),
+        Scalar::Other(Value::U64(n)) => Key::U64(n),
+        _ => return Err(Stop::General),
+    })
+}
+
+fn default_key(key_field: &FieldDescriptor) -> Result<Key<'static>> {
+    Ok(match key_field.default_value() {
+        Value::String(_) => Key::Str(""),
+        Value::Bool(b) => Key::Bool(b),
+        Value::I32(n) => Key::I32(n),
+        Value::I64(n) => Key::I64(n),
+        Value::U32(n) => Key::U32(n),
+        Value::U64(n) => Key::U64(n),
+        _ => return Err(Stop::General),
+    })
+}
+
+/// The value of a map entry: its last one, or its occurrences merged for
+/// a message; the kind's default when it has none.
+fn entry_value(printer: &mut Printer, value_field: &FieldDescriptor, mut bytes: &[u8]) -> Result {
+    let mut last = None;
+    let mut parts = Vec::new();
+    while !bytes.is_empty() {
+        let (number, wire_type) = decode_key(&mut bytes)?;
+        if number != 2 {
+            skip_field(wire_type, number, &mut bytes, DecodeContext::default())?;
+            continue;
+        }
+        let raw = read_value(wire_type, &mut bytes)?;
+        match raw {
+            Raw::Delimited(b) if matches!(value_field.kind(), Kind::Message(_)) => parts.push(b),
+            raw => last = Some(raw),
+        }
+    }
+    if let Kind::Message(desc) = value_field.kind() {
+        return message(printer, &desc, &parts);
+    }
+    match last {
+        Some(raw) => {
+            let value = scalar(value_field, raw).ok_or_else(not_utf8)?;
+            print_scalar(printer, &value_field.kind(), &value).map_err(print_err)
+        }
+        None => print_default(printer, value_field),
+    }
+}
+
+fn well_known(
+    printer: &mut Printer,
+    desc: &MessageDescriptor,
+    wkt: WellKnown,
+    parts: &[&[u8]],
+) -> Result {
+    let index = Index::new(desc, parts, level(printer))?;
+    let field = |number: u32| index.field(desc, number);
+    match wkt {
+        WellKnown::Timestamp | WellKnown::Duration => {
+            let (s, found) = field(1)?;
+            let seconds = match index.last(&s, found)? {
+                Some(Scalar::Other(Value::I64(s))) => s,
+                _ => 0,
+            };
+            let (n, found) = field(2)?;
+            let nanos = match index.last(&n, found)? {
+                Some(Scalar::Other(Value::I32(n))) => n,
+                _ => 0,
+            };
+            let (text, what) = if wkt == WellKnown::Timestamp {
+                (wkt::format_timestamp(seconds, nanos), "timestamp")
+            } else {
+                (wkt::format_duration(seconds, nanos), "duration")
+            };
+            let text = text
+                .ok_or_else(|| Stop::Print(format!("{what} out of range: {seconds}s {nanos}ns")))?;
+            printer.string(&text);
+        }
+        WellKnown::Wrapper => {
+            let (value_field, found) = field(1)?;
+            match index.last(&value_field, found)? {
+                Some(value) => {
+                    print_scalar(printer, &value_field.kind(), &value).map_err(print_err)?
+                }
+                None => print_default(printer, &value_field)?,
+            }
+        }
+        WellKnown::FieldMask => {
+            let (paths, found) = field(1)?;
+            let mut joined = String::new();
+            for (i, &at) in found.iter().enumerate() {
+                let Scalar::Str(path) = index.scalar_at(&paths, at)? else {
+                    return Err(Stop::General);
+                };
+                let json = wkt::path_to_json(path).ok_or_else(|| {
+                    Stop::Print(format!("field mask path '{path}' has no JSON form"))
+                })?;
+                if i > 0 {
+                    joined.push(',');
+                }
+                joined.push_str(&json);
+            }
+            printer.string(&joined);
+        }
+        WellKnown::Struct => {
+            let (entries, found) = field(1)?;
+            map(printer, &entries, &index, found)?;
+        }
+        WellKnown::ListValue => {
+            let (values, found) = field(1)?;
+            printer.out.push('[');
+            items(printer, &values, &index, found, |_| {})?;
+            printer.out.push(']');
+        }
+        WellKnown::Value => value(printer, desc, &index)?,
+        WellKnown::Any => any(printer, desc, &index)?,
+    }
+    Ok(())
+}
+
+/// `google.protobuf.Value`: the member of its oneof set last.
+fn value(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result {
+    for (position, field) in desc.fields().enumerate() {
+        let found = index.counted(position);
+        if found.is_empty() {
+            continue;
+        }
+        if let Kind::Message(inner) = field.kind() {
+            let parts = index.payloads(found)?;
+            return message(printer, &inner, &parts);
+        }
+        let value = index.last(&field, found)?.ok_or(Stop::General)?;
+        match (field.number(), &value) {
+            (1, _) => printer.out.push_str("null"),
+            (2, Scalar::Other(Value::F64(f))) if !f.is_finite() => {
+                return Err(Stop::Print(
+                    "google.protobuf.Value cannot hold NaN or Infinity".into(),
+                ))
+            }
+            _ => print_scalar(printer, &field.kind(), &value).map_err(print_err)?,
+        }
+        return Ok(());
+    }
+    Err(Stop::Print("google.protobuf.Value has no kind set".into()))
+}
+
+/// `google.protobuf.Any`: `{"@type": url, ...fields}`, or `"value"` for
+/// a well-known type.
+fn any(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result {
+    let last = |number: u32| {
+        let (field, found) = index.field(desc, number)?;
+        index.last(&field, found)
+    };
+    let type_url = match last(1)? {
+        Some(Scalar::Str(s)) => s,
+        _ => "",
+    };
+    let bytes = match last(2)? {
+        Some(Scalar::Bytes(b)) => b,
+        _ => &[],
+    };
+    if type_url.is_empty() && bytes.is_empty() {
+        printer.out.push_str("{}");
+        return Ok(());
+    }
+    let inner = any_type(desc, type_url).map_err(|e| Stop::Print(e.message))?;
+    let in_any = |stop: Stop| match stop {
+        Stop::Decode(e) => Stop::Print(format!("Any of {type_url} does not decode: {e}")),
+        other => other,
+    };
+    printer.out.push('{');
+    let mut first = true;
+    printer.key("@type", &mut first);
+    printer.string(type_url);
+    // The payload is a message of its own, decoded from its root as the
+    // general path decodes it.
+    let outer = std::mem::replace(&mut printer.wire_level, 0);
+    let result = if WellKnown::of(&inner).is_some() {
+        printer.key("value", &mut first);
+        message(printer, &inner, &[bytes])
+    } else {
+        printer.wire_level = 1;
+        fields(printer, &inner, &[bytes], &mut first)
+    };
+    printer.wire_level = outer;
+    result.map_err(in_any)?;
+    printer.out.push('}');
+    Ok(())
+}
+
+fn check_wire_type(field: &FieldDescriptor, wire_type: WireType) -> Result {
+    if field.is_group() {
+        return Err(Stop::General);
+    }
+    if field.is_map() {
+        return Ok(());
+    }
+    let kind = field.kind();
+    let expected = match wire_type_of(&kind) {
+        Some(expected) => expected,
+        None => WireType::LengthDelimited,
+    };
+    let packed = field.is_list() && wire_type == WireType::LengthDelimited && is_packable(&kind);
+    if wire_type == expected || packed {
+        Ok(())
+    } else {
+        Err(Stop::Decode(format!(
+            "invalid wire type: {wire_type:?} (expected {expected:?})"
+        )))
+    }
+}
+
+/// How a field's value is read: as its key says, but a map entry is
+/// always length-delimited (prost-reflect reads it so whatever the key's
+/// wire type; the general path accepts such bytes, and so does this one).
+fn stored_as(field: &FieldDescriptor, wire_type: WireType) -> WireType {
+    if field.is_map() {
+        WireType::LengthDelimited
+    } else {
+        wire_type
+    }
+}
+
+/// Scalars other than strings and bytes, which lists may pack.
+fn is_packable(kind: &Kind) -> bool {
+    !matches!(kind, Kind::String | Kind::Bytes | Kind::Message(_))
+}
+
+/// One value of `wire_type`; the buffer moves past it. Groups are for the
+/// caller.
+fn read_value<'a>(wire_type: WireType, bytes: &mut &'a [u8]) -> Result<Raw<'a>> {
+    let underflow = || Stop::Decode("buffer underflow".into());
+    Ok(match wire_type {
+        WireType::Varint => Raw::Varint(decode_varint(bytes)?),
+        WireType::ThirtyTwoBit => {
+            let (head, rest) = bytes.split_first_chunk::<4>().ok_or_else(underflow)?;
+            *bytes = rest;
+            Raw::Fixed32(u32::from_le_bytes(*head))
+        }
+        WireType::SixtyFourBit => {
+            let (head, rest) = bytes.split_first_chunk::<8>().ok_or_else(underflow)?;
+            *bytes = rest;
+            Raw::Fixed64(u64::from_le_bytes(*head))
+        }
+        WireType::LengthDelimited => {
+            let len = usize::try_from(decode_varint(bytes)?).map_err(|_| underflow())?;
+            if len > bytes.len() {
+                return Err(underflow());
+            }
+            let (head, rest) = bytes.split_at(len);
+            *bytes = rest;
+            Raw::Delimited(head)
+        }
+        WireType::StartGroup | WireType::EndGroup => return Err(Stop::General),
+    })
+}
+
+/// Where each known field of one message occurs: the offsets of its
+/// occurrences in the concatenation of the message's parts, grouped by
+/// field (in number order) and in wire order within a field. Four
+/// bytes per occurrence, and an occurrence takes at least two bytes of
+/// wire.
+struct Index<'a> {
+    parts: &'a [&'a [u8]],
+    /// How many fields the message type has.
+    fields: usize,
+    /// Their numbers, in the order `MessageDescriptor::fields` gives them
+    /// (number order, which JSON follows; not the declaration order).
+    numbers: SmallVec<[u32; 16]>,
+    /// How deep the message lies below its decoding root (see [`level`]).
+    level: usize,
+    /// Where each part starts in the concatenation.
+    bases: SmallVec<[u32; 2]>,
+    /// `found[starts[i]..starts[i + 1]]` are field i's offsets.
+    starts: SmallVec<[u32; 16]>,
+    found: SmallVec<[u32; 16]>,
+    /// Per field, where the occurrences that count start (empty for a
+    /// message without oneofs); see [`Index::counted`].
+    from: SmallVec<[u32; 16]>,
+}
+
+impl<'a> Index<'a> {
+    fn new(desc: &MessageDescriptor, parts: &'a [&'a [u8]], level: usize) -> Result<Index<'a>> {
+        let mut bases = SmallVec::with_capacity(parts.len());
+        let mut total: u32 = 0;
+        for part in parts {
+            bases.push(total);
+            let len = u32::try_from(part.len()).map_err(|_| Stop::General)?;
+            total = total.checked_add(len).ok_or(Stop::General)?;
+        }
+        let numbers: SmallVec<[u32; 16]> = desc.fields().map(|f| f.number()).collect();
+        let fields = numbers.len();
+        let mut index = Index {
+            parts,
+            fields,
+            numbers,
+            level,
+            bases,
+            starts: SmallVec::from_elem(0, fields + 1),
+            found: SmallVec::new(),
+            from: SmallVec::new(),
+        };
+        // Two walks: the first counts each field's occurrences (into the
+        // start of the next field), the second writes their offsets in place.
+        let mut starts = std::mem::take(&mut index.starts);
+        // The first walk also checks every string, printed or not (a value
+        // replaced by a later one is still decoded by the general path).
+        index.walk(desc, true, |position, _| starts[position + 1] += 1)?;
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut next: SmallVec<[u32; 16]> = SmallVec::from_slice(&starts[..fields]);
+        let mut found = SmallVec::from_elem(0, starts[fields] as usize);
+        index.walk(desc, false, |position, at| {
+            found[next[position] as usize] = at;
+            next[position] += 1;
+        })?;
+        index.starts = starts;
+        index.found = found;
+        index.settle_oneofs(desc)?;
+        Ok(index)
+    }
+
+    /// Calls `each(field position, offset)` for every known field in wire
+    /// order, checking wire types and skipping unknown fields as
+    /// prost-reflect's decoder does.
+    fn walk(
+        &self,
+        desc: &MessageDescriptor,
+        check_text: bool,
+        mut each: impl FnMut(usize, u32),
+    ) -> Result {
+        let extensions = desc.extension_ranges().len() > 0;
+        for (part, base) in self.parts.iter().zip(&self.bases) {
+            let mut bytes: &[u8] = part;
+            while !bytes.is_empty() {
+                let at = base + (part.len() - bytes.len()) as u32;
+                let (number, wire_type) = decode_key(&mut bytes)?;
+                let Some(field) = desc.get_field(number) else {
+                    if extensions && desc.get_extension(number).is_some() {
+                        return Err(Stop::General);
+                    }
+                    skip_field(wire_type, number, &mut bytes, DecodeContext::default())?;
+                    continue;
+                };
+                check_wire_type(&field, wire_type)?;
+                let raw = read_value(stored_as(&field, wire_type), &mut bytes)?;
+                if check_text {
+                    check_text_of(&field, raw)?;
+                }
+                each(self.position(&field).ok_or(Stop::General)?, at);
+            }
+        }
+        Ok(())
+    }
+
+    /// A field's place among its message's fields, as
+    /// `MessageDescriptor::fields` lists them.
+    fn position(&self, field: &FieldDescriptor) -> Option<usize> {
+        self.numbers.binary_search(&field.number()).ok()
+    }
+
+    /// The occurrences of field `position` that count: for a member of a
+    /// oneof, none unless it was set last, and then only those after the
+    /// last occurrence of any other member (setting a member clears the
+    /// others).
+    fn counted(&self, position: usize) -> &[u32] {
+        let own = &self.found[self.starts[position] as usize..self.starts[position + 1] as usize];
+        match self.from.get(position) {
+            Some(&u32::MAX) => &[],
+            Some(&from) => &own[own.partition_point(|&at| at < from)..],
+            None => own,
+        }
+    }
+
+    /// Where each oneof member's counted occurrences start (`u32::MAX`:
+    /// another member was set after it), found once per message so that
+    /// a wide oneof costs its width, not its width squared, per message.
+    fn settle_oneofs(&mut self, desc: &MessageDescriptor) -> Result {
+        if desc.oneofs().len() == 0 {
+            return Ok(());
+        }
+        let mut from: SmallVec<[u32; 16]> = SmallVec::from_elem(0, self.fields);
+        for oneof in desc.oneofs() {
+            // The member set last, and the latest offset of any other.
+            let mut winner: Option<(usize, u32)> = None;
+            let mut runner_up: Option<u32> = None;
+            for member in oneof.fields() {
+                let Some(position) = self.position(&member) else {
+                    continue;
+                };
+                let own =
+                    &self.found[self.starts[position] as usize..self.starts[position + 1] as usize];
+                let Some(&last) = own.last() else {
+                    continue;
+                };
+                match winner {
+                    Some((_, best)) if best > last => {
+                        from[position] = u32::MAX;
+                        runner_up = runner_up.max(Some(last));
+                    }
+                    Some((loser, best)) => {
+                        from[loser] = u32::MAX;
+                        runner_up = runner_up.max(Some(best));
+                        winner = Some((position, last));
+                    }
+                    None => winner = Some((position, last)),
+                }
+            }
+            if let (Some((position, _)), Some(other)) = (winner, runner_up) {
+                from[position] = other + 1;
+            }
+        }
+        self.from = from;
+        self.validate_dropped(desc)
+    }
+
+    /// Validates the occurrences of message members of oneofs that a
+    /// later member cleared (see [`validate`]).
+    fn validate_dropped(&self, desc: &MessageDescriptor) -> Result {
+        for oneof in desc.oneofs() {
+            for member in oneof.fields() {
+                let Kind::Message(inner) = member.kind() else {
+                    continue;
+                };
+                let Some(position) = self.position(&member) else {
+                    continue;
+                };
+                let own =
+                    &self.found[self.starts[position] as usize..self.starts[position + 1] as usize];
+                let kept = self.counted(position).len();
+                for &at in &own[..own.len() - kept] {
+                    validate(&inner, self.payload_at(at)?, self.level + 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A field of a well-known type by number, and its occurrences that count.
+    fn field(&self, desc: &MessageDescriptor, number: u32) -> Result<(FieldDescriptor, &[u32])> {
+        let field = desc.get_field(number).ok_or(Stop::General)?;
+        let position = self.position(&field).ok_or(Stop::General)?;
+        let found = self.counted(position);
+        Ok((field, found))
+    }
+
+    /// The value a singular field ends with, if it occurs.
+    fn last(&self, field: &FieldDescriptor, found: &[u32]) -> Result<Option<Scalar<'a>>> {
+        match found.last() {
+            Some(&at) => self.scalar_at(field, at).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes from offset `at` of the concatenation to the end of its part.
+    fn bytes_at(&self, at: u32) -> &'a [u8] {
+        let part = self
+            .bases
+            .partition_point(|&base| base <= at)
+            .saturating_sub(1);
+        let parts: &'a [&'a [u8]] = self.parts;
+        let bytes: &'a [u8] = parts[part];
+        &bytes[(at - self.bases[part]) as usize..]
+    }
+
+    /// The field occurrence at `at`: its wire type and value.
+    fn raw_at(&self, at: u32) -> Result<(WireType, Raw<'a>)> {
+        let mut bytes = self.bytes_at(at);
+        let (_, wire_type) = decode_key(&mut bytes)?;
+        Ok((wire_type, read_value(wire_type, &mut bytes)?))
+    }
+
+    fn scalar_at(&self, field: &FieldDescriptor, at: u32) -> Result<Scalar<'a>> {
+        let (_, raw) = self.raw_at(at)?;
+        scalar(field, raw).ok_or_else(not_utf8)
+    }
+
+    /// The payload of an occurrence of a message or map field (which
+    /// `walk` read as length-delimited).
+    fn payload_at(&self, at: u32) -> Result<&'a [u8]> {
+        let mut bytes = self.bytes_at(at);
+        decode_key(&mut bytes)?;
+        match read_value(WireType::LengthDelimited, &mut bytes)? {
+            Raw::Delimited(payload) => Ok(payload),
+            _ => Err(Stop::General),
+        }
+    }
+
+    fn payloads(&self, found: &[u32]) -> Result<Vec<&'a [u8]>> {
+        found.iter().map(|&at| self.payload_at(at)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::descriptors::Registry;
+    use crate::json::{
+        decode_message, every_print_option, json_to_protobuf, message_to_json, JsonOptions,
+    };
+
+    fn registry() -> Registry {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("fuzz.proto", include_str!("../../fuzz/schema/fuzz.proto"))])
+            .unwrap();
+        r
+    }
+
+    /// Ok(JSON), or the kind of failure: "decode" or "print".
+    type Outcome = std::result::Result<String, &'static str>;
+
+    fn by_wire(desc: &MessageDescriptor, bytes: &[u8], options: &JsonOptions) -> Option<Outcome> {
+        let mut printer = Printer::new(options, 64);
+        match print(&mut printer, desc, bytes) {
+            Ok(()) => Some(Ok(printer.out)),
+            Err(Stop::Decode(_)) => Some(Err("decode")),
+            Err(Stop::Print(_)) => Some(Err("print")),
+            Err(Stop::General) => None,
+        }
+    }
+
+    fn by_tree(desc: &MessageDescriptor, bytes: &[u8], options: &JsonOptions) -> Outcome {
+        let message = decode_message(desc, bytes).map_err(|_| "decode")?;
+        message_to_json(&message, options).map_err(|_| "print")
+    }
+
+    fn same(desc: &MessageDescriptor, bytes: &[u8]) {
+        for options in [JsonOptions::default(), every_print_option()] {
+            // Both fail, or both print the same. Which fault is named may
+            // differ: the general path decodes everything before it prints.
+            let failed = |_| "failed";
+            // A proto3 schema needs nothing of the general path.
+            let wire = by_wire(desc, bytes, &options).expect("printed from the wire");
+            assert_eq!(
+                wire.map_err(failed),
+                by_tree(desc, bytes, &options).map_err(failed),
+                "{} {bytes:02x?}",
+                desc.full_name()
+            );
+        }
+    }
+
+    const SEEDS: [&str; 6] = [
+        r#"{"doubleValue": 1.5, "int64Value": "-7", "text": "héllo", "data": "AP8=", "kind": "KIND_NEGATIVE",
+            "maybe": 0, "doubles": [1, "NaN"], "int64s": ["1", "-2"], "bools": [true, false],
+            "texts": ["a", ""], "kinds": ["KIND_ONE", 5], "children": [{"text": "c"}, {}]}"#,
+        r#"{"byName": {"b": {"int32Value": 2}, "a": {}}, "byNumber": {"-3": "x", "10": ""},
+            "byFlag": {"true": "KIND_ONE", "false": 0}, "byId": {"7": "AQ=="}, "choiceText": "pick"}"#,
+        r#"{"child": {"child": {"text": "deep"}, "uint64Value": "18446744073709551615"}}"#,
+        r#"{"any": {"@type": "type.googleapis.com/google.protobuf.Duration", "value": "1.5s"},
+            "anys": [{"@type": "type.googleapis.com/grpcwasm.fuzz.Everything", "text": "in"}, {}],
+            "structValue": {"k": [1, "two", null, {"x": true}]}, "value": 3,
+            "list": [[], {}], "choiceValue": {"z": null}}"#,
+        r#"{"null": null, "floatValue": -0.0, "sint32Value": -1, "sfixed64Value": "5"}"#,
+        r#"{"datas": [], "fixed64s": ["1", "2"], "sint32s": [-1, 1], "floats": [0.5]}"#,
+    ];
+
+    fn seeds(desc: &MessageDescriptor) -> Vec<Vec<u8>> {
+        SEEDS
+            .iter()
+            .filter_map(|json| {
+                json_to_protobuf(desc, json.as_bytes(), &JsonOptions::default()).ok()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn prints_what_the_general_path_prints() {
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        let seeds = seeds(&desc);
+        assert!(seeds.len() >= 5, "{}", seeds.len());
+        for a in &seeds {
+            same(&desc, a);
+            for b in &seeds {
+                // One message after another merges them.
+                same(&desc, &[a.as_slice(), b.as_slice()].concat());
+            }
+        }
+    }
+
+    #[test]
+    fn agrees_with_the_general_path_on_damaged_bytes() {
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut random = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n.max(1) as u64) as usize
+        };
+        for seed in seeds(&desc) {
+            for _ in 0..3000 {
+                let mut bytes = seed.clone();
+                for _ in 0..1 + random(3) {
+                    match random(3) {
+                        0 if !bytes.is_empty() => {
+                            let at = random(bytes.len());
+                            bytes[at] = random(256) as u8;
+                        }
+                        1 => bytes.truncate(random(bytes.len() + 1)),
+                        0 => {}
+                        _ => {
+                            let at = random(bytes.len());
+                            let len = random(bytes.len() - at + 1);
+                            let piece = bytes[at..at + len].to_vec();
+                            let to = random(bytes.len() + 1);
+                            bytes.splice(to..to, piece);
+                        }
+                    }
+                }
+                same(&desc, &bytes);
+            }
+        }
+    }
+
+    #[test]
+    fn a_oneof_keeps_the_member_set_last_and_merges_only_after_it() {
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        let o = JsonOptions::default();
+        // child{text:"a"}, choice_text "t", child{int32_value:1}
+        let bytes = [
+            0x92, 0x03, 0x03, 0x72, 0x01, b'a', 0x9a, 0x03, 0x01, b't', 0x92, 0x03, 0x02, 0x18,
+            0x01,
+        ];
+        assert_eq!(
+            by_wire(&desc, &bytes, &o),
+            Some(Ok(r#"{"child":{"int32Value":1}}"#.into()))
+        );
+        same(&desc, &bytes);
+    }
+
+    #[test]
+    fn map_entries_replace_each_other_by_key_and_print_in_key_order() {
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        // by_number: {5: "x"}, {-1: "y"}, {5: "z"}, and an empty entry.
+        let entry = |key: &[u8], value: u8| {
+            let mut e = vec![0x08];
+            e.extend_from_slice(key);
+            e.extend_from_slice(&[0x12, 0x01, value]);
+            let mut out = vec![0xca, 0x02, e.len() as u8];
+            out.extend(e);
+            out
+        };
+        let minus_one = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        let bytes = [
+            entry(&[5], b'x'),
+            entry(&minus_one, b'y'),
+            entry(&[5], b'z'),
+            vec![0xca, 0x02, 0x00],
+        ]
+        .concat();
+        assert_eq!(
+            by_wire(&desc, &bytes, &JsonOptions::default()),
+            Some(Ok(r#"{"byNumber":{"-1":"y","0":"","5":"z"}}"#.into()))
+        );
+        same(&desc, &bytes);
+    }
+
+    #[test]
+    fn fields_declared_out_of_number_order_print_in_number_order() {
+        // protobuf's conformance messages declare fields out of order; an
+        // index by declaration place once printed field 57 as field 39's.
+        let mut r = Registry::new().unwrap();
+        r.add_sources([(
+            "o.proto",
+            r#"syntax = "proto3";
+package o;
+message M {
+  repeated float z = 39;
+  map<int32, int32> m = 56;
+  int32 b = 2;
+  map<int64, int64> n = 57;
+  oneof pick { string s = 9; int32 a = 1; }
+}"#,
+        )])
+        .unwrap();
+        let desc = r.message("o.M").unwrap();
+        let bytes = [
+            0xca, 0x03, 0x04, 0x08, 0x01, 0x10, 0x01, 0xc2, 0x03, 0x04, 0x08, 0x00, 0x10, 0x00,
+            0x10, 0x07, 0x4a, 0x01, b'x', 0x08, 0x05,
+        ];
+        assert_eq!(
+            by_wire(&desc, &bytes, &JsonOptions::default()),
+            Some(Ok(r#"{"a":5,"b":7,"m":{"0":0},"n":{"1":"1"}}"#.into()))
+        );
+        same(&desc, &bytes);
+    }
+
+    #[test]
+    fn bytes_that_are_never_printed_are_still_checked() {
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        let o = JsonOptions::default();
+        // child{text: cut short}, then choice_text "t": the child is
+        // cleared unprinted, but the general path decoded it first.
+        let cleared = [0x92, 0x03, 0x02, 0x72, 0x05, 0x9a, 0x03, 0x01, b't'];
+        // text = "\xff" then text = "ok": the first is replaced.
+        let replaced_text = [0x72, 0x01, 0xff, 0x72, 0x02, b'o', b'k'];
+        // by_name {"a": {text: "\xff"}} then {"a": {}}.
+        let replaced_entry = [
+            0xc2, 0x02, 0x08, 0x0a, 0x01, b'a', 0x12, 0x03, 0x72, 0x01, 0xff, 0xc2, 0x02, 0x05,
+            0x0a, 0x01, b'a', 0x12, 0x00,
+        ];
+        for bytes in [&cleared[..], &replaced_text, &replaced_entry] {
+            assert_eq!(
+                by_wire(&desc, bytes, &o),
+                Some(Err("decode")),
+                "{bytes:02x?}"
+            );
+            same(&desc, bytes);
+        }
+        // Well formed, the same bytes print the member set last.
+        let fine = [0x92, 0x03, 0x02, 0x18, 0x01, 0x9a, 0x03, 0x01, b't'];
+        assert_eq!(
+            by_wire(&desc, &fine, &o),
+            Some(Ok(r#"{"choiceText":"t"}"#.into()))
+        );
+    }
+
+    #[test]
+    fn unknown_fields_cost_nothing_and_bad_ones_fail() {
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        let o = JsonOptions::default();
+        let unknown = [0xf8, 0x3e, 0x01].repeat(1000);
+        assert_eq!(by_wire(&desc, &unknown, &o), Some(Ok("{}".into())));
+        // A known field in the wrong wire type, a cut length, bad UTF-8.
+        for bytes in [
+            &[0x18, 0x00][..1],
+            &[0x1a, 0x00],
+            &[0x72, 0x05, b'a'],
+            &[0x72, 0x01, 0xff],
+        ] {
+            assert_eq!(
+                by_wire(&desc, bytes, &o),
+                Some(Err("decode")),
+                "{bytes:02x?}"
+            );
+            same(&desc, bytes);
+        }
+    }
+}
