@@ -125,6 +125,15 @@ def test_unknown_method_is_404(proxy):
     assert (status, body) == (404, {"code": 5, "message": "unknown method '/helloworld.Greeter/SayBye'", "details": []})
 
 
+def test_requests_for_no_method_get_the_filters_404_whatever_their_method(proxy):
+    # Envoy sent these to the upstream, which answered 503 (issue 28, item 5).
+    for method, path in [("GET", "/v1/nowhere"), ("DELETE", "/helloworld.Greeter/SayHello"), ("POST", "/upload")]:
+        status, body, headers = request(proxy, method, path, {} if method == "POST" else None)
+        assert (status, body) == (404, {"code": 5, "message": f"no method is bound to {method} {path}",
+                                        "details": []}), (method, path, proxy.log()[-2000:])
+        assert headers["content-type"] == "application/json"
+
+
 def test_server_streaming_is_sent_message_by_message(proxy):
     status, ctype, lines = read_lines(proxy, "/grpcwasm.testing.Testing/StreamThenFail", {"count": 3, "intervalMillis": 400})
     assert (status, ctype) == (200, "application/x-ndjson"), proxy.log()

@@ -212,6 +212,9 @@ pub struct FilterConfig {
     pub max_held_response_bytes: usize,
     /// The `google.api.http` bindings of the exposed methods.
     pub bindings: Vec<Binding>,
+    /// Bindings left out, each with why (logged when the configuration is
+    /// installed; the rest are served).
+    pub left_out: Vec<String>,
     pub callout: Option<Callout>,
     pub stream_format: StreamFormat,
 }
@@ -310,7 +313,7 @@ impl FilterConfig {
             crate::limits::DEFAULT_HELD_BYTES.max(raw.max_response_bytes.saturating_mul(2)),
         );
         check_held_limit(max_held_response_bytes, raw.max_response_bytes)?;
-        let bindings = collect_bindings(&registry, raw.services.as_deref())?;
+        let (bindings, left_out) = collect_bindings(&registry, raw.services.as_deref())?;
         let callout = raw.callout.map(check_callout).transpose()?;
         let p = raw.print_options;
         Ok(FilterConfig {
@@ -329,6 +332,7 @@ impl FilterConfig {
             max_response_bytes: raw.max_response_bytes,
             max_held_response_bytes,
             bindings,
+            left_out,
             callout,
             stream_format: raw.stream_format,
         })
@@ -417,11 +421,12 @@ fn check_callout(raw: RawCallout) -> Result<Callout, String> {
     })
 }
 
+/// The bindings of the exposed methods, and the ones left out with why.
 fn collect_bindings(
     registry: &Registry,
     services: Option<&[String]>,
-) -> Result<Vec<Binding>, String> {
-    let mut out = Vec::new();
+) -> Result<(Vec<Binding>, Vec<String>), String> {
+    let (mut out, mut left_out) = (Vec::new(), Vec::new());
     for service in registry.pool().services() {
         if services.is_some_and(|list| !list.iter().any(|s| s == service.full_name())) {
             continue;
@@ -430,10 +435,12 @@ fn collect_bindings(
             let method = registry
                 .method(&format!("/{}/{}", service.full_name(), method.name()))
                 .map_err(|e| e.to_string())?;
-            out.extend(bindings_of(&method).map_err(|e| format!("google.api.http: {e}"))?);
+            let (bindings, bad) = bindings_of(&method);
+            out.extend(bindings);
+            left_out.extend(bad);
         }
     }
-    Ok(out)
+    Ok((out, left_out))
 }
 
 #[cfg(test)]

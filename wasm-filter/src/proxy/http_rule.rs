@@ -48,6 +48,10 @@ impl Template {
             variables: Vec::new(),
             verb: verb.map(str::to_string),
         };
+        // `/` alone (or `/:verb`) is the root: no segments.
+        if body.is_empty() {
+            return Ok(template);
+        }
         let mut i = 0;
         let chars: Vec<char> = body.chars().collect();
         while i <= chars.len() {
@@ -210,29 +214,31 @@ pub struct Binding {
     pub method: Method,
 }
 
-/// The bindings a method declares with `option (google.api.http)`.
-pub fn bindings_of(method: &Method) -> Result<Vec<Binding>, String> {
+/// The bindings a method declares with `option (google.api.http)`, and
+/// why each one it cannot use was left out: one bad binding must not take
+/// the others down.
+pub fn bindings_of(method: &Method) -> (Vec<Binding>, Vec<String>) {
+    let (mut out, mut left_out) = (Vec::new(), Vec::new());
     let options = method.descriptor().options();
     let pool = method.descriptor().parent_pool().clone();
     let Some(ext) = pool.get_extension_by_name("google.api.http") else {
-        return Ok(Vec::new());
+        return (out, left_out);
     };
     if !options.has_extension(&ext) {
-        return Ok(Vec::new());
+        return (out, left_out);
     }
-    let Reflect::Message(rule) = options.get_extension(&ext).into_owned() else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    collect(method, &rule, &mut out)?;
-    Ok(out)
+    if let Reflect::Message(rule) = options.get_extension(&ext).into_owned() {
+        collect(method, &rule, &mut out, &mut left_out);
+    }
+    (out, left_out)
 }
 
 fn collect(
     method: &Method,
     rule: &prost_reflect::DynamicMessage,
     out: &mut Vec<Binding>,
-) -> Result<(), String> {
+    left_out: &mut Vec<String>,
+) {
     let text = |name: &str| {
         rule.get_field_by_name(name)
             .and_then(|v| v.as_str().map(str::to_string))
@@ -254,22 +260,51 @@ fn collect(
             Some((field("kind"), field("path")))
         });
     if let Some((http_method, path)) = pattern {
-        let template = Template::parse(&path).map_err(|e| format!("{}: {e}", method.path()))?;
-        out.push(Binding {
-            http_method,
-            template,
-            body: text("body"),
-            response_body: text("response_body"),
-            method: method.clone(),
+        let binding = Template::parse(&path).and_then(|template| {
+            let binding = Binding {
+                http_method: http_method.clone(),
+                template,
+                body: text("body"),
+                response_body: text("response_body"),
+                method: method.clone(),
+            };
+            check_fields(&binding).map(|()| binding)
         });
+        match binding {
+            Ok(binding) => out.push(binding),
+            Err(e) => left_out.push(format!("{} ({http_method} {path}): {e}", method.path())),
+        }
     }
     if let Some(Reflect::List(more)) = rule
         .get_field_by_name("additional_bindings")
         .map(|v| v.into_owned())
     {
         for extra in more.iter().filter_map(Reflect::as_message) {
-            collect(method, extra, out)?;
+            collect(method, extra, out, left_out);
         }
+    }
+}
+
+/// `body` names a field of the request and `response_body` one of the
+/// response, each at the top level as http.proto allows: a path such as
+/// `nested.content` would otherwise print `null` for every answer.
+fn check_fields(binding: &Binding) -> Result<(), String> {
+    let named = |desc: &MessageDescriptor, name: &str| {
+        desc.get_field_by_name(name).is_some() || desc.get_field_by_json_name(name).is_some()
+    };
+    let body = binding.body.as_str();
+    if !matches!(body, "" | "*") && !named(&binding.method.input(), body) {
+        return Err(format!(
+            "body '{body}' is not a top-level field of {}",
+            binding.method.input().full_name()
+        ));
+    }
+    let response = binding.response_body.as_str();
+    if !response.is_empty() && !named(&binding.method.output(), response) {
+        return Err(format!(
+            "response_body '{response}' is not a top-level field of {}",
+            binding.method.output().full_name()
+        ));
     }
     Ok(())
 }
@@ -499,7 +534,58 @@ mod tests {
         let m = r
             .method(&format!("/example.library.v1.Library/{method}"))
             .unwrap();
-        bindings_of(&m).unwrap().remove(index)
+        bindings_of(&m).0.remove(index)
+    }
+
+    #[test]
+    fn the_root_template_matches_the_root_only() {
+        let t = Template::parse("/").unwrap();
+        assert_eq!(t.matches("/"), Some(vec![]));
+        assert_eq!(t.matches("/a"), None);
+        assert_eq!(t.matches(""), None);
+    }
+
+    #[test]
+    fn a_binding_the_filter_cannot_use_is_left_out_alone() {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([(
+            "b.proto",
+            r#"syntax = "proto3";
+package b;
+import "google/api/annotations.proto";
+message Inner { string content = 1; }
+message Reply { Inner nested = 1; string text = 2; }
+message Ask { string id = 1; }
+service S {
+  rpc Root(Ask) returns (Reply) {
+    option (google.api.http) = {
+      get: "/"
+      additional_bindings { get: "/v1/{id}" response_body: "nested.content" }
+      additional_bindings { post: "/v1/{id}" body: "missing" }
+      additional_bindings { get: "/v1/bad{" }
+      additional_bindings { get: "/v1/{id}/text" response_body: "text" }
+    };
+  }
+}"#,
+        )])
+        .unwrap();
+        let (kept, left_out) = bindings_of(&r.method("/b.S/Root").unwrap());
+        let kept: Vec<(String, Option<PathVars>)> = kept
+            .iter()
+            .map(|b| (b.http_method.clone(), b.template.matches("/")))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![("GET".to_string(), Some(vec![])), ("GET".to_string(), None)]
+        );
+        assert_eq!(
+            left_out,
+            vec![
+                "/b.S/Root (GET /v1/{id}): response_body 'nested.content' is not a top-level field of b.Reply",
+                "/b.S/Root (POST /v1/{id}): body 'missing' is not a top-level field of b.Ask",
+                "/b.S/Root (GET /v1/bad{): invalid path template '/v1/bad{': bad segment 'bad{'",
+            ]
+        );
     }
 
     #[test]
@@ -539,8 +625,7 @@ mod tests {
     #[test]
     fn bindings_come_from_the_annotations() {
         let r = library();
-        let list =
-            bindings_of(&r.method("/example.library.v1.Library/ListBooks").unwrap()).unwrap();
+        let list = bindings_of(&r.method("/example.library.v1.Library/ListBooks").unwrap()).0;
         assert_eq!(list.len(), 2);
         assert_eq!(
             (list[0].http_method.as_str(), list[1].http_method.as_str()),

@@ -145,7 +145,7 @@ pub fn plan(
         }
     }
     if http_method != "POST" {
-        return Plan::PassThrough;
+        return unbound(config, http_method, path);
     }
     let found = match config.methods.get(path) {
         Some(method) => Ok(method.clone()),
@@ -175,8 +175,25 @@ pub fn plan(
                 404,
             ),
         ),
-        Err(_) => Plan::PassThrough,
+        Err(_) => unbound(config, http_method, path),
     }
+}
+
+/// A request that names neither a binding nor a method: the filter's 404
+/// under `reject_unknown_methods` (as Envoy's `reject_unknown_method`),
+/// else the route's upstream gets it as it came.
+fn unbound(config: &FilterConfig, http_method: &str, path: &str) -> Plan {
+    if !config.reject_unknown_methods {
+        return Plan::PassThrough;
+    }
+    Plan::Reply(Reply::error_with_http(
+        config,
+        &Status::new(
+            Code::NotFound,
+            format!("no method is bound to {http_method} {path}"),
+        ),
+        404,
+    ))
 }
 
 fn not_found(config: &FilterConfig, path: &str) -> Plan {
@@ -506,14 +523,27 @@ mod tests {
             ),
             Plan::PassThrough
         ));
-        assert!(matches!(
-            plan(&c, "GET", "/healthz", None),
-            Plan::PassThrough
-        ));
-        assert!(matches!(
-            plan(&c, "POST", "/upload", None),
-            Plan::PassThrough
-        ));
+        // A request that names no method nor binding is the filter's 404,
+        // whatever its HTTP method (reject_unknown_methods, the default) ...
+        for (method, path) in [("GET", "/healthz"), ("POST", "/upload"), ("DELETE", "/x/y")] {
+            let Plan::Reply(r) = plan(&c, method, path, None) else {
+                panic!("{method} {path}")
+            };
+            assert_eq!((r.http_status, r.code), (404, Code::NotFound));
+            assert_eq!(
+                r.body,
+                format!(
+                    r#"{{"code":5,"message":"no method is bound to {method} {path}","details":[]}}"#
+                )
+            );
+        }
+        // ... or goes to the route's upstream as it came.
+        let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")},
+                                     "reject_unknown_methods": false});
+        let open = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
+        for (method, path) in [("GET", "/healthz"), ("POST", "/upload")] {
+            assert!(matches!(plan(&open, method, path, None), Plan::PassThrough));
+        }
         let Plan::Reply(r) = plan(&c, "POST", "/helloworld.Greeter/SayBye", None) else {
             panic!()
         };
@@ -630,10 +660,10 @@ mod tests {
             panic!()
         };
         assert_eq!((r.http_status, r.code), (404, Code::Unimplemented));
-        assert!(matches!(
-            plan(&config(), "POST", "not a path", None),
-            Plan::PassThrough
-        ));
+        let Plan::Reply(r) = plan(&config(), "POST", "not a path", None) else {
+            panic!()
+        };
+        assert_eq!((r.http_status, r.code), (404, Code::NotFound));
     }
 
     #[test]
@@ -739,7 +769,10 @@ mod tests {
         );
         assert!(matches!(
             plan(&c, "GET", "/v2/other", None),
-            Plan::PassThrough
+            Plan::Reply(Reply {
+                http_status: 404,
+                ..
+            })
         ));
         let bad = transcode(plan(&c, "GET", "/v1/shelves/x/books?page.size=big", None));
         let reply = encode_request(&c, &bad, b"").unwrap_err();

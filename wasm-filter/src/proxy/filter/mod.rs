@@ -106,6 +106,12 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
 fn install(root_id: u32, config: FilterConfig) -> u32 {
     match check_host(config) {
         Ok(config) => {
+            for why in &config.left_out {
+                log(
+                    LogLevel::Warn,
+                    &format!("grpc-wasm: a google.api.http binding is left out: {why}"),
+                );
+            }
             // Streams have no host deadline: ticks enforce them. Without
             // callouts nothing needs ticks (a fetch may have started them).
             let _ = host::ticks(root_id, config.callout.is_some());

@@ -309,9 +309,35 @@ fn ngx_wasm_module_callouts_are_refused_with_unimplemented() {
     assert!(host.state.borrow().opened.is_empty());
 }
 
+/// A transcoding root that lets requests for no method through.
+fn passing_unknown_paths() -> Rc<MockHost> {
+    filter(
+        json!({"protos": {"helloworld.proto": HELLOWORLD}, "reject_unknown_methods": false}),
+        false,
+    )
+}
+
+#[test]
+fn a_request_for_no_method_is_the_filters_404_by_default() {
+    let host = transcoding(false);
+    host.set_map(
+        MapType::HttpRequestHeaders,
+        &[(":method", "GET"), (":path", "/healthz")],
+    );
+    assert_eq!(proxy_on_request_headers(HTTP, 2, 1), PAUSE);
+    let (status, body) = the_reply(&host);
+    assert_eq!(
+        (status, body),
+        (
+            404,
+            json!({"code": 5, "message": "no method is bound to GET /healthz", "details": []})
+        )
+    );
+}
+
 #[test]
 fn a_request_for_another_path_passes_through_untouched() {
-    let host = transcoding(false);
+    let host = passing_unknown_paths();
     host.set_map(
         MapType::HttpRequestHeaders,
         &[(":method", "GET"), (":path", "/healthz")],
@@ -747,7 +773,7 @@ fn envoy_a_callout_request_that_ends_with_trailers_is_refused_and_calls_nothing(
 
 #[test]
 fn a_request_the_filter_passes_through_keeps_its_trailers() {
-    let host = transcoding(false);
+    let host = passing_unknown_paths();
     host.set_map(
         MapType::HttpRequestHeaders,
         &[(":method", "POST"), (":path", "/healthz")],
