@@ -209,7 +209,12 @@ fn print_json(
     let limit = cost::max_json_bytes(bytes.len());
     let mut printer = print::Printer::new(options, 128).with_limit(limit);
     let message_type = || desc.full_name().to_string();
-    match wire::print(&mut printer, desc, bytes) {
+    match wire::print(&mut printer, desc, bytes).and_then(|()| {
+        // Checked once more at the end, so that both paths refuse exactly
+        // the messages whose JSON passes the limit, wherever a printer
+        // happened to check.
+        printer.check_limit().map_err(wire::Stop::Print)
+    }) {
         Ok(()) => return Ok(printer.out),
         Err(wire::Stop::Decode(reason)) => {
             return Err(Error::Decode {
@@ -219,12 +224,13 @@ fn print_json(
         }
         Err(wire::Stop::Print(reason)) => return Err(print_error(desc, &printer, bytes, reason)),
         // Groups and extensions: decoded whole, as prost-reflect reads them.
-        Err(wire::Stop::General) => {}
+        Err(wire::Stop::General) => drop(printer),
     }
     let message = decode_message(desc, bytes)?;
     let mut printer = print::Printer::new(options, 128).with_limit(limit);
     printer
         .message(&message)
+        .and_then(|()| printer.check_limit())
         .map_err(|reason| print_error(desc, &printer, bytes, reason))?;
     Ok(printer.out)
 }

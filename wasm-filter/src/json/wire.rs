@@ -14,7 +14,7 @@
 //! known field in the wrong wire type is an error. What it does not read
 //! (groups and extensions, proto2 features) goes to the general path.
 
-use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
+use prost::encoding::{decode_key, decode_varint, WireType};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Value};
 use smallvec::SmallVec;
 
@@ -241,7 +241,7 @@ fn validate(desc: &MessageDescriptor, mut bytes: &[u8], level: usize) -> Result 
             if extensions && desc.get_extension(number).is_some() {
                 return Err(Stop::General);
             }
-            skip_field(wire_type, number, &mut bytes, DecodeContext::default())?;
+            skip_unknown(wire_type, number, &mut bytes, budget(level))?;
             continue;
         };
         check_wire_type(&field, wire_type)?;
@@ -268,6 +268,56 @@ fn validate(desc: &MessageDescriptor, mut bytes: &[u8], level: usize) -> Result 
 
 /// How deep prost's decoder lets messages nest below the one it decodes.
 const DECODE_LEVELS: usize = 100;
+
+/// What prost's recursion budget is for the fields of a message `level`
+/// deep (its `DecodeContext` there).
+fn budget(level: usize) -> usize {
+    DECODE_LEVELS.saturating_sub(level)
+}
+
+/// Skips an unknown field of a message as prost-reflect decodes one: only
+/// a group spends the recursion budget.
+fn skip_unknown(wire_type: WireType, number: u32, bytes: &mut &[u8], budget: usize) -> Result {
+    skip(wire_type, number, bytes, budget, false)
+}
+
+/// Skips an unknown field of a map entry as prost's `skip_field` does:
+/// each field, groups' fields included, checks the budget.
+fn skip_in_entry(wire_type: WireType, number: u32, bytes: &mut &[u8], budget: usize) -> Result {
+    skip(wire_type, number, bytes, budget, true)
+}
+
+fn skip(
+    wire_type: WireType,
+    number: u32,
+    bytes: &mut &[u8],
+    budget: usize,
+    every_field: bool,
+) -> Result {
+    let spent = || Stop::Decode("recursion limit reached".into());
+    if every_field && budget == 0 {
+        return Err(spent());
+    }
+    match wire_type {
+        WireType::StartGroup => {
+            if budget == 0 {
+                return Err(spent());
+            }
+            loop {
+                let (inner, inner_type) = decode_key(bytes)?;
+                if inner_type == WireType::EndGroup {
+                    if inner != number {
+                        return Err(Stop::Decode("unexpected end group tag".into()));
+                    }
+                    return Ok(());
+                }
+                skip(inner_type, inner, bytes, budget - 1, every_field)?;
+            }
+        }
+        WireType::EndGroup => Err(Stop::Decode("unexpected end group tag".into())),
+        other => read_value(other, bytes).map(|_| ()),
+    }
+}
 
 fn not_utf8() -> Stop {
     Stop::Decode("invalid string value: data is not UTF-8 encoded".into())
@@ -312,28 +362,56 @@ fn map(printer: &mut Printer, field: &FieldDescriptor, index: &Index, found: &[u
         return Err(Stop::General);
     };
     let (key_field, value_field) = (entry.map_entry_key_field(), entry.map_entry_value_field());
-    let mut entries: Vec<(Key, u32)> = Vec::with_capacity(found.len());
+    let mut entries: Vec<(Key, u32)> = Vec::with_capacity(found.len().min(1024));
     for &at in found {
         let bytes = index.payload_at(at)?;
-        entries.push((entry_key(&key_field, &value_field, bytes)?, at));
+        if entries.len() == entries.capacity() {
+            // Before growing, keep only the last entry of each key: a
+            // flood of one key costs nothing.
+            last_of_each_key(&mut entries, &entry, index)?;
+        }
+        entries.push((entry_key(&key_field, &value_field, bytes, index.level)?, at));
     }
-    // Equal keys stay in wire order, so the last of each run is the one
-    // that counts.
-    entries.sort_unstable();
+    last_of_each_key(&mut entries, &entry, index)?;
     printer.out.push('{');
     let mut first = true;
-    for (i, (key, at)) in entries.iter().enumerate() {
-        if entries.get(i + 1).is_some_and(|(next, _)| next == key) {
-            // Replaced by a later entry: never printed, still decoded.
-            validate(&entry, index.payload_at(*at)?, index.level)?;
-            continue;
-        }
+    for (key, at) in &entries {
         printer.check_limit().map_err(print_err)?;
         key.write(printer, &mut first);
-        entry_value(printer, &value_field, index.payload_at(*at)?)?;
+        entry_value(printer, &value_field, index.payload_at(*at)?, index.level)?;
     }
     printer.out.push('}');
     Ok(())
+}
+
+/// Sorts `entries` by key and keeps the last of each key (equal keys stay
+/// in wire order). A replaced entry is never printed but still checked,
+/// as the general path decodes it.
+fn last_of_each_key(
+    entries: &mut Vec<(Key, u32)>,
+    entry: &MessageDescriptor,
+    index: &Index,
+) -> Result {
+    entries.sort_unstable();
+    let mut replaced = Ok(());
+    let mut kept = 0;
+    for i in 0..entries.len() {
+        if entries
+            .get(i + 1)
+            .is_some_and(|(next, _)| *next == entries[i].0)
+        {
+            if replaced.is_ok() {
+                replaced = index
+                    .payload_at(entries[i].1)
+                    .and_then(|bytes| validate(entry, bytes, index.level));
+            }
+            continue;
+        }
+        entries.swap(kept, i);
+        kept += 1;
+    }
+    entries.truncate(kept);
+    replaced
 }
 
 /// The key of a map entry (its last one; the kind's default when none),
@@ -342,6 +420,7 @@ fn entry_key<'a>(
     key_field: &FieldDescriptor,
     value_field: &FieldDescriptor,
     mut bytes: &'a [u8],
+    level: usize,
 ) -> Result<Key<'a>> {
     let mut key = None;
     while !bytes.is_empty() {
@@ -349,13 +428,15 @@ fn entry_key<'a>(
         match number {
             1 => {
                 check_wire_type(key_field, wire_type)?;
-                key = Some(read_value(wire_type, &mut bytes)?);
+                let raw = read_value(wire_type, &mut bytes)?;
+                check_text_of(key_field, raw)?;
+                key = Some(raw);
             }
             2 => {
                 check_wire_type(value_field, wire_type)?;
-                read_value(wire_type, &mut bytes)?;
+                check_text_of(value_field, read_value(wire_type, &mut bytes)?)?;
             }
-            _ => skip_field(wire_type, number, &mut bytes, DecodeContext::default())?,
+            _ => skip_in_entry(wire_type, number, &mut bytes, budget(level))?,
         }
     }
     let value = match key {
@@ -387,14 +468,27 @@ fn default_key(key_field: &FieldDescriptor) -> Result<Key<'static>> {
 
 /// The value of a map entry: its last one, or its occurrences merged for
 /// a message; the kind's default when it has none.
-fn entry_value(printer: &mut Printer, value_field: &FieldDescriptor, mut bytes: &[u8]) -> Result {
+fn entry_value(
+    printer: &mut Printer,
+    value_field: &FieldDescriptor,
+    mut bytes: &[u8],
+    level: usize,
+) -> Result {
     let mut last = None;
     let mut parts = Vec::new();
     while !bytes.is_empty() {
         let (number, wire_type) = decode_key(&mut bytes)?;
-        if number != 2 {
-            skip_field(wire_type, number, &mut bytes, DecodeContext::default())?;
-            continue;
+        match number {
+            // The key, which `entry_key` read and checked.
+            1 => {
+                read_value(wire_type, &mut bytes)?;
+                continue;
+            }
+            2 => {}
+            _ => {
+                skip_in_entry(wire_type, number, &mut bytes, budget(level))?;
+                continue;
+            }
         }
         let raw = read_value(wire_type, &mut bytes)?;
         match raw {
@@ -707,7 +801,7 @@ impl<'a> Index<'a> {
                     if extensions && desc.get_extension(number).is_some() {
                         return Err(Stop::General);
                     }
-                    skip_field(wire_type, number, &mut bytes, DecodeContext::default())?;
+                    skip_unknown(wire_type, number, &mut bytes, budget(self.level))?;
                     continue;
                 };
                 check_wire_type(&field, wire_type)?;
@@ -855,7 +949,11 @@ impl<'a> Index<'a> {
     }
 
     fn payloads(&self, found: &[u32]) -> Result<Vec<&'a [u8]>> {
-        found.iter().map(|&at| self.payload_at(at)).collect()
+        let mut parts = Vec::with_capacity(found.len());
+        for &at in found {
+            parts.push(self.payload_at(at)?);
+        }
+        Ok(parts)
     }
 }
 
@@ -1087,6 +1185,72 @@ message M {
             by_wire(&desc, &fine, &o),
             Some(Ok(r#"{"choiceText":"t"}"#.into()))
         );
+    }
+
+    #[test]
+    fn every_key_and_value_of_a_map_entry_is_checked() {
+        // Found by review: only an entry's last key and value were.
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        let o = JsonOptions::default();
+        let key_twice = [0xc2, 0x02, 0x06, 0x0a, 0x01, 0xff, 0x0a, 0x01, b'a'];
+        let value_twice = [
+            0xca, 0x02, 0x08, 0x08, 0x01, 0x12, 0x01, 0xff, 0x12, 0x01, b'a',
+        ];
+        for bytes in [&key_twice[..], &value_twice] {
+            assert_eq!(
+                by_wire(&desc, bytes, &o),
+                Some(Err("decode")),
+                "{bytes:02x?}"
+            );
+            same(&desc, bytes);
+        }
+    }
+
+    #[test]
+    fn unknown_groups_spend_the_decoders_recursion_budget() {
+        // A child (level 1) holding 100 nested unknown groups: prost's
+        // decoder allows 99 there.
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        let nest = |groups: usize| {
+            let inner = [[0xa3, 0x06].repeat(groups), [0xa4, 0x06].repeat(groups)].concat();
+            let mut bytes = vec![0xf2, 0x01];
+            prost::encoding::encode_varint(inner.len() as u64, &mut bytes);
+            bytes.extend(inner);
+            bytes
+        };
+        let o = JsonOptions::default();
+        assert_eq!(
+            by_wire(&desc, &nest(99), &o),
+            Some(Ok(r#"{"children":[{}]}"#.into()))
+        );
+        assert_eq!(by_wire(&desc, &nest(100), &o), Some(Err("decode")));
+        same(&desc, &nest(99));
+        same(&desc, &nest(100));
+    }
+
+    #[test]
+    fn the_json_limit_holds_for_the_whole_message_wherever_it_is_checked() {
+        // Found by review: the two paths checked the limit at different
+        // values, so each let through a message the other refused.
+        let r = registry();
+        let desc = r.message("grpcwasm.fuzz.Everything").unwrap();
+        let kinds = |n: usize, tail: &[u8]| {
+            let mut bytes = vec![0xea, 0x01];
+            prost::encoding::encode_varint(n as u64, &mut bytes);
+            bytes.extend(std::iter::repeat_n(1u8, n));
+            bytes.extend_from_slice(tail);
+            bytes
+        };
+        for bytes in [
+            kinds(21862, &[0xe2, 0x03, 0x00]),
+            kinds(21864, &[0xea, 0x01, 0x00]),
+        ] {
+            let err =
+                crate::json::protobuf_to_json(&desc, &bytes, &JsonOptions::default()).unwrap_err();
+            assert!(matches!(err, crate::Error::TooCostly { .. }), "{err}");
+        }
     }
 
     #[test]
