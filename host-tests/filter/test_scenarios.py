@@ -237,6 +237,17 @@ def test_http_bindings_with_bodies(library):
     assert moved["name"].startswith("shelves/2/books/moved-")
 
 
+def test_bindings_take_a_trailing_slash_and_an_unregistered_verb_as_envoy_does(library):
+    # Both were unknown paths (404) before issue 28, item 6.
+    assert request(library, "POST", "/v1/shelves/", {"id": "6", "theme": "slash"})[:2] == \
+        (200, {"id": "6", "theme": "slash"}), library.log()
+    # ':frob' is no verb any binding registers: it is part of the book's
+    # name, which reaches the server (before: no binding matched).
+    status, body, _ = request(library, "PATCH", "/v1/shelves/1/books/2:frob?updateMask=title", {"title": "x"})
+    assert (status, body) == (404, {"code": 5, "message": "no book shelves/1/books/2:frob", "details": []}), \
+        (body, library.log())
+
+
 def test_http_binding_errors(library):
     status, body, _ = request(library, "PATCH", "/v1/shelves/1/books/404?updateMask=title", {"title": "x"})
     assert (status, body) == (404, {"code": 5, "message": "no book shelves/1/books/404", "details": []})

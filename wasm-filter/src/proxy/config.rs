@@ -10,6 +10,7 @@
 //!                     "enums_as_numbers": false, "proto_field_names": false},
 //!   "ignore_unknown_fields": false,
 //!   "reject_unknown_methods": true,
+//!   "query_param_unescape_plus": false,
 //!   "max_request_bytes": 4194304,
 //!   "max_response_bytes": 4194304,
 //!   "max_held_response_bytes": 134217728,
@@ -60,6 +61,8 @@ struct RawConfig {
     ignore_unknown_fields: bool,
     #[serde(default = "yes")]
     reject_unknown_methods: bool,
+    #[serde(default)]
+    query_param_unescape_plus: bool,
     #[serde(default = "default_max_body")]
     max_request_bytes: usize,
     #[serde(default = "default_max_body")]
@@ -205,6 +208,9 @@ pub struct FilterConfig {
     /// Exposed services; `None` exposes all.
     pub services: Option<Vec<String>>,
     pub reject_unknown_methods: bool,
+    /// A `+` in a query string is a space (HTML forms), not a literal
+    /// `+` (RFC 3986, Envoy's default); Envoy's option of the same name.
+    pub query_param_unescape_plus: bool,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
     /// What the module may hold of responses for all the streams of its VM
@@ -328,6 +334,7 @@ impl FilterConfig {
             },
             services: raw.services,
             reject_unknown_methods: raw.reject_unknown_methods,
+            query_param_unescape_plus: raw.query_param_unescape_plus,
             max_request_bytes: raw.max_request_bytes,
             max_response_bytes: raw.max_response_bytes,
             max_held_response_bytes,

@@ -106,13 +106,27 @@ impl Template {
         Ok(())
     }
 
+    /// The custom verb the template ends with (`:move`), if any.
+    pub fn verb(&self) -> Option<&str> {
+        self.verb.as_deref()
+    }
+
     /// The variable bindings when `path` (without the query) matches.
     pub fn matches(&self, path: &str) -> Option<PathVars> {
+        self.matches_verb(path, true)
+    }
+
+    /// [`Template::matches`], where `verb` says whether a `:verb` ending
+    /// the path is one: a verb that no binding registers is path text, as
+    /// in Envoy (`/v1/{name}` takes `/v1/a:b` whole). One trailing `/` is
+    /// ignored (`/v1/shelves/` is `/v1/shelves`), as Envoy does.
+    pub fn matches_verb(&self, path: &str, verb: bool) -> Option<PathVars> {
         let rest = path.strip_prefix('/')?;
-        let (body, verb) = split_verb(rest);
+        let (body, verb) = if verb { split_verb(rest) } else { (rest, None) };
         if verb != self.verb.as_deref() {
             return None;
         }
+        let body = body.strip_suffix('/').unwrap_or(body);
         let parts: Vec<&str> = if body.is_empty() {
             Vec::new()
         } else {
@@ -153,6 +167,11 @@ impl Template {
         });
         Some(bindings.collect())
     }
+}
+
+/// The `:verb` a request path ends with, if any.
+pub fn path_verb(path: &str) -> Option<&str> {
+    split_verb(path.strip_prefix('/')?).1
 }
 
 /// The verb is what follows the last ':' of the last segment.
@@ -507,10 +526,7 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (
-                percent_decode(&k.replace('+', " "), false),
-                percent_decode(&v.replace('+', " "), false),
-            )
+            (percent_decode(k, false), percent_decode(v, false))
         })
         .collect()
 }

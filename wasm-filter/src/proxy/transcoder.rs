@@ -12,7 +12,7 @@ use crate::status::Status;
 
 use super::config::{FilterConfig, StreamFormat};
 use super::http_rule::{
-    check_request_line as check_line, request_json, response_part, Binding, PathVars,
+    check_request_line as check_line, path_verb, request_json, response_part, Binding, PathVars,
 };
 
 /// A response the filter writes itself.
@@ -131,16 +131,18 @@ pub fn plan(
         return Plan::PassThrough;
     }
     let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
+    let verb = path_verb(path)
+        .is_some_and(|v| config.bindings.iter().any(|b| b.template.verb() == Some(v)));
     for binding in config
         .bindings
         .iter()
         .filter(|b| b.http_method == http_method)
     {
-        if let Some(vars) = binding.template.matches(path) {
+        if let Some(vars) = binding.template.matches_verb(path, verb) {
             let method = binding.method.clone();
             return Plan::Transcode(Route::new(
                 method,
-                Some((binding.clone(), vars, query.to_string())),
+                Some((binding.clone(), vars, query_text(config, query))),
             ));
         }
     }
@@ -176,6 +178,16 @@ pub fn plan(
             ),
         ),
         Err(_) => unbound(config, http_method, path),
+    }
+}
+
+/// The query string as the bindings read it (percent-decoding, RFC 3986):
+/// a `+` stays a `+` unless `query_param_unescape_plus` makes it a space.
+fn query_text(config: &FilterConfig, query: &str) -> String {
+    if config.query_param_unescape_plus {
+        query.replace('+', "%20")
+    } else {
+        query.to_string()
     }
 }
 
@@ -729,6 +741,53 @@ mod tests {
             "event: error\ndata: {\"error\":{\"code\":10,\"message\":\"x\",\"details\":[]}}\n\n"
         );
         assert_eq!(stream_content_type(&c), "text/event-stream");
+    }
+
+    #[test]
+    fn a_trailing_slash_and_an_unregistered_verb_route_as_envoy_routes_them() {
+        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")}});
+        let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
+        let request = |method: &str, path: &str| {
+            let r = transcode(plan(&c, method, path, None));
+            let frame = encode_request(&c, &r, b"").unwrap();
+            let json = protobuf_to_json(&r.method.input(), &frame[5..], &Default::default());
+            (r.method.name().to_string(), json.unwrap())
+        };
+        assert_eq!(
+            request("GET", "/v1/shelves/1/"),
+            ("GetShelf".into(), r#"{"shelf":"1"}"#.into())
+        );
+        // No binding registers ':frob': it is part of the last segment.
+        assert_eq!(
+            request("GET", "/v1/shelves/1/books/2:frob"),
+            (
+                "GetBook".into(),
+                r#"{"name":"shelves/1/books/2:frob"}"#.into()
+            )
+        );
+        // A '+' in the query is a '+', unless the option says space.
+        assert_eq!(
+            request("GET", "/v1/books?author=a+b%2Bc").1,
+            r#"{"author":"a+b+c"}"#
+        );
+        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")},
+                                     "query_param_unescape_plus": true});
+        let forms = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
+        let r = transcode(plan(&forms, "GET", "/v1/books?author=a+b%2Bc", None));
+        let frame = encode_request(&forms, &r, b"").unwrap();
+        assert_eq!(
+            protobuf_to_json(&r.method.input(), &frame[5..], &Default::default()).unwrap(),
+            r#"{"author":"a b+c"}"#
+        );
+        // ':move' is registered: it selects its binding, and no other.
+        assert_eq!(request("POST", "/v1/shelves/1/books/2:move").0, "MoveBook");
+        assert!(matches!(
+            plan(&c, "GET", "/v1/shelves/1/books/2:move", None),
+            Plan::Reply(Reply {
+                http_status: 404,
+                ..
+            })
+        ));
     }
 
     #[test]
