@@ -18,7 +18,7 @@ use prost::encoding::{decode_key, decode_varint, WireType};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Value};
 use smallvec::SmallVec;
 
-use super::flat::{print_scalar, scalar, wire_type_of, Raw, Scalar};
+use super::flat::{is_default, print_scalar, scalar, wire_type_of, Raw, Scalar};
 use super::parse::any_type;
 use super::print::Printer;
 use super::{wkt, WellKnown};
@@ -160,10 +160,6 @@ fn print_default(printer: &mut Printer, field: &FieldDescriptor) -> Result {
         .map_err(print_err)
 }
 
-fn is_default(field: &FieldDescriptor, value: &Scalar) -> bool {
-    super::flat::is_default(field, value)
-}
-
 /// The elements of a repeated field, comma-separated; `open` runs before
 /// the first. Returns how many there were.
 fn items(
@@ -236,16 +232,9 @@ fn validate(desc: &MessageDescriptor, mut bytes: &[u8], level: usize) -> Result 
     }
     let extensions = desc.extension_ranges().len() > 0;
     while !bytes.is_empty() {
-        let (number, wire_type) = decode_key(&mut bytes)?;
-        let Some(field) = desc.get_field(number) else {
-            if extensions && desc.get_extension(number).is_some() {
-                return Err(Stop::General);
-            }
-            skip_unknown(wire_type, number, &mut bytes, budget(level))?;
+        let Some((field, wire_type, raw)) = next_field(desc, extensions, &mut bytes, level)? else {
             continue;
         };
-        check_wire_type(&field, wire_type)?;
-        let raw = read_value(stored_as(&field, wire_type), &mut bytes)?;
         check_text_of(&field, raw)?;
         let Raw::Delimited(payload) = raw else {
             continue;
@@ -264,6 +253,29 @@ fn validate(desc: &MessageDescriptor, mut bytes: &[u8], level: usize) -> Result 
         }
     }
     Ok(())
+}
+
+/// The next known field of a message `level` deep, read as prost-reflect
+/// reads it (its wire type checked), or `None` for an unknown field, which
+/// is skipped. `extensions`: whether the type has extension ranges; an
+/// extension is for the general path.
+fn next_field<'a>(
+    desc: &MessageDescriptor,
+    extensions: bool,
+    bytes: &mut &'a [u8],
+    level: usize,
+) -> Result<Option<(FieldDescriptor, WireType, Raw<'a>)>> {
+    let (number, wire_type) = decode_key(bytes)?;
+    let Some(field) = desc.get_field(number) else {
+        if extensions && desc.get_extension(number).is_some() {
+            return Err(Stop::General);
+        }
+        skip_unknown(wire_type, number, bytes, budget(level))?;
+        return Ok(None);
+    };
+    check_wire_type(&field, wire_type)?;
+    let raw = read_value(stored_as(&field, wire_type), bytes)?;
+    Ok(Some((field, wire_type, raw)))
 }
 
 /// How deep prost's decoder lets messages nest below the one it decodes.
@@ -723,8 +735,6 @@ fn read_value<'a>(wire_type: WireType, bytes: &mut &'a [u8]) -> Result<Raw<'a>> 
 /// wire.
 struct Index<'a> {
     parts: &'a [&'a [u8]],
-    /// How many fields the message type has.
-    fields: usize,
     /// Their numbers, in the order `MessageDescriptor::fields` gives them
     /// (number order, which JSON follows; not the declaration order).
     numbers: SmallVec<[u32; 16]>,
@@ -753,7 +763,6 @@ impl<'a> Index<'a> {
         let fields = numbers.len();
         let mut index = Index {
             parts,
-            fields,
             numbers,
             level,
             bases,
@@ -796,16 +805,10 @@ impl<'a> Index<'a> {
             let mut bytes: &[u8] = part;
             while !bytes.is_empty() {
                 let at = base + (part.len() - bytes.len()) as u32;
-                let (number, wire_type) = decode_key(&mut bytes)?;
-                let Some(field) = desc.get_field(number) else {
-                    if extensions && desc.get_extension(number).is_some() {
-                        return Err(Stop::General);
-                    }
-                    skip_unknown(wire_type, number, &mut bytes, budget(self.level))?;
+                let Some((field, _, raw)) = next_field(desc, extensions, &mut bytes, self.level)?
+                else {
                     continue;
                 };
-                check_wire_type(&field, wire_type)?;
-                let raw = read_value(stored_as(&field, wire_type), &mut bytes)?;
                 if check_text {
                     check_text_of(&field, raw)?;
                 }
@@ -841,7 +844,7 @@ impl<'a> Index<'a> {
         if desc.oneofs().len() == 0 {
             return Ok(());
         }
-        let mut from: SmallVec<[u32; 16]> = SmallVec::from_elem(0, self.fields);
+        let mut from: SmallVec<[u32; 16]> = SmallVec::from_elem(0, self.numbers.len());
         for oneof in desc.oneofs() {
             // The member set last, and the latest offset of any other.
             let mut winner: Option<(usize, u32)> = None;
