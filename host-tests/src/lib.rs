@@ -8,6 +8,7 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/protos.rs"));
 }
 
+pub mod amplification;
 pub mod certs;
 pub mod echo;
 pub mod greeter;

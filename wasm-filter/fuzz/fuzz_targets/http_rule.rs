@@ -1,13 +1,13 @@
 //! `google.api.http` templates: parse any template, match any path against
-//! it, and build the request JSON from the variables, a query string and a
-//! body, which the codec then takes or refuses with an error.
+//! it, and build the request message from the variables, a query string
+//! and a body, or refuse them with an error.
 //!
 //! Input: template, path, query, body field ("", "*" or a field name) and
 //! body, separated by newlines.
 
 #![no_main]
 
-use grpc_wasm::proxy::http_rule::{request_json, response_part, Binding, Template};
+use grpc_wasm::proxy::http_rule::{request_message, response_part, Binding, Template};
 use grpc_wasm::JsonOptions;
 use grpc_wasm_fuzz::{on_host_stack, registry};
 use libfuzzer_sys::fuzz_target;
@@ -35,13 +35,11 @@ fn run(data: &[u8]) {
         body: body_field,
         method,
     };
-    if let Ok(json) = request_json(&binding, vars, &query, body) {
-        let input = binding.method.input_type();
-        if let Ok(bytes) = input.json_to_protobuf(&json, &JsonOptions::default()) {
-            let output = binding.method.output_type();
-            if let Ok(printed) = output.protobuf_to_json(&bytes, &JsonOptions::default()) {
-                response_part(&binding, &printed);
-            }
+    let options = JsonOptions::default();
+    if let Ok(bytes) = request_message(&binding, vars, &query, body, &options) {
+        let output = binding.method.output_type();
+        if let Ok(printed) = output.protobuf_to_json(&bytes, &options) {
+            response_part(&binding, &printed);
         }
     }
 }

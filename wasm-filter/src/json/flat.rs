@@ -6,12 +6,10 @@
 //! of (an unknown field, an unexpected wire type, bad UTF-8) returns `None`,
 //! and the general path prints it or words the error, so both paths agree.
 
-use prost::encoding::{self, decode_key, decode_varint, encode_key, encode_varint, WireType};
+use prost::encoding::{decode_key, decode_varint, WireType};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Syntax, Value};
 
-use super::parse::{parse_bytes, parse_f32, parse_f64, parse_int, parse_uint, takes_null, Parser};
 use super::print::Printer;
-use super::tree::Json;
 use super::{JsonOptions, WellKnown};
 
 /// Whether `desc` can take the flat path.
@@ -24,112 +22,6 @@ pub(super) fn is_flat(desc: &MessageDescriptor) -> bool {
                 && !matches!(f.kind(), Kind::Message(_))
                 && f.containing_oneof().is_none_or(|o| o.is_synthetic())
         })
-}
-
-/// Encodes a flat message from its JSON object as prost-reflect would
-/// (fields in number order, implicit-presence defaults left out); `None`
-/// for anything the general parser should see, errors included.
-pub(super) fn encode(
-    desc: &MessageDescriptor,
-    json: &Json,
-    options: &JsonOptions,
-) -> Option<Vec<u8>> {
-    let Json::Object(entries) = json else {
-        return None;
-    };
-    let parser = Parser::new(options);
-    let mut seen: Vec<u32> = Vec::with_capacity(entries.len());
-    let mut values: Vec<(FieldDescriptor, Scalar)> = Vec::with_capacity(entries.len());
-    for (key, value) in entries {
-        let field = desc
-            .get_field_by_json_name(key)
-            .or_else(|| desc.get_field_by_name(key))?;
-        if seen.contains(&field.number()) || takes_null(&field) {
-            return None;
-        }
-        seen.push(field.number());
-        if *value == Json::Null {
-            continue;
-        }
-        if let Some(v) = from_json(&parser, &field.kind(), value)? {
-            if field.supports_presence() || !is_default(&field, &v) {
-                values.push((field, v));
-            }
-        }
-    }
-    values.sort_unstable_by_key(|(f, _)| f.number());
-    let mut out = Vec::with_capacity(64);
-    for (field, value) in &values {
-        write(field.number(), &field.kind(), value, &mut out)?;
-    }
-    Some(out)
-}
-
-/// One JSON value as the general parser reads it: `Some(None)` is a value
-/// to skip (an unknown enum name, when those are ignored).
-fn from_json<'a>(parser: &Parser, kind: &Kind, json: &'a Json) -> Option<Option<Scalar<'a>>> {
-    let value = match kind {
-        Kind::String => match json {
-            Json::String(s) => return Some(Some(Scalar::Str(s))),
-            _ => return None,
-        },
-        Kind::Bytes => return Some(Some(Scalar::Owned(parse_bytes(json).ok()?))),
-        Kind::Double => Value::F64(parse_f64(json).ok()?),
-        Kind::Float => Value::F32(parse_f32(json).ok()?),
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
-            Value::I32(parse_int(json, i32::MIN as i64, i32::MAX as i64).ok()? as i32)
-        }
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
-            Value::I64(parse_int(json, i64::MIN, i64::MAX).ok()?)
-        }
-        Kind::Uint32 | Kind::Fixed32 => Value::U32(parse_uint(json, u32::MAX as u64).ok()? as u32),
-        Kind::Uint64 | Kind::Fixed64 => Value::U64(parse_uint(json, u64::MAX).ok()?),
-        Kind::Bool => match json {
-            Json::Bool(b) => Value::Bool(*b),
-            _ => return None,
-        },
-        Kind::Enum(e) => match parser.enumeration(e, json).ok()? {
-            Some(n) => Value::EnumNumber(n),
-            None => return Some(None),
-        },
-        Kind::Message(_) => return None,
-    };
-    Some(Some(Scalar::Other(value)))
-}
-
-fn write(number: u32, kind: &Kind, value: &Scalar, out: &mut Vec<u8>) -> Option<()> {
-    let delimited = |bytes: &[u8], out: &mut Vec<u8>| {
-        encode_key(number, WireType::LengthDelimited, out);
-        encode_varint(bytes.len() as u64, out);
-        out.extend_from_slice(bytes);
-    };
-    match (kind, value) {
-        (_, Scalar::Str(s)) => delimited(s.as_bytes(), out),
-        (_, Scalar::Bytes(b)) => delimited(b, out),
-        (_, Scalar::Owned(b)) => delimited(b, out),
-        (Kind::Int32, Scalar::Other(Value::I32(v))) => encoding::int32::encode(number, v, out),
-        (Kind::Sint32, Scalar::Other(Value::I32(v))) => encoding::sint32::encode(number, v, out),
-        (Kind::Sfixed32, Scalar::Other(Value::I32(v))) => {
-            encoding::sfixed32::encode(number, v, out)
-        }
-        (Kind::Int64, Scalar::Other(Value::I64(v))) => encoding::int64::encode(number, v, out),
-        (Kind::Sint64, Scalar::Other(Value::I64(v))) => encoding::sint64::encode(number, v, out),
-        (Kind::Sfixed64, Scalar::Other(Value::I64(v))) => {
-            encoding::sfixed64::encode(number, v, out)
-        }
-        (Kind::Uint32, Scalar::Other(Value::U32(v))) => encoding::uint32::encode(number, v, out),
-        (Kind::Fixed32, Scalar::Other(Value::U32(v))) => encoding::fixed32::encode(number, v, out),
-        (Kind::Uint64, Scalar::Other(Value::U64(v))) => encoding::uint64::encode(number, v, out),
-        (Kind::Fixed64, Scalar::Other(Value::U64(v))) => encoding::fixed64::encode(number, v, out),
-        (Kind::Float, Scalar::Other(Value::F32(v))) => encoding::float::encode(number, v, out),
-        (Kind::Double, Scalar::Other(Value::F64(v))) => encoding::double::encode(number, v, out),
-        (Kind::Bool, Scalar::Other(Value::Bool(v))) => encoding::bool::encode(number, v, out),
-        (Kind::Enum(_), Scalar::Other(Value::EnumNumber(v))) => {
-            encoding::int32::encode(number, v, out)
-        }
-        _ => return None,
-    }
-    Some(())
 }
 
 /// A field's value as the wire holds it.
@@ -193,7 +85,6 @@ pub(super) fn print_scalar(
     match value {
         Scalar::Str(s) => printer.string(s),
         Scalar::Bytes(b) => printer.bytes(b),
-        Scalar::Owned(b) => printer.bytes(b),
         Scalar::Other(v) => printer.single(kind, v)?,
     }
     Ok(())
@@ -258,8 +149,6 @@ pub(super) fn wire_type_of(kind: &Kind) -> Option<WireType> {
 pub(super) enum Scalar<'a> {
     Str(&'a str),
     Bytes(&'a [u8]),
-    /// Bytes decoded from base64.
-    Owned(Vec<u8>),
     Other(Value),
 }
 
@@ -294,7 +183,6 @@ pub(super) fn is_default(field: &FieldDescriptor, value: &Scalar) -> bool {
     match value {
         Scalar::Str(s) => s.is_empty(),
         Scalar::Bytes(b) => b.is_empty(),
-        Scalar::Owned(b) => b.is_empty(),
         Scalar::Other(v) => *v == field.default_value(),
     }
 }
@@ -306,8 +194,7 @@ mod tests {
 
     use super::*;
     use crate::descriptors::Registry;
-    use crate::deterministic::encode_deterministic;
-    use crate::json::{decode_message, json_to_message, message_to_json, tree};
+    use crate::json::{decode_message, message_to_json};
 
     const PROTO: &str = r#"
         syntax = "proto3";
@@ -400,58 +287,6 @@ mod tests {
             "google.protobuf.Timestamp",
         ] {
             assert!(!is_flat(&desc(name)), "{name}");
-        }
-    }
-
-    #[test]
-    fn encodes_what_the_general_path_encodes() {
-        let d = desc("flat.Scalars");
-        let inputs = [
-            r#"{}"#,
-            r#"{"i32": -5, "i64": "-9223372036854775808", "u32": 4294967295, "u64": "18446744073709551615",
-                "s32": -7, "s64": "-9000000000", "f32": 7, "f64": "8", "sf32": -9, "sf64": -10,
-                "fl": "NaN", "db": -0.5, "b": true, "s": "tab\t \"q\" é", "by": "AP8H",
-                "color": "GREEN", "opt": 0, "snake_name": "x"}"#,
-            r#"{"i32": 0, "s": "", "b": false, "color": 0, "fl": 1e2, "i64": 3}"#,
-            r#"{"snakeName": "camel", "db": "1.5", "i32": null}"#,
-            r#"{"color": "NOT_A_COLOR", "s32": 1}"#,
-        ];
-        let ignore = JsonOptions {
-            ignore_unknown_fields: true,
-            ..JsonOptions::default()
-        };
-        for input in inputs {
-            for o in [JsonOptions::default(), ignore.clone()] {
-                let tree: tree::Json = serde_json::from_slice(input.as_bytes()).unwrap();
-                let general = json_to_message(&d, input.as_bytes(), &o)
-                    .ok()
-                    .map(|m| encode_deterministic(&m));
-                assert_eq!(encode(&d, &tree, &o), general, "{input}");
-            }
-        }
-        let tree: tree::Json = serde_json::from_slice(br#"{"i32": 1, "s": "a"}"#).unwrap();
-        assert_eq!(
-            encode(&d, &tree, &JsonOptions::default()).unwrap(),
-            vec![0x08, 0x01, 0x72, 0x01, b'a']
-        );
-    }
-
-    #[test]
-    fn leaves_to_the_general_path_what_it_would_refuse() {
-        let d = desc("flat.Scalars");
-        let o = JsonOptions::default();
-        for input in [
-            r#"[]"#,
-            r#"{"nope": 1}"#,
-            r#"{"i32": 1, "i32": 2}"#,
-            r#"{"i32": null, "i32": 2}"#,
-            r#"{"i32": "x"}"#,
-            r#"{"i32": 3000000000}"#,
-            r#"{"s": 5}"#,
-            r#"{"b": "true"}"#,
-        ] {
-            let tree: tree::Json = serde_json::from_slice(input.as_bytes()).unwrap();
-            assert_eq!(encode(&d, &tree, &o), None, "{input}");
         }
     }
 }

@@ -1,16 +1,16 @@
 //! JSON ⇄ protobuf for any message type, following the proto3 JSON mapping.
 
 pub mod cost;
+mod encode;
 mod flat;
 mod parse;
 mod print;
-mod tree;
+mod token;
 mod wire;
 mod wkt;
 
 use prost_reflect::{DynamicMessage, MessageDescriptor, ReflectMessage};
 
-use crate::deterministic::encode_deterministic;
 use crate::error::Error;
 
 /// How JSON is read and written. The defaults are the proto3 JSON mapping's.
@@ -91,52 +91,17 @@ pub fn json_to_message(
     json: &[u8],
     options: &JsonOptions,
 ) -> Result<DynamicMessage, Error> {
-    fit(desc, read_tree(json)?, options)
+    decode_message(desc, &json_to_protobuf(desc, json, options)?)
 }
 
-fn read_tree(json: &[u8]) -> Result<tree::Json<'_>, Error> {
-    serde_json::from_slice(json).map_err(|e| Error::Json {
-        path: String::new(),
-        message: format!("invalid JSON: {e}"),
-    })
-}
-
-fn fit(
-    desc: &MessageDescriptor,
-    tree: tree::Json,
-    options: &JsonOptions,
-) -> Result<DynamicMessage, Error> {
-    parse::Parser::new(options)
-        .message(desc, tree)
-        .map_err(|e| Error::Json {
-            path: e.path(),
-            message: e.message,
-        })
-}
-
-/// Parses JSON and encodes it as protobuf (deterministically: map entries
-/// sorted by key).
+/// Parses JSON and encodes it as protobuf (deterministically: fields in
+/// number order, map entries sorted by key).
 pub fn json_to_protobuf(
     desc: &MessageDescriptor,
     json: &[u8],
     options: &JsonOptions,
 ) -> Result<Vec<u8>, Error> {
-    encode_json(desc, flat::is_flat(desc), json, options)
-}
-
-fn encode_json(
-    desc: &MessageDescriptor,
-    flat: bool,
-    json: &[u8],
-    options: &JsonOptions,
-) -> Result<Vec<u8>, Error> {
-    let tree = read_tree(json)?;
-    if flat {
-        if let Some(bytes) = flat::encode(desc, &tree, options) {
-            return Ok(bytes);
-        }
-    }
-    fit(desc, tree, options).map(|m| encode_deterministic(&m))
+    encode::encode(desc, json, options)
 }
 
 /// A message type with the codec's choice made once (whether its messages
@@ -159,7 +124,18 @@ impl MessageType {
 
     /// [`json_to_protobuf`] for this type.
     pub fn json_to_protobuf(&self, json: &[u8], options: &JsonOptions) -> Result<Vec<u8>, Error> {
-        encode_json(&self.desc, self.flat, json, options)
+        encode::encode(&self.desc, json, options)
+    }
+
+    /// JSON for the top-level field `field` alone (an HTTP binding's
+    /// `body: "field"`), encoded as a message of this type holding it.
+    pub fn field_json_to_protobuf(
+        &self,
+        field: &str,
+        json: &[u8],
+        options: &JsonOptions,
+    ) -> Result<Vec<u8>, Error> {
+        encode::encode_field(&self.desc, field, json, options)
     }
 
     /// [`protobuf_to_json`] for this type.
@@ -386,7 +362,7 @@ mod tests {
             json_to_protobuf(&desc, br#"{"pointCount": 1,"#, &JsonOptions::default()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid JSON: EOF while parsing a value at line 1 column 17"
+            "invalid JSON: EOF while parsing an object at line 1 column 17"
         );
     }
 

@@ -9,6 +9,7 @@ use prost_reflect::{Kind, MessageDescriptor, Value as Reflect};
 use serde_json::{Map, Value};
 
 use crate::descriptors::Method;
+use crate::json::JsonOptions;
 use crate::limits::{MAX_FIELD_PATH_BYTES, MAX_NESTING};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,34 +329,38 @@ fn check_fields(binding: &Binding) -> Result<(), String> {
     Ok(())
 }
 
-/// The request message as JSON: the body (or the body field), then the path
-/// variables, then (unless the body is `*`) the query parameters.
-pub fn request_json(
+/// The request message as protobuf: the body (the whole message, or the
+/// body field), then what the request line gives (the path variables and,
+/// unless the body is `*`, the query parameters) as a second encoding of
+/// the message. A parser merges the two field by field, so the request
+/// line wins where both set a field. The body is never held as anything
+/// but its JSON and its protobuf (issue 26).
+pub fn request_message(
     binding: &Binding,
     vars: PathVars,
     query: &str,
     body: &[u8],
+    options: &JsonOptions,
 ) -> Result<Vec<u8>, String> {
-    let parsed_body = || -> Result<Value, String> {
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Value::Object(Map::new()));
-        }
-        serde_json::from_slice(body).map_err(|e| format!("invalid JSON: {e}"))
-    };
-    let mut root = match binding.body.as_str() {
-        "*" => parsed_body()?,
-        "" => Value::Object(Map::new()),
-        field => {
-            let mut root = Value::Object(Map::new());
-            set(&mut root, &[field.to_string()], parsed_body()?);
-            root
-        }
-    };
-    if !root.is_object() {
-        return Err("expected a JSON object as the request body".into());
+    let input = binding.method.input_type();
+    let empty = body.iter().all(u8::is_ascii_whitespace);
+    let mut message = match binding.body.as_str() {
+        "" => Ok(Vec::new()),
+        _ if empty => Ok(Vec::new()),
+        "*" => input.json_to_protobuf(body, options),
+        field => input.field_json_to_protobuf(field, body, options),
     }
-    fill_from_request_line(&mut root, binding, vars, query)?;
-    serde_json::to_vec(&root).map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    let mut line = Value::Object(Map::new());
+    fill_from_request_line(&mut line, binding, vars, query)?;
+    if line.as_object().is_some_and(|fields| !fields.is_empty()) {
+        let json = serde_json::to_vec(&line).map_err(|e| e.to_string())?;
+        let encoded = input
+            .json_to_protobuf(&json, options)
+            .map_err(|e| e.to_string())?;
+        message.extend_from_slice(&encoded);
+    }
+    Ok(message)
 }
 
 /// Checks what the request line gives (path variables, query parameters)
@@ -678,40 +683,81 @@ service S {
         assert!(query_field_path(&vec!["a"; MAX_NESTING].join(".")).is_ok());
     }
 
+    /// The request message `request_message` builds, printed as JSON.
+    fn request(binding: &Binding, path: &str, query: &str, body: &[u8]) -> Result<String, String> {
+        let vars = binding.template.matches(path).unwrap();
+        let options = JsonOptions::default();
+        let bytes = request_message(binding, vars, query, body, &options)?;
+        Ok(binding
+            .method
+            .input_type()
+            .protobuf_to_json(&bytes, &options)
+            .unwrap())
+    }
+
     #[test]
-    fn request_json_from_path_query_and_body() {
+    fn request_message_from_path_query_and_body() {
         let r = library();
         let create = binding(&r, "CreateBook", 0);
-        let vars = create.template.matches("/v1/shelves/7/books").unwrap();
-        let json = request_json(&create, vars, "", br#"{"title":"T"}"#).unwrap();
         assert_eq!(
-            String::from_utf8(json).unwrap(),
-            r#"{"book":{"title":"T"},"shelf":"7"}"#
+            request(&create, "/v1/shelves/7/books", "", br#"{"title":"T"}"#).unwrap(),
+            r#"{"shelf":"7","book":{"title":"T"}}"#
         );
         let list = binding(&r, "ListBooks", 0);
-        let vars = list.template.matches("/v1/shelves/3/books").unwrap();
-        let json = request_json(
-            &list,
-            vars,
-            "author=bob&page.size=5&genres=HISTORY&genres=2",
-            b"",
-        )
-        .unwrap();
         assert_eq!(
-            String::from_utf8(json).unwrap(),
-            r#"{"author":"bob","genres":["HISTORY",2],"page":{"size":"5"},"shelf":"3"}"#
+            request(
+                &list,
+                "/v1/shelves/3/books",
+                "author=bob&page.size=5&genres=HISTORY&genres=2",
+                b""
+            )
+            .unwrap(),
+            r#"{"shelf":"3","page":{"size":5},"genres":["HISTORY","HISTORY"],"author":"bob"}"#
         );
-        let err = request_json(&list, vec![], "nope=1", b"").unwrap_err();
         assert_eq!(
-            err,
+            request(&list, "/v1/shelves/3/books", "nope=1", b"").unwrap_err(),
             "nope: no such field in example.library.v1.ListBooksRequest"
         );
         let update = binding(&r, "UpdateBook", 0);
-        let vars = update.template.matches("/v1/shelves/1/books/2").unwrap();
-        let json = request_json(&update, vars, "updateMask=title", br#"{"title":"New"}"#).unwrap();
         assert_eq!(
-            String::from_utf8(json).unwrap(),
+            request(
+                &update,
+                "/v1/shelves/1/books/2",
+                "updateMask=title",
+                br#"{"title":"New"}"#
+            )
+            .unwrap(),
             r#"{"book":{"name":"shelves/1/books/2","title":"New"},"updateMask":"title"}"#
+        );
+    }
+
+    #[test]
+    fn the_request_line_wins_over_the_body_and_errors_name_the_body_field() {
+        let r = library();
+        let update = binding(&r, "UpdateBook", 0);
+        // The path's name replaces the body's; the rest of the book stays.
+        assert_eq!(
+            request(
+                &update,
+                "/v1/shelves/1/books/2",
+                "",
+                br#"{"name":"shelves/9/books/9","title":"T"}"#
+            )
+            .unwrap(),
+            r#"{"book":{"name":"shelves/1/books/2","title":"T"}}"#
+        );
+        assert_eq!(
+            request(&update, "/v1/shelves/1/books/2", "", br#"{"pages":true}"#).unwrap_err(),
+            "book.pages: expected integer, got boolean"
+        );
+        assert_eq!(
+            request(&update, "/v1/shelves/1/books/2", "", b"{\"title\":").unwrap_err(),
+            "invalid JSON: EOF while parsing a value at line 1 column 9"
+        );
+        let create = binding(&r, "CreateBook", 0);
+        assert_eq!(
+            request(&create, "/v1/shelves/7/books", "", b"[1]").unwrap_err(),
+            "book: expected object, got array"
         );
     }
 

@@ -12,7 +12,7 @@ use crate::status::Status;
 
 use super::config::{FilterConfig, StreamFormat};
 use super::http_rule::{
-    check_request_line as check_line, path_verb, request_json, response_part, Binding, PathVars,
+    check_request_line as check_line, path_verb, request_message, response_part, Binding, PathVars,
 };
 
 /// A response the filter writes itself.
@@ -239,21 +239,18 @@ pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
             config.max_request_bytes,
         ));
     }
-    let bad_request = |message: String| bad_request(config, message);
-    let assembled;
-    let json = match &route.binding {
+    let input = route.method.input_type();
+    let options = route.json(config);
+    let message = match &route.binding {
         Some((binding, vars, query)) => {
-            assembled = request_json(binding, vars.clone(), query, body).map_err(bad_request)?;
-            &assembled[..]
+            request_message(binding, vars.clone(), query, body, options)
         }
-        None if body.iter().all(u8::is_ascii_whitespace) => &b"{}"[..],
-        None => body,
+        None if body.iter().all(u8::is_ascii_whitespace) => Ok(Vec::new()),
+        None => input
+            .json_to_protobuf(body, options)
+            .map_err(|e| e.to_string()),
     };
-    route
-        .method
-        .input_type()
-        .json_to_protobuf(json, route.json(config))
-        .map_err(|e| bad_request(e.to_string()))
+    message.map_err(|message| bad_request(config, message))
 }
 
 /// The request line's part of the request (path variables, query), checked
