@@ -3,6 +3,7 @@
 pub mod cost;
 mod encode;
 mod flat;
+mod layout;
 mod parse;
 mod print;
 mod token;

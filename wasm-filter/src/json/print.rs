@@ -10,6 +10,7 @@ use prost_reflect::{
     DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
 };
 
+use super::layout::Layouts;
 use super::parse::any_type;
 use super::wkt;
 use super::{JsonOptions, WellKnown};
@@ -29,6 +30,8 @@ pub(crate) struct Printer<'a> {
     /// The wire printer's messages open below their decoding root (see
     /// `json::wire`).
     pub(super) wire_level: usize,
+    /// The wire printer's view of each message type it met.
+    pub(super) layouts: Layouts,
 }
 
 type Result = std::result::Result<(), String>;
@@ -42,6 +45,7 @@ impl<'a> Printer<'a> {
             limit: usize::MAX,
             over_limit: false,
             wire_level: 0,
+            layouts: Layouts::default(),
         }
     }
 
@@ -67,7 +71,30 @@ impl<'a> Printer<'a> {
             self.over_limit = true;
             return Err(format!("its JSON passes {} bytes", self.limit));
         }
+        self.grow_within_limit();
         Ok(())
+    }
+
+    /// Grows the JSON before it fills, to twice its size but never past the
+    /// limit and 64 KiB: left to itself, a string that passes the limit by
+    /// a byte doubles, and a refused message held 24 times its wire size.
+    fn grow_within_limit(&mut self) {
+        const ROOM: usize = 64 << 10;
+        let (len, capacity) = (self.out.len(), self.out.capacity());
+        if capacity - len >= ROOM || self.limit == usize::MAX {
+            return;
+        }
+        let most = self.limit.saturating_add(ROOM);
+        let doubled = capacity.saturating_mul(2);
+        // Near the limit, straight to it: one more small step would copy
+        // the whole string again.
+        let target = if doubled.saturating_add(doubled / 2) > most {
+            most
+        } else {
+            doubled
+        }
+        .max(len + ROOM);
+        self.out.reserve_exact(target - len);
     }
 
     pub(crate) fn message(&mut self, message: &DynamicMessage) -> Result {

@@ -14,11 +14,14 @@
 //! known field in the wrong wire type is an error. What it does not read
 //! (groups and extensions, proto2 features) goes to the general path.
 
+use std::rc::Rc;
+
 use prost::encoding::{decode_key, decode_varint, WireType};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Value};
 use smallvec::SmallVec;
 
-use super::flat::{is_default, print_scalar, scalar, wire_type_of, Raw, Scalar};
+use super::flat::{is_default, print_scalar, scalar, Raw, Scalar};
+use super::layout::{Layout, Layouts, Shape};
 use super::parse::any_type;
 use super::print::Printer;
 use super::{wkt, WellKnown};
@@ -57,7 +60,7 @@ pub(super) fn print(printer: &mut Printer, desc: &MessageDescriptor, bytes: &[u8
 fn message(printer: &mut Printer, desc: &MessageDescriptor, parts: &[&[u8]]) -> Result {
     printer.enter().map_err(print_err)?;
     printer.wire_level += 1;
-    let result = match WellKnown::of(desc) {
+    let result = match printer.layouts.of(desc).well_known {
         Some(wkt) => well_known(printer, desc, wkt, parts),
         None => {
             printer.out.push('{');
@@ -87,10 +90,24 @@ fn fields(
     parts: &[&[u8]],
     first: &mut bool,
 ) -> Result {
-    let index = Index::new(desc, parts, level(printer))?;
-    for (position, field) in desc.fields().enumerate() {
+    let layout = printer.layouts.of(desc);
+    let index = Index::new(
+        layout.clone(),
+        desc,
+        parts,
+        level(printer),
+        &mut printer.layouts,
+    )?;
+    for (position, field) in layout.fields.iter().enumerate() {
         let found = index.counted(position);
-        one_field(printer, &field, &index, found, first)?;
+        one_field(
+            printer,
+            field,
+            layout.shapes[position],
+            &index,
+            found,
+            first,
+        )?;
     }
     Ok(())
 }
@@ -98,6 +115,7 @@ fn fields(
 fn one_field(
     printer: &mut Printer,
     field: &FieldDescriptor,
+    shape: Shape,
     index: &Index,
     found: &[u32],
     first: &mut bool,
@@ -108,15 +126,15 @@ fn one_field(
         field.json_name()
     };
     // Fields without presence print their default under emit_defaults.
-    let emit = printer.options.emit_defaults && !field.supports_presence();
-    if field.is_map() {
+    let emit = printer.options.emit_defaults && !shape.presence;
+    if shape.map {
         if found.is_empty() && !emit {
             return Ok(());
         }
         printer.key(name, first);
         return map(printer, field, index, found);
     }
-    if field.is_list() {
+    if shape.list {
         let count = items(printer, field, index, found, |p| {
             p.key(name, first);
             p.out.push('[');
@@ -129,10 +147,13 @@ fn one_field(
         }
         return Ok(());
     }
-    if let Kind::Message(desc) = field.kind() {
+    if shape.message {
         if found.is_empty() {
             return Ok(());
         }
+        let Kind::Message(desc) = field.kind() else {
+            return Err(Stop::General);
+        };
         let parts = index.payloads(found)?;
         printer.key(name, first);
         return message(printer, &desc, &parts);
@@ -140,7 +161,7 @@ fn one_field(
     match found.last() {
         Some(&at) => {
             let value = index.scalar_at(field, at)?;
-            if field.supports_presence() || emit || !is_default(field, &value) {
+            if shape.presence || emit || !is_default(field, &value) {
                 printer.key(name, first);
                 print_scalar(printer, &field.kind(), &value).map_err(print_err)?;
             }
@@ -179,6 +200,7 @@ fn items(
         count += 1;
     };
     let kind = field.kind();
+    let shape = Shape::of(field);
     for &at in found {
         printer.check_limit().map_err(print_err)?;
         let (wire_type, raw) = index.raw_at(at)?;
@@ -188,13 +210,12 @@ fn items(
                 message(printer, desc, &[bytes])?;
             }
             (_, Raw::Delimited(packed))
-                if wire_type == WireType::LengthDelimited && is_packable(&kind) =>
+                if wire_type == WireType::LengthDelimited && shape.packable =>
             {
-                let element_type = wire_type_of(&kind).ok_or(Stop::General)?;
                 let mut rest = packed;
                 while !rest.is_empty() {
                     printer.check_limit().map_err(print_err)?;
-                    let raw = read_value(element_type, &mut rest)?;
+                    let raw = read_value(shape.wire, &mut rest)?;
                     let value = scalar(field, raw).ok_or_else(not_utf8)?;
                     next(printer);
                     print_scalar(printer, &kind, &value).map_err(print_err)?;
@@ -211,11 +232,9 @@ fn items(
 }
 
 /// A string field's value must be UTF-8, as prost-reflect decodes it.
-fn check_text_of(field: &FieldDescriptor, raw: Raw) -> Result {
+fn check_text_of(shape: Shape, raw: Raw) -> Result {
     match raw {
-        Raw::Delimited(b) if field.kind() == Kind::String && std::str::from_utf8(b).is_err() => {
-            Err(not_utf8())
-        }
+        Raw::Delimited(b) if shape.string && std::str::from_utf8(b).is_err() => Err(not_utf8()),
         _ => Ok(()),
     }
 }
@@ -226,27 +245,32 @@ fn check_text_of(field: &FieldDescriptor, raw: Raw) -> Result {
 /// parts are malformed, and so must this one. `level` is how deep the
 /// message lies below its decoding root (a map entry lies at its map's
 /// level: prost does not count it).
-fn validate(desc: &MessageDescriptor, mut bytes: &[u8], level: usize) -> Result {
+fn validate(
+    layouts: &mut Layouts,
+    desc: &MessageDescriptor,
+    mut bytes: &[u8],
+    level: usize,
+) -> Result {
     if level > DECODE_LEVELS {
         return Err(Stop::Decode("recursion limit reached".into()));
     }
-    let extensions = desc.extension_ranges().len() > 0;
+    let layout = layouts.of(desc);
     while !bytes.is_empty() {
-        let Some((field, wire_type, raw)) = next_field(desc, extensions, &mut bytes, level)? else {
+        let Some((position, wire_type, raw)) = next_field(desc, &layout, &mut bytes, level)? else {
             continue;
         };
-        check_text_of(&field, raw)?;
+        let shape = layout.shapes[position];
+        check_text_of(shape, raw)?;
         let Raw::Delimited(payload) = raw else {
             continue;
         };
-        match field.kind() {
-            Kind::Message(inner) if field.is_map() => validate(&inner, payload, level)?,
-            Kind::Message(inner) => validate(&inner, payload, level + 1)?,
-            kind if wire_type == WireType::LengthDelimited && is_packable(&kind) => {
-                let element_type = wire_type_of(&kind).ok_or(Stop::General)?;
+        match layout.fields[position].kind() {
+            Kind::Message(inner) if shape.map => validate(layouts, &inner, payload, level)?,
+            Kind::Message(inner) => validate(layouts, &inner, payload, level + 1)?,
+            _ if wire_type == WireType::LengthDelimited && shape.packable => {
                 let mut rest = payload;
                 while !rest.is_empty() {
-                    read_value(element_type, &mut rest)?;
+                    read_value(shape.wire, &mut rest)?;
                 }
             }
             _ => {}
@@ -256,26 +280,27 @@ fn validate(desc: &MessageDescriptor, mut bytes: &[u8], level: usize) -> Result 
 }
 
 /// The next known field of a message `level` deep, read as prost-reflect
-/// reads it (its wire type checked), or `None` for an unknown field, which
-/// is skipped. `extensions`: whether the type has extension ranges; an
+/// reads it (its wire type checked): its place in the layout, its wire
+/// type and value; `None` for an unknown field, which is skipped. An
 /// extension is for the general path.
 fn next_field<'a>(
     desc: &MessageDescriptor,
-    extensions: bool,
+    layout: &Layout,
     bytes: &mut &'a [u8],
     level: usize,
-) -> Result<Option<(FieldDescriptor, WireType, Raw<'a>)>> {
+) -> Result<Option<(usize, WireType, Raw<'a>)>> {
     let (number, wire_type) = decode_key(bytes)?;
-    let Some(field) = desc.get_field(number) else {
-        if extensions && desc.get_extension(number).is_some() {
+    let Some(position) = layout.position(number) else {
+        if layout.extensions && desc.get_extension(number).is_some() {
             return Err(Stop::General);
         }
         skip_unknown(wire_type, number, bytes, budget(level))?;
         return Ok(None);
     };
-    check_wire_type(&field, wire_type)?;
-    let raw = read_value(stored_as(&field, wire_type), bytes)?;
-    Ok(Some((field, wire_type, raw)))
+    let shape = layout.shapes[position];
+    check_wire_type(shape, wire_type)?;
+    let raw = read_value(stored_as(shape, wire_type), bytes)?;
+    Ok(Some((position, wire_type, raw)))
 }
 
 /// How deep prost's decoder lets messages nest below the one it decodes.
@@ -374,17 +399,19 @@ fn map(printer: &mut Printer, field: &FieldDescriptor, index: &Index, found: &[u
         return Err(Stop::General);
     };
     let (key_field, value_field) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+    let shapes = (Shape::of(&key_field), Shape::of(&value_field));
     let mut entries: Vec<(Key, u32)> = Vec::with_capacity(found.len().min(1024));
     for &at in found {
         let bytes = index.payload_at(at)?;
         if entries.len() == entries.capacity() {
             // Before growing, keep only the last entry of each key: a
             // flood of one key costs nothing.
-            last_of_each_key(&mut entries, &entry, index)?;
+            last_of_each_key(&mut printer.layouts, &mut entries, &entry, index)?;
         }
-        entries.push((entry_key(&key_field, &value_field, bytes, index.level)?, at));
+        let key = entry_key(&key_field, shapes, bytes, index.level)?;
+        entries.push((key, at));
     }
-    last_of_each_key(&mut entries, &entry, index)?;
+    last_of_each_key(&mut printer.layouts, &mut entries, &entry, index)?;
     printer.out.push('{');
     let mut first = true;
     for (key, at) in &entries {
@@ -400,6 +427,7 @@ fn map(printer: &mut Printer, field: &FieldDescriptor, index: &Index, found: &[u
 /// in wire order). A replaced entry is never printed but still checked,
 /// as the general path decodes it.
 fn last_of_each_key(
+    layouts: &mut Layouts,
     entries: &mut Vec<(Key, u32)>,
     entry: &MessageDescriptor,
     index: &Index,
@@ -415,7 +443,7 @@ fn last_of_each_key(
             if replaced.is_ok() {
                 replaced = index
                     .payload_at(entries[i].1)
-                    .and_then(|bytes| validate(entry, bytes, index.level));
+                    .and_then(|bytes| validate(layouts, entry, bytes, index.level));
             }
             continue;
         }
@@ -430,7 +458,7 @@ fn last_of_each_key(
 /// checking every field of the entry as prost-reflect's decoder would.
 fn entry_key<'a>(
     key_field: &FieldDescriptor,
-    value_field: &FieldDescriptor,
+    (key_shape, value_shape): (Shape, Shape),
     mut bytes: &'a [u8],
     level: usize,
 ) -> Result<Key<'a>> {
@@ -439,14 +467,14 @@ fn entry_key<'a>(
         let (number, wire_type) = decode_key(&mut bytes)?;
         match number {
             1 => {
-                check_wire_type(key_field, wire_type)?;
+                check_wire_type(key_shape, wire_type)?;
                 let raw = read_value(wire_type, &mut bytes)?;
-                check_text_of(key_field, raw)?;
+                check_text_of(key_shape, raw)?;
                 key = Some(raw);
             }
             2 => {
-                check_wire_type(value_field, wire_type)?;
-                check_text_of(value_field, read_value(wire_type, &mut bytes)?)?;
+                check_wire_type(value_shape, wire_type)?;
+                check_text_of(value_shape, read_value(wire_type, &mut bytes)?)?;
             }
             _ => skip_in_entry(wire_type, number, &mut bytes, budget(level))?,
         }
@@ -526,43 +554,55 @@ fn well_known(
     wkt: WellKnown,
     parts: &[&[u8]],
 ) -> Result {
-    let index = Index::new(desc, parts, level(printer))?;
-    let field = |number: u32| index.field(desc, number);
+    let layout = printer.layouts.of(desc);
+    let index = Index::new(layout, desc, parts, level(printer), &mut printer.layouts)?;
+    let field = |number: u32| index.field(number);
     match wkt {
         WellKnown::Timestamp | WellKnown::Duration => {
             let (s, found) = field(1)?;
-            let seconds = match index.last(&s, found)? {
+            let seconds = match index.last(s, found)? {
                 Some(Scalar::Other(Value::I64(s))) => s,
                 _ => 0,
             };
             let (n, found) = field(2)?;
-            let nanos = match index.last(&n, found)? {
+            let nanos = match index.last(n, found)? {
                 Some(Scalar::Other(Value::I32(n))) => n,
                 _ => 0,
             };
-            let (text, what) = if wkt == WellKnown::Timestamp {
-                (wkt::format_timestamp(seconds, nanos), "timestamp")
+            // Written in place: the text needs no escaping.
+            printer.out.push('"');
+            let (written, what) = if wkt == WellKnown::Timestamp {
+                (
+                    wkt::write_timestamp(seconds, nanos, &mut printer.out),
+                    "timestamp",
+                )
             } else {
-                (wkt::format_duration(seconds, nanos), "duration")
+                (
+                    wkt::write_duration(seconds, nanos, &mut printer.out),
+                    "duration",
+                )
             };
-            let text = text
-                .ok_or_else(|| Stop::Print(format!("{what} out of range: {seconds}s {nanos}ns")))?;
-            printer.string(&text);
+            if !written {
+                return Err(Stop::Print(format!(
+                    "{what} out of range: {seconds}s {nanos}ns"
+                )));
+            }
+            printer.out.push('"');
         }
         WellKnown::Wrapper => {
             let (value_field, found) = field(1)?;
-            match index.last(&value_field, found)? {
+            match index.last(value_field, found)? {
                 Some(value) => {
                     print_scalar(printer, &value_field.kind(), &value).map_err(print_err)?
                 }
-                None => print_default(printer, &value_field)?,
+                None => print_default(printer, value_field)?,
             }
         }
         WellKnown::FieldMask => {
             let (paths, found) = field(1)?;
             let mut joined = String::new();
             for (i, &at) in found.iter().enumerate() {
-                let Scalar::Str(path) = index.scalar_at(&paths, at)? else {
+                let Scalar::Str(path) = index.scalar_at(paths, at)? else {
                     return Err(Stop::General);
                 };
                 let json = wkt::path_to_json(path).ok_or_else(|| {
@@ -577,12 +617,12 @@ fn well_known(
         }
         WellKnown::Struct => {
             let (entries, found) = field(1)?;
-            map(printer, &entries, &index, found)?;
+            map(printer, entries, &index, found)?;
         }
         WellKnown::ListValue => {
             let (values, found) = field(1)?;
             printer.out.push('[');
-            items(printer, &values, &index, found, |_| {})?;
+            items(printer, values, &index, found, |_| {})?;
             printer.out.push(']');
         }
         WellKnown::Value => value(printer, desc, &index)?,
@@ -621,8 +661,8 @@ fn value(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Resu
 /// a well-known type.
 fn any(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result {
     let last = |number: u32| {
-        let (field, found) = index.field(desc, number)?;
-        index.last(&field, found)
+        let (field, found) = index.field(number)?;
+        index.last(field, found)
     };
     let type_url = match last(1)? {
         Some(Scalar::Str(s)) => s,
@@ -648,7 +688,7 @@ fn any(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result
     // The payload is a message of its own, decoded from its root as the
     // general path decodes it.
     let outer = std::mem::replace(&mut printer.wire_level, 0);
-    let result = if WellKnown::of(&inner).is_some() {
+    let result = if printer.layouts.of(&inner).well_known.is_some() {
         printer.key("value", &mut first);
         message(printer, &inner, &[bytes])
     } else {
@@ -661,19 +701,15 @@ fn any(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result
     Ok(())
 }
 
-fn check_wire_type(field: &FieldDescriptor, wire_type: WireType) -> Result {
-    if field.is_group() {
+fn check_wire_type(shape: Shape, wire_type: WireType) -> Result {
+    if shape.group {
         return Err(Stop::General);
     }
-    if field.is_map() {
+    if shape.map {
         return Ok(());
     }
-    let kind = field.kind();
-    let expected = match wire_type_of(&kind) {
-        Some(expected) => expected,
-        None => WireType::LengthDelimited,
-    };
-    let packed = field.is_list() && wire_type == WireType::LengthDelimited && is_packable(&kind);
+    let expected = shape.wire;
+    let packed = shape.list && wire_type == WireType::LengthDelimited && shape.packable;
     if wire_type == expected || packed {
         Ok(())
     } else {
@@ -686,17 +722,12 @@ fn check_wire_type(field: &FieldDescriptor, wire_type: WireType) -> Result {
 /// How a field's value is read: as its key says, but a map entry is
 /// always length-delimited (prost-reflect reads it so whatever the key's
 /// wire type; the general path accepts such bytes, and so does this one).
-fn stored_as(field: &FieldDescriptor, wire_type: WireType) -> WireType {
-    if field.is_map() {
+fn stored_as(shape: Shape, wire_type: WireType) -> WireType {
+    if shape.map {
         WireType::LengthDelimited
     } else {
         wire_type
     }
-}
-
-/// Scalars other than strings and bytes, which lists may pack.
-fn is_packable(kind: &Kind) -> bool {
-    !matches!(kind, Kind::String | Kind::Bytes | Kind::Message(_))
 }
 
 /// One value of `wire_type`; the buffer moves past it. Groups are for the
@@ -735,9 +766,9 @@ fn read_value<'a>(wire_type: WireType, bytes: &mut &'a [u8]) -> Result<Raw<'a>> 
 /// wire.
 struct Index<'a> {
     parts: &'a [&'a [u8]],
-    /// Their numbers, in the order `MessageDescriptor::fields` gives them
-    /// (number order, which JSON follows; not the declaration order).
-    numbers: SmallVec<[u32; 16]>,
+    /// The message's fields, in the order `MessageDescriptor::fields` gives
+    /// them (number order, which JSON follows; not the declaration order).
+    layout: Rc<Layout>,
     /// How deep the message lies below its decoding root (see [`level`]).
     level: usize,
     /// Where each part starts in the concatenation.
@@ -751,7 +782,13 @@ struct Index<'a> {
 }
 
 impl<'a> Index<'a> {
-    fn new(desc: &MessageDescriptor, parts: &'a [&'a [u8]], level: usize) -> Result<Index<'a>> {
+    fn new(
+        layout: Rc<Layout>,
+        desc: &MessageDescriptor,
+        parts: &'a [&'a [u8]],
+        level: usize,
+        layouts: &mut Layouts,
+    ) -> Result<Index<'a>> {
         let mut bases = SmallVec::with_capacity(parts.len());
         let mut total: u32 = 0;
         for part in parts {
@@ -759,17 +796,20 @@ impl<'a> Index<'a> {
             let len = u32::try_from(part.len()).map_err(|_| Stop::General)?;
             total = total.checked_add(len).ok_or(Stop::General)?;
         }
-        let numbers: SmallVec<[u32; 16]> = desc.fields().map(|f| f.number()).collect();
-        let fields = numbers.len();
+        let fields = layout.numbers.len();
         let mut index = Index {
             parts,
-            numbers,
+            layout,
             level,
             bases,
             starts: SmallVec::from_elem(0, fields + 1),
             found: SmallVec::new(),
             from: SmallVec::new(),
         };
+        if index.layout.singular {
+            index.last_occurrences(desc)?;
+            return Ok(index);
+        }
         // Two walks: the first counts each field's occurrences (into the
         // start of the next field), the second writes their offsets in place.
         let mut starts = std::mem::take(&mut index.starts);
@@ -787,8 +827,26 @@ impl<'a> Index<'a> {
         })?;
         index.starts = starts;
         index.found = found;
-        index.settle_oneofs(desc)?;
+        index.settle_oneofs(desc, layouts)?;
         Ok(index)
+    }
+
+    /// The index of a message whose fields are all singular scalars: only
+    /// the last occurrence of each counts (an earlier one is replaced), so
+    /// one walk finds it. Every string is still checked.
+    fn last_occurrences(&mut self, desc: &MessageDescriptor) -> Result {
+        let mut last: SmallVec<[u32; 16]> =
+            SmallVec::from_elem(u32::MAX, self.layout.numbers.len());
+        self.walk(desc, true, |position, at| last[position] = at)?;
+        self.starts.clear();
+        self.starts.push(0);
+        for at in last {
+            if at != u32::MAX {
+                self.found.push(at);
+            }
+            self.starts.push(self.found.len() as u32);
+        }
+        Ok(())
     }
 
     /// Calls `each(field position, offset)` for every known field in wire
@@ -800,19 +858,19 @@ impl<'a> Index<'a> {
         check_text: bool,
         mut each: impl FnMut(usize, u32),
     ) -> Result {
-        let extensions = desc.extension_ranges().len() > 0;
         for (part, base) in self.parts.iter().zip(&self.bases) {
             let mut bytes: &[u8] = part;
             while !bytes.is_empty() {
                 let at = base + (part.len() - bytes.len()) as u32;
-                let Some((field, _, raw)) = next_field(desc, extensions, &mut bytes, self.level)?
+                let Some((position, _, raw)) =
+                    next_field(desc, &self.layout, &mut bytes, self.level)?
                 else {
                     continue;
                 };
                 if check_text {
-                    check_text_of(&field, raw)?;
+                    check_text_of(self.layout.shapes[position], raw)?;
                 }
-                each(self.position(&field).ok_or(Stop::General)?, at);
+                each(position, at);
             }
         }
         Ok(())
@@ -821,7 +879,7 @@ impl<'a> Index<'a> {
     /// A field's place among its message's fields, as
     /// `MessageDescriptor::fields` lists them.
     fn position(&self, field: &FieldDescriptor) -> Option<usize> {
-        self.numbers.binary_search(&field.number()).ok()
+        self.layout.position(field.number())
     }
 
     /// The occurrences of field `position` that count: for a member of a
@@ -840,11 +898,11 @@ impl<'a> Index<'a> {
     /// Where each oneof member's counted occurrences start (`u32::MAX`:
     /// another member was set after it), found once per message so that
     /// a wide oneof costs its width, not its width squared, per message.
-    fn settle_oneofs(&mut self, desc: &MessageDescriptor) -> Result {
+    fn settle_oneofs(&mut self, desc: &MessageDescriptor, layouts: &mut Layouts) -> Result {
         if desc.oneofs().len() == 0 {
             return Ok(());
         }
-        let mut from: SmallVec<[u32; 16]> = SmallVec::from_elem(0, self.numbers.len());
+        let mut from: SmallVec<[u32; 16]> = SmallVec::from_elem(0, self.layout.numbers.len());
         for oneof in desc.oneofs() {
             // The member set last, and the latest offset of any other.
             let mut winner: Option<(usize, u32)> = None;
@@ -876,12 +934,12 @@ impl<'a> Index<'a> {
             }
         }
         self.from = from;
-        self.validate_dropped(desc)
+        self.validate_dropped(desc, layouts)
     }
 
     /// Validates the occurrences of message members of oneofs that a
     /// later member cleared (see [`validate`]).
-    fn validate_dropped(&self, desc: &MessageDescriptor) -> Result {
+    fn validate_dropped(&self, desc: &MessageDescriptor, layouts: &mut Layouts) -> Result {
         for oneof in desc.oneofs() {
             for member in oneof.fields() {
                 let Kind::Message(inner) = member.kind() else {
@@ -894,7 +952,7 @@ impl<'a> Index<'a> {
                     &self.found[self.starts[position] as usize..self.starts[position + 1] as usize];
                 let kept = self.counted(position).len();
                 for &at in &own[..own.len() - kept] {
-                    validate(&inner, self.payload_at(at)?, self.level + 1)?;
+                    validate(layouts, &inner, self.payload_at(at)?, self.level + 1)?;
                 }
             }
         }
@@ -902,11 +960,9 @@ impl<'a> Index<'a> {
     }
 
     /// A field of a well-known type by number, and its occurrences that count.
-    fn field(&self, desc: &MessageDescriptor, number: u32) -> Result<(FieldDescriptor, &[u32])> {
-        let field = desc.get_field(number).ok_or(Stop::General)?;
-        let position = self.position(&field).ok_or(Stop::General)?;
-        let found = self.counted(position);
-        Ok((field, found))
+    fn field(&self, number: u32) -> Result<(&FieldDescriptor, &[u32])> {
+        let position = self.layout.position(number).ok_or(Stop::General)?;
+        Ok((&self.layout.fields[position], self.counted(position)))
     }
 
     /// The value a singular field ends with, if it occurs.

@@ -10,19 +10,47 @@ const NANOS: i32 = 1_000_000_000;
 
 /// Formats a Timestamp; `None` when it is outside years 1..=9999.
 pub(crate) fn format_timestamp(seconds: i64, nanos: i32) -> Option<String> {
+    let mut out = String::with_capacity(30);
+    write_timestamp(seconds, nanos, &mut out).then_some(out)
+}
+
+/// Appends a Timestamp to `out`; false (and nothing written) when it is
+/// outside years 1..=9999. Written digit by digit: a list of timestamps
+/// spent most of its printing in `format!`.
+pub(crate) fn write_timestamp(seconds: i64, nanos: i32, out: &mut String) -> bool {
     if !(MIN_TIMESTAMP..=MAX_TIMESTAMP).contains(&seconds) || !(0..NANOS).contains(&nanos) {
-        return None;
+        return false;
     }
     let days = seconds.div_euclid(86_400);
     let secs_of_day = seconds.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
-    Some(format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{}Z",
-        secs_of_day / 3600,
-        secs_of_day / 60 % 60,
-        secs_of_day % 60,
-        fraction(nanos as u32)
-    ))
+    // In range, every part is non-negative and fits its width.
+    let part = |v: i64| v.unsigned_abs();
+    padded(out, part(year), 4);
+    out.push('-');
+    padded(out, u64::from(month), 2);
+    out.push('-');
+    padded(out, u64::from(day), 2);
+    out.push('T');
+    padded(out, part(secs_of_day / 3600), 2);
+    out.push(':');
+    padded(out, part(secs_of_day / 60 % 60), 2);
+    out.push(':');
+    padded(out, part(secs_of_day % 60), 2);
+    fraction(nanos.unsigned_abs(), out);
+    out.push('Z');
+    true
+}
+
+/// `value` in `width` decimal digits, zero-padded (wider values keep all
+/// their digits).
+fn padded(out: &mut String, value: u64, width: usize) {
+    let mut buf = itoa::Buffer::new();
+    let text = buf.format(value);
+    for _ in text.len()..width {
+        out.push('0');
+    }
+    out.push_str(text);
 }
 
 /// Parses an RFC 3339 timestamp (upper-case `T` and `Z`, or an offset).
@@ -78,19 +106,27 @@ pub(crate) fn parse_timestamp(text: &str) -> Option<(i64, i32)> {
 /// Formats a Duration as `[-]S[.fff]s`; `None` when out of range or the
 /// signs of seconds and nanos disagree.
 pub(crate) fn format_duration(seconds: i64, nanos: i32) -> Option<String> {
+    let mut out = String::with_capacity(24);
+    write_duration(seconds, nanos, &mut out).then_some(out)
+}
+
+/// Appends a Duration to `out`; false (and nothing written) when it has
+/// no JSON form.
+pub(crate) fn write_duration(seconds: i64, nanos: i32, out: &mut String) -> bool {
     // unsigned_abs: `abs` of i64::MIN / i32::MIN overflows (a peer sends them).
     if seconds.unsigned_abs() > MAX_DURATION.unsigned_abs()
         || nanos.unsigned_abs() >= NANOS.unsigned_abs()
         || (seconds != 0 && nanos != 0 && (seconds < 0) != (nanos < 0))
     {
-        return None;
+        return false;
     }
-    let sign = if seconds < 0 || nanos < 0 { "-" } else { "" };
-    Some(format!(
-        "{sign}{}{}s",
-        seconds.unsigned_abs(),
-        fraction(nanos.unsigned_abs())
-    ))
+    if seconds < 0 || nanos < 0 {
+        out.push('-');
+    }
+    padded(out, seconds.unsigned_abs(), 1);
+    fraction(nanos.unsigned_abs(), out);
+    out.push('s');
+    true
 }
 
 /// Parses `[-]S[.f{1,9}]s`.
@@ -177,16 +213,18 @@ pub(crate) fn path_from_json(path: &str) -> Option<String> {
     Some(out)
 }
 
-fn fraction(nanos: u32) -> String {
-    if nanos == 0 {
-        String::new()
+fn fraction(nanos: u32, out: &mut String) {
+    let (value, width) = if nanos == 0 {
+        return;
     } else if nanos % 1_000_000 == 0 {
-        format!(".{:03}", nanos / 1_000_000)
+        (nanos / 1_000_000, 3)
     } else if nanos % 1_000 == 0 {
-        format!(".{:06}", nanos / 1_000)
+        (nanos / 1_000, 6)
     } else {
-        format!(".{nanos:09}")
-    }
+        (nanos, 9)
+    };
+    out.push('.');
+    padded(out, u64::from(value), width);
 }
 
 /// Optional `.d{1,9}` at the start of `b`: the nanoseconds and the rest.

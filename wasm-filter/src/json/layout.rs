@@ -1,0 +1,126 @@
+//! What printing from the wire needs of a message type, worked out once
+//! per type for each message printed: descriptor look-ups (a field by its
+//! number, its kind, whether it is a map) cost more than reading the bytes
+//! themselves, and a list of small messages paid them for every element
+//! (about 130 ms per MiB of two-int messages, issue 26).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use prost::encoding::WireType;
+use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
+
+use super::WellKnown;
+
+/// How one field's values lie on the wire.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    /// The wire type of one value (length-delimited for strings, bytes,
+    /// messages and map entries).
+    pub(crate) wire: WireType,
+    pub(crate) group: bool,
+    pub(crate) map: bool,
+    pub(crate) list: bool,
+    /// A scalar other than a string or bytes, which a list may pack.
+    pub(crate) packable: bool,
+    pub(crate) string: bool,
+    pub(crate) message: bool,
+    /// Whether the field is printed when it holds its default.
+    pub(crate) presence: bool,
+}
+
+impl Shape {
+    pub(crate) fn of(field: &FieldDescriptor) -> Shape {
+        let kind = field.kind();
+        let wire = match kind {
+            Kind::Int32
+            | Kind::Int64
+            | Kind::Uint32
+            | Kind::Uint64
+            | Kind::Sint32
+            | Kind::Sint64
+            | Kind::Bool
+            | Kind::Enum(_) => WireType::Varint,
+            Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => WireType::ThirtyTwoBit,
+            Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => WireType::SixtyFourBit,
+            Kind::String | Kind::Bytes | Kind::Message(_) => WireType::LengthDelimited,
+        };
+        Shape {
+            wire,
+            group: field.is_group(),
+            map: field.is_map(),
+            list: field.is_list(),
+            packable: !matches!(kind, Kind::String | Kind::Bytes | Kind::Message(_)),
+            string: kind == Kind::String,
+            message: matches!(kind, Kind::Message(_)),
+            presence: field.supports_presence(),
+        }
+    }
+}
+
+/// A message type's fields in number order (as `MessageDescriptor::fields`
+/// lists them, and JSON prints them), with their shapes.
+pub(crate) struct Layout {
+    pub(crate) well_known: Option<WellKnown>,
+    /// Whether the type has extension ranges (an extension is for the
+    /// general path).
+    pub(crate) extensions: bool,
+    pub(crate) numbers: Vec<u32>,
+    pub(crate) fields: Vec<FieldDescriptor>,
+    pub(crate) shapes: Vec<Shape>,
+    /// Every field a singular scalar outside any oneof: the last
+    /// occurrence of each is all that counts (a Point, a Timestamp).
+    pub(crate) singular: bool,
+}
+
+impl Layout {
+    pub(crate) fn new(desc: &MessageDescriptor) -> Layout {
+        let fields: Vec<FieldDescriptor> = desc.fields().collect();
+        let shapes: Vec<Shape> = fields.iter().map(Shape::of).collect();
+        let singular = desc.oneofs().len() == 0
+            && shapes
+                .iter()
+                .all(|s| !s.list && !s.map && !s.message && !s.group);
+        Layout {
+            well_known: WellKnown::of(desc),
+            extensions: desc.extension_ranges().len() > 0,
+            numbers: fields.iter().map(FieldDescriptor::number).collect(),
+            shapes,
+            fields,
+            singular,
+        }
+    }
+
+    /// A field's place in [`Layout::fields`].
+    pub(crate) fn position(&self, number: u32) -> Option<usize> {
+        self.numbers.binary_search(&number).ok()
+    }
+}
+
+/// The layouts of the types one printing has met. Types come from one
+/// descriptor pool, where each full name is a string of its own, so the
+/// name's address tells types apart without hashing the name.
+#[derive(Default)]
+pub(crate) struct Layouts {
+    by_name: HashMap<usize, Rc<Layout>>,
+    /// The type asked for last: a list asks for one type many times.
+    last: Option<(usize, Rc<Layout>)>,
+}
+
+impl Layouts {
+    pub(crate) fn of(&mut self, desc: &MessageDescriptor) -> Rc<Layout> {
+        let key = desc.full_name().as_ptr() as usize;
+        if let Some((last, layout)) = &self.last {
+            if *last == key {
+                return layout.clone();
+            }
+        }
+        let layout = self
+            .by_name
+            .entry(key)
+            .or_insert_with(|| Rc::new(Layout::new(desc)))
+            .clone();
+        self.last = Some((key, layout.clone()));
+        layout
+    }
+}
