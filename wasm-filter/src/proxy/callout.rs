@@ -55,6 +55,9 @@ pub fn call_metadata<'a>(
         let prefixed = name.len() >= METADATA_PREFIX.len()
             && name[..METADATA_PREFIX.len()].eq_ignore_ascii_case(METADATA_PREFIX.as_bytes());
         if !prefixed {
+            if callout.forward_request_headers {
+                forward_header(name, value, &mut checked, &mut out);
+            }
             continue;
         }
         let key = String::from_utf8_lossy(&name[METADATA_PREFIX.len()..]).to_ascii_lowercase();
@@ -75,6 +78,52 @@ pub fn call_metadata<'a>(
         out.push((key, text));
     }
     Ok(out)
+}
+
+/// Request headers that say something about the HTTP exchange rather than
+/// the call: the host writes its own, or they are hop-by-hop.
+const NOT_METADATA: [&str; 13] = [
+    "content-type",
+    "content-length",
+    "te",
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "accept-encoding",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+];
+
+/// A request header as the call's metadata, as it would have reached the
+/// upstream with the request: pseudo-headers, the exchange's own headers
+/// (see [`NOT_METADATA`]) and the proxy's `x-envoy-*` stay behind, and so
+/// does a value metadata cannot carry.
+fn forward_header(
+    name: &[u8],
+    value: &[u8],
+    checked: &mut Metadata,
+    out: &mut Vec<(String, String)>,
+) {
+    let key = String::from_utf8_lossy(name).to_ascii_lowercase();
+    if key.starts_with(':')
+        || key.starts_with(PROXY_CONTROLLED_PREFIX)
+        || NOT_METADATA.contains(&key.as_str())
+    {
+        return;
+    }
+    let text = String::from_utf8_lossy(value).into_owned();
+    let valid = if is_binary_key(&key) {
+        decode_binary(&key, value).and_then(|b| checked.append(&key, MetadataValue::Binary(b)))
+    } else {
+        checked.append(&key, MetadataValue::Ascii(text.clone()))
+    };
+    if valid.is_ok() {
+        out.push((key, text));
+    }
 }
 
 /// The status a host reported when a call failed. Envoy appends its
@@ -260,7 +309,40 @@ mod tests {
             upstream_header: None,
             max_timeout_ms: 60_000,
             forward_metadata: None,
+            forward_request_headers: false,
         }
+    }
+
+    #[test]
+    fn a_bodiless_requests_call_carries_its_headers_as_they_would_go_upstream() {
+        let headers: Vec<(&[u8], &[u8])> = vec![
+            (b":path", b"/v1/shelves/1"),
+            (b"Authorization", b"Bearer t"),
+            (b"content-type", b"application/json"),
+            (b"x-envoy-retry-on", b"5xx"),
+            (b"te", b"trailers"),
+            (b"grpc-timeout", b"1S"),
+            (b"x-trace-bin", b"AQI="),
+            (b"x-bad", b"a\x01b"),
+            (b"grpc-metadata-tenant", b"t1"),
+        ];
+        let route = Callout::to_cluster(b"library".to_vec());
+        assert_eq!(
+            call_metadata(&route, headers.iter().copied()).unwrap(),
+            vec![
+                ("authorization".to_string(), "Bearer t".to_string()),
+                ("x-trace-bin".to_string(), "AQI=".to_string()),
+                ("tenant".to_string(), "t1".to_string()),
+            ]
+        );
+        // A configured callout forwards only grpc-metadata-*.
+        assert_eq!(
+            call_metadata(&callout(), headers.iter().copied()).unwrap(),
+            vec![
+                ("x-origin".to_string(), "proxy".to_string()),
+                ("tenant".to_string(), "t1".to_string()),
+            ]
+        );
     }
 
     #[test]

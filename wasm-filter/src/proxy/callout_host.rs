@@ -16,7 +16,7 @@ use crate::status::Status;
 use crate::timeout::encode_timeout;
 
 use super::callout::{call_metadata, closed_status, deadline_ms, split_messages, ValueScanner};
-use super::config::FilterConfig;
+use super::config::{Callout, FilterConfig};
 use super::contract::{
     BufferType, MapType, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX, TRAILER_PREFIX,
 };
@@ -64,9 +64,14 @@ fn forget(token: u32) {
 
 /// Prepares the call from the request headers: deadline, metadata, upstream.
 pub fn prepare(config: &FilterConfig, headers: &HeaderMap) -> Result<Call, Status> {
-    let Some(callout) = &config.callout else {
-        return Err(Status::new(Code::Internal, "callout mode is off"));
-    };
+    match &config.callout {
+        Some(callout) => prepare_with(callout, headers),
+        None => Err(Status::new(Code::Internal, "callout mode is off")),
+    }
+}
+
+/// [`prepare`] for the calls of `callout`.
+pub fn prepare_with(callout: &Callout, headers: &HeaderMap) -> Result<Call, Status> {
     // One pass over the headers for the three this needs.
     let (mut timeout, mut chosen, mut options) = (None, None, None);
     let upstream_header = callout.upstream_header.as_deref().map(str::as_bytes);

@@ -174,6 +174,27 @@ pub struct Callout {
     /// The `grpc-metadata-<key>` keys a client may send (lower case); `None`
     /// forwards every key the metadata rules allow.
     pub forward_metadata: Option<Vec<String>>,
+    /// Whether the request's own headers become the call's metadata, as
+    /// they would reach the upstream if the request went on (the calls of
+    /// bodiless requests in transcoding mode; see [`Callout::to_cluster`]).
+    pub forward_request_headers: bool,
+}
+
+impl Callout {
+    /// The call a bodiless request makes in transcoding mode to its own
+    /// route's cluster (Envoy lets no filter add a body to a request that
+    /// has none): the defaults of a configured callout.
+    pub fn to_cluster(cluster: Vec<u8>) -> Callout {
+        Callout {
+            upstream: cluster,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            metadata: Vec::new(),
+            upstream_header: None,
+            max_timeout_ms: DEFAULT_MAX_TIMEOUT_MS,
+            forward_metadata: None,
+            forward_request_headers: true,
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -425,6 +446,7 @@ fn check_callout(raw: RawCallout) -> Result<Callout, String> {
         forward_metadata: raw
             .forward_metadata
             .map(|keys| keys.iter().map(|k| k.to_ascii_lowercase()).collect()),
+        forward_request_headers: false,
     })
 }
 

@@ -8,7 +8,7 @@ use crate::code::Code;
 use crate::status::Status;
 
 use super::super::callout_host::{self, Call};
-use super::super::config::FilterConfig;
+use super::super::config::{Callout, FilterConfig};
 use super::super::contract::{BufferType, LogLevel};
 use super::super::host::{self, *};
 use super::super::transcoder::{self, Reply, Route};
@@ -69,7 +69,7 @@ fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Repl
 pub(super) fn start(
     stream: &mut Stream,
     context_id: u32,
-    mut route: Route,
+    route: Route,
     headers: &HeaderMap,
     end_of_stream: bool,
 ) -> u32 {
@@ -77,7 +77,47 @@ pub(super) fn start(
         let status = Status::new(Code::Unimplemented, NO_GRPC_CALLS);
         return answer(stream, &Reply::error(&stream.config, &status));
     }
-    let mut call = match callout_host::prepare(&stream.config, headers) {
+    let call = callout_host::prepare(&stream.config, headers);
+    start_prepared(stream, context_id, route, call, end_of_stream)
+}
+
+/// Transcoding mode, a request without a body for a binding: Envoy lets no
+/// filter add the body the upstream needs, so the filter makes the call
+/// itself, to the cluster the proxy routed the request to, as callout mode
+/// would (a server stream comes back gathered into one array).
+pub(super) fn start_on_route(
+    stream: &mut Stream,
+    context_id: u32,
+    route: Route,
+    headers: &HeaderMap,
+) -> u32 {
+    let Some(cluster) = route_cluster() else {
+        let status = Status::new(
+            Code::Unimplemented,
+            "this request has no body, and the host names no cluster for its route (property xds.cluster_name) to call instead: bodiless bindings need the filter's callout mode (\"callout\" in the configuration)",
+        );
+        return answer(stream, &Reply::error(&stream.config, &status));
+    };
+    let call = callout_host::prepare_with(&Callout::to_cluster(cluster), headers);
+    start_prepared(stream, context_id, route, call, true)
+}
+
+/// The cluster Envoy routed the request to.
+fn route_cluster() -> Option<Vec<u8>> {
+    [&["xds", "cluster_name"][..], &["cluster_name"][..]]
+        .into_iter()
+        .find_map(host::property)
+        .filter(|name| !name.is_empty())
+}
+
+fn start_prepared(
+    stream: &mut Stream,
+    context_id: u32,
+    mut route: Route,
+    call: Result<Call, Status>,
+    end_of_stream: bool,
+) -> u32 {
+    let mut call = match call {
         Ok(call) => call,
         Err(status) => return answer(stream, &Reply::error(&stream.config, &status)),
     };

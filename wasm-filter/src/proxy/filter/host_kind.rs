@@ -28,6 +28,13 @@ impl HostKind {
     pub(super) fn calls_trailers(self) -> bool {
         self != HostKind::NgxWasmModule
     }
+
+    /// Whether a filter may give a request a body from its request
+    /// headers callback (ngx_wasm_module allows `proxy_set_buffer_bytes`
+    /// on the request body there; Envoy has no body buffer yet).
+    pub(super) fn sets_request_body_at_headers(self) -> bool {
+        self == HostKind::NgxWasmModule
+    }
 }
 
 thread_local! {

@@ -27,7 +27,7 @@ use super::transcoder::{self, Plan};
 use crate::code::Code;
 use crate::status::Status;
 use contexts::{with_stream, ROOTS, STREAMS};
-use host_kind::{check_host, host_is_shim};
+use host_kind::{check_host, host_is_shim, host_kind};
 use reply::{answer, send_error, CONTINUE, PAUSE};
 use stream::Stream;
 use transcoder::Reply;
@@ -113,8 +113,11 @@ fn install(root_id: u32, config: FilterConfig) -> u32 {
                 );
             }
             // Streams have no host deadline: ticks enforce them. Without
-            // callouts nothing needs ticks (a fetch may have started them).
-            let _ = host::ticks(root_id, config.callout.is_some());
+            // calls of the filter's own (callouts, and the bodiless
+            // requests of bindings) nothing needs ticks (a fetch may have
+            // started them).
+            let calls = config.callout.is_some() || !config.bindings.is_empty();
+            let _ = host::ticks(root_id, calls);
             ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
             log(LogLevel::Info, "grpc-wasm: configured");
             1
@@ -168,6 +171,9 @@ pub extern "C" fn proxy_on_request_headers(
             Plan::Transcode(route) if stream.config.callout.is_some() => {
                 callout_mode::start(stream, context_id, route, &headers, end_of_stream)
             }
+            Plan::Transcode(route) if end_of_stream && calls_for_bodiless(&route) => {
+                callout_mode::start_on_route(stream, context_id, route, &headers)
+            }
             Plan::Transcode(route) => transcoding::request_headers(
                 stream,
                 route,
@@ -192,6 +198,15 @@ pub extern "C" fn proxy_on_request_body(
         }
         transcoding::request_body(stream, size, end_of_stream)
     })
+}
+
+/// Whether a request without a body for `route` becomes a call of the
+/// filter's own: a binding's fields come from the path and query, and
+/// Envoy lets no filter add the body the upstream needs (a host that does,
+/// ngx_wasm_module, gets the body in `transcoding`).
+fn calls_for_bodiless(route: &transcoder::Route) -> bool {
+    let host = host_kind();
+    route.binding.is_some() && host.has_grpc_calls() && !host.sets_request_body_at_headers()
 }
 
 /// A request that ends with trailers ends here, not in a body callback.

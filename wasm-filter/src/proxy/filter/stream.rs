@@ -22,6 +22,9 @@ pub(super) struct Stream {
     pub(super) encoding: Compression,
     /// This stream's share of what the VM's streams hold of responses.
     pub(super) held: Held,
+    /// The gRPC request was written from the request line alone, before
+    /// any body (see `transcoding::body_from_the_request_line`).
+    pub(super) request_written: bool,
 }
 
 impl Stream {
@@ -33,6 +36,7 @@ impl Stream {
             call: None,
             encoding: Compression::Identity,
             held: Held::default(),
+            request_written: false,
         }
     }
 

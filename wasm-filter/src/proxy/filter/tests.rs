@@ -936,3 +936,115 @@ fn envoy_a_streamed_response_s_incomplete_frames_count_against_the_vm_budget() {
     proxy_on_delete(HTTP);
     assert_eq!(vm_held(), 0);
 }
+
+/// A GET binding whose fields come from the path and the query.
+const SHELVES: &str = r#"syntax = "proto3";
+package shelves;
+import "google/api/annotations.proto";
+service Shelves {
+  rpc Get(GetShelf) returns (Shelf) { option (google.api.http) = { get: "/v1/shelves/{id}" }; }
+}
+message GetShelf { int64 id = 1; string view = 2; }
+message Shelf { int64 id = 1; }
+"#;
+/// GetShelf { id: 7, view: "full" } and Shelf { id: 7 }.
+const GET_SHELF: &[u8] = b"\x08\x07\x12\x04full";
+const SHELF: &[u8] = b"\x08\x07";
+
+/// A GET for the binding, without a body.
+fn get_shelf(host: &MockHost, end_of_stream: bool) -> u32 {
+    let headers = [
+        (":method", "GET"),
+        (":path", "/v1/shelves/7?view=full"),
+        (":authority", "test"),
+    ];
+    host.set_map(MapType::HttpRequestHeaders, &headers);
+    proxy_on_request_headers(HTTP, headers.len() as u32, u32::from(end_of_stream))
+}
+
+#[test]
+fn ngx_wasm_module_a_bodiless_binding_gets_its_grpc_request_as_the_body() {
+    let host = filter(json!({"protos": {"shelves.proto": SHELVES}}), true);
+    // ngx_wasm_module makes a request body when a filter sets one from the
+    // headers callback (Envoy has none there: the mock refuses by default).
+    host.set_buffer_bytes(BufferType::HttpRequestBody, b"");
+    // ngx_wasm_module announces a body after every request's headers.
+    assert_eq!(
+        get_shelf(&host, false),
+        CONTINUE,
+        "{:?}",
+        host.state.borrow().replies
+    );
+    let header = |k| host.map_value(MapType::HttpRequestHeaders, k);
+    assert_eq!(header(":method").as_deref(), Some(&b"POST"[..]));
+    assert_eq!(
+        header(":path").as_deref(),
+        Some(&b"/shelves.Shelves/Get?"[..])
+    );
+    assert_eq!(
+        header("content-type").as_deref(),
+        Some(&b"application/grpc"[..])
+    );
+    assert_eq!(header("content-length").as_deref(), Some(&b"13"[..]));
+    let body = host.buffer_bytes(BufferType::HttpRequestBody);
+    assert_eq!(body.as_deref(), Some(&frame(GET_SHELF)[..]));
+    // Shown its own request as the body, the filter leaves it be.
+    assert_eq!(request_body(&host, &frame(GET_SHELF), true), CONTINUE);
+    let body = host.buffer_bytes(BufferType::HttpRequestBody);
+    assert_eq!(body.as_deref(), Some(&frame(GET_SHELF)[..]));
+    assert!(host.state.borrow().opened.is_empty());
+    assert_eq!(response_headers(&host, &GRPC_OK, false), CONTINUE);
+    let _ = response_body(&host, &frame(SHELF), true);
+    assert_eq!(response_text(&host), r#"{"id":"7"}"#);
+}
+
+#[test]
+fn envoy_a_bodiless_binding_is_called_on_its_routes_cluster() {
+    let host = filter(json!({"protos": {"shelves.proto": SHELVES}}), false);
+    host.state
+        .borrow_mut()
+        .properties
+        .insert(b"xds\0cluster_name".to_vec(), b"shelves-cluster".to_vec());
+    assert_eq!(get_shelf(&host, true), PAUSE);
+    let token = {
+        let state = host.state.borrow();
+        let [call] = state.opened.as_slice() else {
+            panic!("expected one call, got {:?}", state.opened);
+        };
+        assert_eq!(
+            (
+                call.upstream.as_slice(),
+                call.service.as_str(),
+                call.method.as_str(),
+                call.message.as_deref()
+            ),
+            (
+                &b"shelves-cluster"[..],
+                "shelves.Shelves",
+                "Get",
+                Some(GET_SHELF)
+            )
+        );
+        call.token
+    };
+    host.set_buffer_bytes(BufferType::GrpcReceiveBuffer, SHELF);
+    proxy_on_grpc_receive(ROOT, token, SHELF.len() as u32);
+    proxy_on_grpc_close(ROOT, token, 0);
+    assert_eq!(the_reply(&host), (200, json!({"id": "7"})));
+}
+
+#[test]
+fn envoy_a_bodiless_binding_without_a_route_cluster_says_what_is_missing() {
+    let host = filter(json!({"protos": {"shelves.proto": SHELVES}}), false);
+    assert_eq!(get_shelf(&host, true), PAUSE);
+    let (status, body) = the_reply(&host);
+    assert_eq!((status, body["code"].clone()), (501, json!(12)));
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("property xds.cluster_name"),
+        "{body}"
+    );
+    assert!(host.state.borrow().opened.is_empty());
+}

@@ -34,11 +34,16 @@ pub(super) fn request_headers(
     (http_method, path): (&str, &str),
     end_of_stream: bool,
 ) -> u32 {
-    if end_of_stream || has_no_body(headers) {
-        // Proxy-wasm gives a filter no way to add a body to a
-        // request that has none; such requests need a callout.
+    let bodiless = end_of_stream || has_no_body(headers);
+    if bodiless && route.binding.is_some() && host_kind().sets_request_body_at_headers() {
+        return body_from_the_request_line(stream, route, headers, path);
+    }
+    if bodiless {
+        // Envoy gives a filter no way to add a body to a request that has
+        // none: the dispatcher makes such a request a call of its own to
+        // the route's cluster (see `callout_mode::start_on_route`).
         let status = if route.binding.is_some() {
-            Status::new(Code::Unimplemented, format!("{http_method} {path} has no body and proxy-wasm cannot add one: bodiless bindings need the filter's callout mode (\"callout\" in the configuration)"))
+            Status::new(Code::Unimplemented, format!("{http_method} {path} has no body and this host lets no filter add one: bodiless bindings need the filter's callout mode (\"callout\" in the configuration)"))
         } else {
             Status::new(
                 Code::InvalidArgument,
@@ -73,12 +78,55 @@ pub(super) fn request_headers(
     CONTINUE
 }
 
+/// A bodiless request for a binding, where the host lets a filter give a
+/// request a body from its headers callback (ngx_wasm_module): the gRPC
+/// request is built from the path and query alone and becomes the body.
+fn body_from_the_request_line(
+    stream: &mut Stream,
+    route: Route,
+    headers: &HeaderMap,
+    path: &str,
+) -> u32 {
+    let frame = match transcoder::encode_request(&stream.config, &route, b"") {
+        Ok(frame) => frame,
+        Err(reply) => return answer(stream, &reply),
+    };
+    if let Err(s) = set_buffer(BufferType::HttpRequestBody, 0, &frame) {
+        let reply = internal(
+            &stream.config,
+            &format!("cannot give the request a body (host status {})", s.0),
+        );
+        return answer(stream, &reply);
+    }
+    let rewritten = rewrite_request_headers(headers, path, route.method.path()).and_then(|()| {
+        set_header(
+            MapType::HttpRequestHeaders,
+            "content-length",
+            &frame.len().to_string(),
+        )
+    });
+    if rewritten.is_err() {
+        log(
+            LogLevel::Warn,
+            "grpc-wasm: the host refused a request header change",
+        );
+    }
+    stream.route = Some(Rc::new(route));
+    stream.request_written = true;
+    CONTINUE
+}
+
 /// The JSON request body, held to its end, then one gRPC frame.
 pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
     // Answered already: a host that calls again must not get a second
     // reply, nor the body a gRPC frame.
     if stream.phase.is_decided() {
         return PAUSE;
+    }
+    // The gRPC request the headers callback wrote, which the host may
+    // show again as the body.
+    if stream.request_written {
+        return CONTINUE;
     }
     let Some(route) = stream.route.clone() else {
         return CONTINUE;
