@@ -139,6 +139,11 @@ pub fn requests(size: usize) -> Vec<(&'static str, &'static str, Vec<u8>)> {
             format!("{{\"doc\":{}}}", keyed(size)).into_bytes(),
         ),
         (
+            "Struct, one key repeated",
+            "amp.Lists",
+            format!("{{\"doc\":{{{}}}}}", vec!["\"a\":1"; size / 6].join(",")).into_bytes(),
+        ),
+        (
             "Any, @type last",
             "amp.Lists",
             format!(

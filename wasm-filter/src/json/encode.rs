@@ -22,8 +22,11 @@ use prost::encoding::{decode_key, decode_varint, encode_key, encode_varint, Wire
 use prost_reflect::{
     ExtensionDescriptor, FieldDescriptor, Kind, MapKey, MessageDescriptor, OneofDescriptor,
 };
-use serde::de::value::MapDeserializer;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::value::CowStrDeserializer;
+use serde::de::{
+    self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess, SeqAccess,
+    Visitor,
+};
 use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
@@ -46,10 +49,32 @@ pub(super) fn encode(
     let top = ValueSink {
         kind: &kind,
         tag: None,
+        group: false,
         always: true,
         null_error: None,
     };
-    run(json, options, top, None)
+    run(json, options, top, None, false)
+}
+
+/// [`encode`], writing every field the JSON gives even when it holds its
+/// default: the bytes, appended to another encoding of the message,
+/// replace each field they set (an HTTP binding's request line over its
+/// body). Left out, a path's `0` or `false` would leave the body's value
+/// standing, and a rule that trusts the path would be bypassed.
+pub(super) fn encode_explicit(
+    desc: &MessageDescriptor,
+    json: &[u8],
+    options: &JsonOptions,
+) -> std::result::Result<Vec<u8>, Error> {
+    let kind = Kind::Message(desc.clone());
+    let top = ValueSink {
+        kind: &kind,
+        tag: None,
+        group: false,
+        always: true,
+        null_error: None,
+    };
+    run(json, options, top, None, true)
 }
 
 /// Encodes the JSON text `json` as the value of `desc`'s top-level field
@@ -68,7 +93,13 @@ pub(super) fn encode_field(
             path: String::new(),
             message: format!("unknown field '{name}' in {}", desc.full_name()),
         })?;
-    run(json, options, FieldSink::of_field(&field), Some(name))
+    run(
+        json,
+        options,
+        FieldSink::of_field(&field),
+        Some(name),
+        false,
+    )
 }
 
 /// Reads `json` into `sink`; `field` names the field it is the value of,
@@ -78,9 +109,12 @@ fn run<'de, S: Sink<'de>>(
     options: &JsonOptions,
     sink: S,
     field: Option<&str>,
+    keep_defaults: bool,
 ) -> std::result::Result<Vec<u8>, Error> {
     let mut encoder = Encoder {
         ignore_unknown: options.ignore_unknown_fields,
+        keep_defaults,
+        fallbacks: 0,
         depth: Depth::default(),
         // Protobuf is about as long as its JSON or shorter, but for
         // negative int32s and enum numbers.
@@ -129,6 +163,11 @@ fn run<'de, S: Sink<'de>>(
 
 struct Encoder {
     ignore_unknown: bool,
+    /// See [`encode_explicit`].
+    keep_defaults: bool,
+    /// How many `Any`s around the value being read were read again from
+    /// their raw JSON (their `@type` came after other keys).
+    fallbacks: usize,
     /// serde_json stops at 128 levels of JSON; messages are held to the
     /// core's own, smaller limit, as when they are decoded.
     depth: Depth,
@@ -228,6 +267,13 @@ fn scalar<'a>(kind: &Kind, token: Token<'a>, ignore_unknown: bool) -> Result<Opt
         }
     };
     Ok(Some(wire))
+}
+
+/// The extension a key names (`[full.name]`).
+fn extension(desc: &MessageDescriptor, key: &str) -> Option<ExtensionDescriptor> {
+    key.strip_prefix('[')
+        .and_then(|k| k.strip_suffix(']'))
+        .and_then(|name| desc.get_extension_by_full_name(name))
 }
 
 /// A map key as the wire holds it, and the first eight bytes of its sort
@@ -334,36 +380,41 @@ impl Encoder {
         self.out.splice(at + 1..at + 1, varint[1..].iter().copied());
     }
 
-    /// Opens a message: one level deeper, and its key and length unless it
-    /// is written bare (the top level, the value of an Any).
-    fn open(&mut self, tag: Option<u32>) -> Result<Option<usize>> {
+    /// Opens a message: one level deeper, and its key and length (or its
+    /// group's start) unless it is written bare (the top level, the value
+    /// of an Any).
+    fn open(&mut self, wrap: Wrap) -> Result<Opened> {
         self.depth.enter().map_err(ParseError::new)?;
-        Ok(tag.map(|tag| {
-            encode_key(tag, WireType::LengthDelimited, &mut self.out);
-            self.begin_len()
-        }))
+        Ok(match wrap {
+            Wrap::Bare => Opened::Bare,
+            Wrap::Delimited(tag) => {
+                encode_key(tag, WireType::LengthDelimited, &mut self.out);
+                Opened::Delimited(self.begin_len())
+            }
+            Wrap::Group(tag) => {
+                encode_key(tag, WireType::StartGroup, &mut self.out);
+                Opened::Group(tag)
+            }
+        })
     }
 
-    fn close(&mut self, len_at: Option<usize>) {
+    fn close(&mut self, opened: Opened) {
         self.depth.leave();
-        if let Some(at) = len_at {
-            self.end_len(at);
+        match opened {
+            Opened::Bare => {}
+            Opened::Delimited(at) => self.end_len(at),
+            Opened::Group(tag) => encode_key(tag, WireType::EndGroup, &mut self.out),
         }
     }
 
-    fn open_in<E: de::Error>(&mut self, tag: Option<u32>) -> std::result::Result<Option<usize>, E> {
-        self.open(tag).map_err(|e| self.fail(e))
+    fn open_in<E: de::Error>(&mut self, wrap: Wrap) -> std::result::Result<Opened, E> {
+        self.open(wrap).map_err(|e| self.fail(e))
     }
 
     /// A message given as a token: the well-known types written as strings,
     /// numbers or null.
-    fn message_token(
-        &mut self,
-        desc: &MessageDescriptor,
-        tag: Option<u32>,
-        t: Token,
-    ) -> Result<()> {
-        let at = self.open(tag)?;
+    fn message_token(&mut self, desc: &MessageDescriptor, wrap: Wrap, t: Token) -> Result<()> {
+        let at = self.open(wrap)?;
         self.well_known_token(desc, t)?;
         self.close(at);
         Ok(())
@@ -407,7 +458,8 @@ impl Encoder {
                 let sink = ValueSink {
                     kind: &kind,
                     tag: Some(1),
-                    always: false,
+                    group: false,
+                    always: self.keep_defaults,
                     null_error: None,
                 };
                 sink.token(self, t)?;
@@ -421,7 +473,7 @@ impl Encoder {
 
     fn seconds_and_nanos(&mut self, seconds: i64, nanos: i32) {
         for (tag, v) in [(1, seconds), (2, i64::from(nanos))] {
-            if v != 0 {
+            if v != 0 || self.keep_defaults {
                 Wire::Varint(v as u64).write(Some(tag), &mut self.out);
             }
         }
@@ -446,10 +498,10 @@ impl Encoder {
     fn message_object<'de, A: MapAccess<'de>>(
         &mut self,
         desc: &MessageDescriptor,
-        tag: Option<u32>,
+        wrap: Wrap,
         map: A,
     ) -> std::result::Result<(), A::Error> {
-        let at = self.open_in(tag)?;
+        let at = self.open_in(wrap)?;
         match WellKnown::of(desc) {
             None => self.fields(desc, map)?,
             Some(WellKnown::Any) => self.any(desc, map)?,
@@ -459,7 +511,7 @@ impl Encoder {
             }
             Some(WellKnown::Value) => {
                 let s = self.member(desc, 5)?;
-                self.message_object(&s, Some(5), map)?;
+                self.message_object(&s, Wrap::Delimited(5), map)?;
             }
             Some(_) => {
                 skip_object(map)?;
@@ -474,18 +526,18 @@ impl Encoder {
     fn message_array<'de, A: SeqAccess<'de>>(
         &mut self,
         desc: &MessageDescriptor,
-        tag: Option<u32>,
+        wrap: Wrap,
         seq: A,
     ) -> std::result::Result<(), A::Error> {
-        let at = self.open_in(tag)?;
+        let at = self.open_in(wrap)?;
         match WellKnown::of(desc) {
             Some(WellKnown::ListValue) => {
                 let value = self.member(desc, 1)?;
-                self.list(1, &Kind::Message(value), false, seq)?;
+                self.list(1, &Kind::Message(value), false, false, seq)?;
             }
             Some(WellKnown::Value) => {
                 let l = self.member(desc, 6)?;
-                self.message_array(&l, Some(6), seq)?;
+                self.message_array(&l, Wrap::Delimited(6), seq)?;
             }
             _ => {
                 skip_array(seq)?;
@@ -525,9 +577,20 @@ impl Encoder {
                 .get_field_by_json_name(&key)
                 .or_else(|| desc.get_field_by_name(&key))
             else {
-                if let Some(number) = self.extension_or_unknown(desc, &key, &mut map)? {
-                    chunks.push((number, start));
+                let Some(ext) = extension(desc, &key) else {
+                    self.unknown(desc, &key, &mut map)?;
+                    continue;
+                };
+                let number = ext.number();
+                if chunks.iter().any(|(n, _)| *n == number) {
+                    let e = ParseError::new(format!("field '{key}' is given more than once"));
+                    let e = self.fail(e);
+                    return Err(self.at(e, || key.into_owned()));
                 }
+                let sink = FieldSink::of_extension(&ext);
+                map.next_value_seed(Seed { enc: self, sink })
+                    .map_err(|e| self.at(e, || key.to_string()))?;
+                chunks.push((number, start));
                 continue;
             };
             let number = field.number();
@@ -560,34 +623,21 @@ impl Encoder {
         Ok(())
     }
 
-    /// An extension's value (`[full.name]`), or an unknown key, skipped or
-    /// refused; the extension's number when it is one.
-    fn extension_or_unknown<'de, A: MapAccess<'de>>(
+    /// An unknown key: its value skipped, or refused.
+    fn unknown<'de, A: MapAccess<'de>>(
         &mut self,
         desc: &MessageDescriptor,
         key: &str,
         map: &mut A,
-    ) -> std::result::Result<Option<u32>, A::Error> {
-        let extension = key
-            .strip_prefix('[')
-            .and_then(|k| k.strip_suffix(']'))
-            .and_then(|name| desc.get_extension_by_full_name(name));
-        match extension {
-            Some(ext) => {
-                let sink = FieldSink::of_extension(&ext);
-                map.next_value_seed(Seed { enc: self, sink })
-                    .map_err(|e| self.at(e, || key.to_string()))?;
-                Ok(Some(ext.number()))
-            }
-            None if self.ignore_unknown => {
-                map.next_value::<IgnoredAny>()?;
-                Ok(None)
-            }
-            None => Err(self.fail(ParseError::new(format!(
-                "unknown field '{key}' in {}",
-                desc.full_name()
-            )))),
+    ) -> std::result::Result<(), A::Error> {
+        if self.ignore_unknown {
+            map.next_value::<IgnoredAny>()?;
+            return Ok(());
         }
+        Err(self.fail(ParseError::new(format!(
+            "unknown field '{key}' in {}",
+            desc.full_name()
+        ))))
     }
 
     /// Puts a message's fields in number order, if its keys came in another.
@@ -611,6 +661,7 @@ impl Encoder {
         number: u32,
         kind: &Kind,
         packed: bool,
+        group: bool,
         mut seq: A,
     ) -> std::result::Result<(), A::Error> {
         let packing = packed.then(|| {
@@ -621,6 +672,7 @@ impl Encoder {
         let sink = ValueSink {
             kind,
             tag: (!packed).then_some(number),
+            group,
             always: true,
             null_error: Some("null is not allowed in a repeated field"),
         };
@@ -655,6 +707,18 @@ impl Encoder {
         let base = self.out.len();
         let mut entries: Vec<Entry> = Vec::new();
         while let Some(Key(key)) = map.next_key::<Key>()? {
+            if entries.len() == entries.capacity() && entries.len() >= 1024 {
+                // Before growing, drop what later keys replaced (a Struct)
+                // or refuse a repeated key (a map): a flood of one key
+                // holds one entry.
+                entries = match self.order_entries(base, entries, &key_kind, keys) {
+                    Ok(kept) => kept,
+                    Err(e) => return Err(self.fail(e)),
+                };
+                if entries.len() * 2 > entries.capacity() {
+                    entries.reserve(entries.capacity());
+                }
+            }
             let segment = || keys.segment(&key);
             let (wire, prefix) = match key_wire(&key_kind, &key) {
                 Ok(keyed) => keyed,
@@ -671,6 +735,7 @@ impl Encoder {
             let sink = ValueSink {
                 kind: &value_kind,
                 tag: Some(2),
+                group: false,
                 always: true,
                 null_error: Some("null is not allowed as a map value"),
             };
@@ -689,6 +754,7 @@ impl Encoder {
             entries.push(Entry { prefix, start, len });
         }
         self.order_entries(base, entries, &key_kind, keys)
+            .map(drop)
             .map_err(|e| self.fail(e))
     }
 
@@ -700,7 +766,7 @@ impl Encoder {
         mut entries: Vec<Entry>,
         key_kind: &Kind,
         keys: Keys,
-    ) -> Result<()> {
+    ) -> Result<Vec<Entry>> {
         let region = &self.out[base..];
         let bytes = |e: &Entry| &region[e.start as usize..(e.start + e.len) as usize];
         // Equal prefixes are told apart by the whole key; equal keys stay
@@ -711,7 +777,7 @@ impl Encoder {
                 .then_with(|| entry_key(key_kind, bytes(a)).cmp(&entry_key(key_kind, bytes(b))))
         };
         if entries.windows(2).all(|w| key_order(&w[0], &w[1]).is_lt()) {
-            return Ok(());
+            return Ok(entries);
         }
         entries.sort_unstable_by(|a, b| key_order(a, b).then(a.start.cmp(&b.start)));
         let mut kept = 0;
@@ -732,12 +798,15 @@ impl Encoder {
         }
         entries.truncate(kept);
         let region = self.out.split_off(base);
-        for e in entries {
+        let mut at = 0;
+        for e in &mut entries {
             let start = e.start as usize;
             self.out
                 .extend_from_slice(&region[start..start + e.len as usize]);
+            e.start = at;
+            at += e.len;
         }
-        Ok(())
+        Ok(entries)
     }
 
     /// An Any: `@type`, then the fields of the type it names (or its
@@ -756,18 +825,40 @@ impl Encoder {
             let inner = self.any_inner(desc, &url).map_err(|e| self.fail(e))?;
             return self.any_body(&url, &inner, map);
         }
-        let mut entries: Vec<(Cow<'de, str>, &'de RawValue)> = vec![(first, map.next_value()?)];
-        while let Some(Key(key)) = map.next_key::<Key>()? {
-            entries.push((key, map.next_value()?));
+        // The keys before "@type" are kept as raw JSON and read again once
+        // the type is known; the rest stream on. Both reading again and
+        // keeping are bounded: a client could otherwise make each of 100
+        // nested Anys read the whole body again.
+        if self.fallbacks >= MAX_ANY_REREADS {
+            return Err(self.fail(ParseError::new(format!(
+                "an Any inside {MAX_ANY_REREADS} others that give \"@type\" after other keys must give it first"
+            ))));
         }
-        let Some(at) = entries.iter().position(|(k, _)| k == "@type") else {
-            return Err(self.fail(ParseError::new("Any is missing its \"@type\"")));
+        let mut before: Vec<(Cow<'de, str>, &'de RawValue)> = vec![(first, map.next_value()?)];
+        let url = loop {
+            let Some(Key(key)) = map.next_key::<Key>()? else {
+                return Err(self.fail(ParseError::new("Any is missing its \"@type\"")));
+            };
+            if key == "@type" {
+                break map.next_value::<Token>()?;
+            }
+            if before.len() >= MAX_KEYS_BEFORE_TYPE {
+                return Err(self.fail(ParseError::new(format!(
+                    "an Any gives more than {MAX_KEYS_BEFORE_TYPE} keys before its \"@type\""
+                ))));
+            }
+            before.push((key, map.next_value()?));
         };
-        let (_, raw) = entries.remove(at);
-        let url = <Token as serde::Deserialize>::deserialize(raw).map_err(de::Error::custom)?;
         let inner = self.any_inner(desc, &url).map_err(|e| self.fail(e))?;
-        let rest = MapDeserializer::<_, serde_json::Error>::new(entries.into_iter());
-        self.any_body(&url, &inner, rest).map_err(de::Error::custom)
+        let chained = Reread {
+            before: before.into_iter(),
+            value: None,
+            rest: map,
+        };
+        self.fallbacks += 1;
+        let result = self.any_body(&url, &inner, chained);
+        self.fallbacks -= 1;
+        result
     }
 
     fn any_inner(&self, desc: &MessageDescriptor, url: &Token) -> Result<MessageDescriptor> {
@@ -802,6 +893,7 @@ impl Encoder {
                 let sink = ValueSink {
                     kind: &kind,
                     tag: None,
+                    group: false,
                     always: true,
                     null_error: None,
                 };
@@ -825,6 +917,70 @@ impl Encoder {
         }
         Ok(())
     }
+}
+
+/// How many Anys that give `@type` after other keys may nest, each read
+/// again from the raw JSON of those keys.
+const MAX_ANY_REREADS: usize = 8;
+
+/// How many keys an Any may give before its `@type`: each is kept (40
+/// bytes natively) until the type is known.
+const MAX_KEYS_BEFORE_TYPE: usize = 1024;
+
+/// An Any's entries once its `@type` is known: those that came before it,
+/// read again from their raw JSON, then the rest of the object as it comes.
+struct Reread<'de, A> {
+    before: std::vec::IntoIter<(Cow<'de, str>, &'de RawValue)>,
+    /// The raw value of the key just given from `before`.
+    value: Option<&'de RawValue>,
+    rest: A,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Reread<'de, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> std::result::Result<Option<K::Value>, A::Error> {
+        match self.before.next() {
+            Some((key, value)) => {
+                self.value = Some(value);
+                let key: CowStrDeserializer<'de, A::Error> = key.into_deserializer();
+                seed.deserialize(key).map(Some)
+            }
+            None => self.rest.next_key_seed(seed),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> std::result::Result<V::Value, A::Error> {
+        match self.value.take() {
+            Some(raw) => seed.deserialize(raw).map_err(de::Error::custom),
+            None => self.rest.next_value_seed(seed),
+        }
+    }
+}
+
+/// How a message value is put around its fields.
+#[derive(Clone, Copy)]
+enum Wrap {
+    /// Written as it is: the top level, the value of an Any.
+    Bare,
+    /// After its key and its length.
+    Delimited(u32),
+    /// Between a start-group and an end-group key.
+    Group(u32),
+}
+
+/// A message opened by [`Encoder::open`], for [`Encoder::close`].
+enum Opened {
+    Bare,
+    /// Where its length placeholder is.
+    Delimited(usize),
+    Group(u32),
 }
 
 /// How a map's keys are named in a path, and what a repeated key means.
@@ -921,6 +1077,8 @@ struct FieldSink {
     /// Whether null is a value (google.protobuf.Value, NullValue) rather
     /// than "not set".
     null_is_value: bool,
+    /// A group (see [`ValueSink::group`]).
+    group: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -947,6 +1105,7 @@ impl FieldSink {
             shape,
             presence: field.supports_presence(),
             null_is_value: takes_null(field),
+            group: field.is_group(),
         }
     }
 
@@ -963,14 +1122,18 @@ impl FieldSink {
             },
             presence: true,
             null_is_value: false,
+            group: ext.is_group(),
         }
     }
 
-    fn single(&self) -> ValueSink<'_> {
+    /// The sink of a singular value; `keep_defaults` writes a default an
+    /// implicit-presence field would leave out.
+    fn single(&self, keep_defaults: bool) -> ValueSink<'_> {
         ValueSink {
             kind: &self.kind,
             tag: Some(self.number),
-            always: self.presence,
+            group: self.group,
+            always: self.presence || keep_defaults,
             null_error: None,
         }
     }
@@ -984,7 +1147,7 @@ impl<'de> Sink<'de> for FieldSink {
         match self.shape {
             Shape::Map => expected("object", &token),
             Shape::List { .. } => expected("array", &token),
-            Shape::Single => self.single().token(enc, token),
+            Shape::Single => self.single(enc.keep_defaults).token(enc, token),
         }
     }
 
@@ -994,7 +1157,7 @@ impl<'de> Sink<'de> for FieldSink {
                 enc.map_entries(self.number, entry, Keys::Map, map)?;
                 Ok(true)
             }
-            (Shape::Single, _) => self.single().object(enc, map),
+            (Shape::Single, _) => self.single(enc.keep_defaults).object(enc, map),
             _ => {
                 skip_object(map)?;
                 enc.rule(self, Token::Object)
@@ -1005,10 +1168,10 @@ impl<'de> Sink<'de> for FieldSink {
     fn array<A: SeqAccess<'de>>(self, enc: &mut Encoder, seq: A) -> Ret<A::Error> {
         match self.shape {
             Shape::List { packed } => {
-                enc.list(self.number, &self.kind, packed, seq)?;
+                enc.list(self.number, &self.kind, packed, self.group, seq)?;
                 Ok(true)
             }
-            Shape::Single => self.single().array(enc, seq),
+            Shape::Single => self.single(enc.keep_defaults).array(enc, seq),
             Shape::Map => {
                 skip_array(seq)?;
                 enc.rule(self, Token::Array)
@@ -1025,11 +1188,24 @@ struct ValueSink<'k> {
     /// The key to write it under; none for a packed element or a message
     /// written bare.
     tag: Option<u32>,
+    /// A message written as a group (proto2 groups, editions' delimited
+    /// encoding): between start and end keys, not length-delimited.
+    group: bool,
     /// Whether a default scalar is written (not so in an implicit-presence
     /// field).
     always: bool,
     /// The error for a null, where null is neither a value nor "not set".
     null_error: Option<&'static str>,
+}
+
+impl ValueSink<'_> {
+    fn wrap(&self) -> Wrap {
+        match self.tag {
+            None => Wrap::Bare,
+            Some(tag) if self.group => Wrap::Group(tag),
+            Some(tag) => Wrap::Delimited(tag),
+        }
+    }
 }
 
 impl<'de> Sink<'de> for ValueSink<'_> {
@@ -1040,7 +1216,7 @@ impl<'de> Sink<'de> for ValueSink<'_> {
             }
         }
         if let Kind::Message(m) = self.kind {
-            enc.message_token(m, self.tag, token)?;
+            enc.message_token(m, self.wrap(), token)?;
             return Ok(true);
         }
         if let Some(wire) = scalar(self.kind, token, enc.ignore_unknown)? {
@@ -1053,7 +1229,7 @@ impl<'de> Sink<'de> for ValueSink<'_> {
 
     fn object<A: MapAccess<'de>>(self, enc: &mut Encoder, map: A) -> Ret<A::Error> {
         match self.kind {
-            Kind::Message(m) => enc.message_object(m, self.tag, map).map(|()| true),
+            Kind::Message(m) => enc.message_object(m, self.wrap(), map).map(|()| true),
             _ => {
                 skip_object(map)?;
                 enc.rule(self, Token::Object)
@@ -1063,7 +1239,7 @@ impl<'de> Sink<'de> for ValueSink<'_> {
 
     fn array<A: SeqAccess<'de>>(self, enc: &mut Encoder, seq: A) -> Ret<A::Error> {
         match self.kind {
-            Kind::Message(m) => enc.message_array(m, self.tag, seq).map(|()| true),
+            Kind::Message(m) => enc.message_array(m, self.wrap(), seq).map(|()| true),
             _ => {
                 skip_array(seq)?;
                 enc.rule(self, Token::Array)
@@ -1141,5 +1317,104 @@ impl<'de, S: Sink<'de>> Visitor<'de> for Seed<'_, S> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Ret<A::Error> {
         self.sink.array(self.enc, seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::decode_message;
+    use crate::Registry;
+
+    const PROTO2: &str = r#"syntax = "proto2";
+package p2;
+import "google/protobuf/any.proto";
+import "google/protobuf/struct.proto";
+message M {
+  optional group G = 2 { optional int32 x = 3; optional string y = 4; }
+  repeated group R = 5 { optional int32 z = 6; }
+  optional google.protobuf.Any any = 7;
+  optional google.protobuf.Struct doc = 8;
+  extensions 100 to 200;
+}
+extend M { optional int32 ext_n = 100; repeated int32 ext_list = 101; }
+"#;
+
+    fn m() -> MessageDescriptor {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([("p2.proto", PROTO2)]).unwrap();
+        r.message("p2.M").unwrap()
+    }
+
+    fn encode_m(json: &str) -> std::result::Result<Vec<u8>, String> {
+        encode(&m(), json.as_bytes(), &JsonOptions::default()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn groups_are_written_between_their_start_and_end_keys() {
+        let bytes = encode_m(r#"{"g":{"x":5,"y":"hi"},"r":[{"z":1},{"z":2}]}"#).unwrap();
+        assert_eq!(
+            bytes,
+            [
+                0x13, 0x18, 0x05, 0x22, 0x02, b'h', b'i', 0x14, // g
+                0x2b, 0x30, 0x01, 0x2c, 0x2b, 0x30, 0x02, 0x2c, // r
+            ]
+        );
+        // prost-reflect reads them back (it refused length-delimited ones).
+        assert!(decode_message(&m(), &bytes).is_ok());
+    }
+
+    #[test]
+    fn an_extension_given_twice_is_refused_like_a_field() {
+        assert_eq!(
+            encode_m(r#"{"[p2.ext_n]":1,"[p2.ext_n]":2}"#).unwrap_err(),
+            "[p2.ext_n]: field '[p2.ext_n]' is given more than once"
+        );
+        assert_eq!(
+            encode_m(r#"{"[p2.ext_list]":[1],"[p2.ext_n]":2}"#).unwrap(),
+            [0xa0, 0x06, 0x02, 0xa8, 0x06, 0x01]
+        );
+    }
+
+    /// `levels` Anys, each inside the last and giving its `@type` after its
+    /// other key.
+    fn anys_with_type_last(levels: usize) -> String {
+        let url = r#""@type":"type.googleapis.com/p2.M""#;
+        let mut any = format!(r#"{{"[p2.ext_n]":1,{url}}}"#);
+        for _ in 1..levels {
+            any = format!(r#"{{"any":{any},{url}}}"#);
+        }
+        format!(r#"{{"any":{any}}}"#)
+    }
+
+    #[test]
+    fn anys_that_give_their_type_last_nest_to_a_bound() {
+        let json = anys_with_type_last(8);
+        assert!(encode_m(&json).is_ok(), "{:?}", encode_m(&json));
+        let json = anys_with_type_last(9);
+        let err = encode_m(&json).unwrap_err();
+        assert!(
+            err.ends_with(
+                "an Any inside 8 others that give \"@type\" after other keys must give it first"
+            ),
+            "{err}"
+        );
+        let keys: Vec<String> = (0..1025).map(|i| format!(r#""k{i}":0"#)).collect();
+        let json = format!(
+            r#"{{"any":{{{},"@type":"type.googleapis.com/p2.M"}}}}"#,
+            keys.join(",")
+        );
+        assert_eq!(
+            encode_m(&json).unwrap_err(),
+            "any: an Any gives more than 1024 keys before its \"@type\""
+        );
+    }
+
+    #[test]
+    fn a_struct_keeps_the_last_of_a_repeated_key_however_often_it_comes() {
+        let entries = vec![r#""a":1"#; 5000].join(",");
+        let json = format!(r#"{{"doc":{{{entries},"b":2,"a":3}}}}"#);
+        let expected = encode_m(r#"{"doc":{"a":3,"b":2}}"#).unwrap();
+        assert_eq!(encode_m(&json).unwrap(), expected);
     }
 }

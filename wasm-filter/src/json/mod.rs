@@ -128,6 +128,18 @@ impl MessageType {
         encode::encode(&self.desc, json, options)
     }
 
+    /// [`MessageType::json_to_protobuf`], writing every field the JSON
+    /// gives even when it holds its default, so that the bytes appended to
+    /// another encoding of the message replace each field they set (an
+    /// HTTP binding's request line over its body).
+    pub fn json_to_protobuf_explicit(
+        &self,
+        json: &[u8],
+        options: &JsonOptions,
+    ) -> Result<Vec<u8>, Error> {
+        encode::encode_explicit(&self.desc, json, options)
+    }
+
     /// JSON for the top-level field `field` alone (an HTTP binding's
     /// `body: "field"`), encoded as a message of this type holding it.
     pub fn field_json_to_protobuf(

@@ -355,8 +355,9 @@ pub fn request_message(
     fill_from_request_line(&mut line, binding, vars, query)?;
     if line.as_object().is_some_and(|fields| !fields.is_empty()) {
         let json = serde_json::to_vec(&line).map_err(|e| e.to_string())?;
+        // Defaults included: a path's 0 must replace the body's 42.
         let encoded = input
-            .json_to_protobuf(&json, options)
+            .json_to_protobuf_explicit(&json, options)
             .map_err(|e| e.to_string())?;
         message.extend_from_slice(&encoded);
     }
@@ -745,6 +746,18 @@ service S {
             )
             .unwrap(),
             r#"{"book":{"name":"shelves/1/books/2","title":"T"}}"#
+        );
+        // The request line wins with a default too: left out of its
+        // encoding, the body's 5 would stand.
+        assert_eq!(
+            request(
+                &update,
+                "/v1/shelves/1/books/2",
+                "book.pages=0&book.title=",
+                br#"{"title":"T","pages":"5"}"#
+            )
+            .unwrap(),
+            r#"{"book":{"name":"shelves/1/books/2"}}"#
         );
         assert_eq!(
             request(&update, "/v1/shelves/1/books/2", "", br#"{"pages":true}"#).unwrap_err(),
