@@ -154,7 +154,12 @@ pub(super) enum Scalar<'a> {
 
 /// Decodes a value the way prost does (varints truncate to 32 bits).
 pub(super) fn scalar<'a>(field: &FieldDescriptor, raw: Raw<'a>) -> Option<Scalar<'a>> {
-    let value = match (field.kind(), raw) {
+    scalar_of(&field.kind(), raw)
+}
+
+/// [`scalar`] by the field's kind.
+pub(super) fn scalar_of<'a>(kind: &Kind, raw: Raw<'a>) -> Option<Scalar<'a>> {
+    let value = match (kind, raw) {
         (Kind::String, Raw::Delimited(b)) => return std::str::from_utf8(b).ok().map(Scalar::Str),
         (Kind::Bytes, Raw::Delimited(b)) => return Some(Scalar::Bytes(b)),
         (Kind::Int32, Raw::Varint(v)) => Value::I32(v as i32),
@@ -177,6 +182,25 @@ pub(super) fn scalar<'a>(field: &FieldDescriptor, raw: Raw<'a>) -> Option<Scalar
         _ => return None,
     };
     Some(Scalar::Other(value))
+}
+
+/// Whether an implicit-presence field holds its default, which is always
+/// zero, empty or false (only fields with presence declare others).
+pub(super) fn is_zero(value: &Scalar) -> bool {
+    match value {
+        Scalar::Str(s) => s.is_empty(),
+        Scalar::Bytes(b) => b.is_empty(),
+        Scalar::Other(v) => match v {
+            Value::Bool(b) => !b,
+            Value::I32(n) | Value::EnumNumber(n) => *n == 0,
+            Value::I64(n) => *n == 0,
+            Value::U32(n) => *n == 0,
+            Value::U64(n) => *n == 0,
+            Value::F32(f) => *f == 0.0,
+            Value::F64(f) => *f == 0.0,
+            _ => false,
+        },
+    }
 }
 
 pub(super) fn is_default(field: &FieldDescriptor, value: &Scalar) -> bool {

@@ -10,6 +10,7 @@ use std::rc::Rc;
 use prost::encoding::WireType;
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 
+use super::print::quote_into;
 use super::WellKnown;
 
 /// How one field's values lie on the wire.
@@ -68,14 +69,31 @@ pub(crate) struct Layout {
     pub(crate) numbers: Vec<u32>,
     pub(crate) fields: Vec<FieldDescriptor>,
     pub(crate) shapes: Vec<Shape>,
+    pub(crate) kinds: Vec<Kind>,
+    /// Each field's key as the JSON writes it, quoted, with its colon.
+    pub(crate) keys: Vec<Box<str>>,
     /// Every field a singular scalar outside any oneof: the last
     /// occurrence of each is all that counts (a Point, a Timestamp).
     pub(crate) singular: bool,
 }
 
 impl Layout {
-    pub(crate) fn new(desc: &MessageDescriptor) -> Layout {
+    /// `proto_names`: keys are the `.proto` names, not lowerCamelCase.
+    pub(crate) fn new(desc: &MessageDescriptor, proto_names: bool) -> Layout {
         let fields: Vec<FieldDescriptor> = desc.fields().collect();
+        let key = |field: &FieldDescriptor| {
+            let mut key = String::new();
+            quote_into(
+                &mut key,
+                if proto_names {
+                    field.name()
+                } else {
+                    field.json_name()
+                },
+            );
+            key.push(':');
+            key.into_boxed_str()
+        };
         let shapes: Vec<Shape> = fields.iter().map(Shape::of).collect();
         let singular = desc.oneofs().len() == 0
             && shapes
@@ -86,6 +104,8 @@ impl Layout {
             extensions: desc.extension_ranges().len() > 0,
             numbers: fields.iter().map(FieldDescriptor::number).collect(),
             shapes,
+            kinds: fields.iter().map(FieldDescriptor::kind).collect(),
+            keys: fields.iter().map(key).collect(),
             fields,
             singular,
         }
@@ -100,14 +120,22 @@ impl Layout {
 /// The layouts of the types one printing has met. Types come from one
 /// descriptor pool, where each full name is a string of its own, so the
 /// name's address tells types apart without hashing the name.
-#[derive(Default)]
 pub(crate) struct Layouts {
+    proto_names: bool,
     by_name: HashMap<usize, Rc<Layout>>,
     /// The type asked for last: a list asks for one type many times.
     last: Option<(usize, Rc<Layout>)>,
 }
 
 impl Layouts {
+    pub(crate) fn new(proto_names: bool) -> Layouts {
+        Layouts {
+            proto_names,
+            by_name: HashMap::new(),
+            last: None,
+        }
+    }
+
     pub(crate) fn of(&mut self, desc: &MessageDescriptor) -> Rc<Layout> {
         let key = desc.full_name().as_ptr() as usize;
         if let Some((last, layout)) = &self.last {
@@ -118,7 +146,7 @@ impl Layouts {
         let layout = self
             .by_name
             .entry(key)
-            .or_insert_with(|| Rc::new(Layout::new(desc)))
+            .or_insert_with(|| Rc::new(Layout::new(desc, self.proto_names)))
             .clone();
         self.last = Some((key, layout.clone()));
         layout

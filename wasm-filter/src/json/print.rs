@@ -45,7 +45,7 @@ impl<'a> Printer<'a> {
             limit: usize::MAX,
             over_limit: false,
             wire_level: 0,
-            layouts: Layouts::default(),
+            layouts: Layouts::new(options.proto_field_names),
         }
     }
 
@@ -286,29 +286,16 @@ impl<'a> Printer<'a> {
     }
 
     pub(super) fn string(&mut self, s: &str) {
-        self.out.reserve(s.len() + 2);
-        self.out.push('"');
-        let mut start = 0;
-        for (i, b) in s.bytes().enumerate() {
-            let escape = match b {
-                b'"' => "\\\"",
-                b'\\' => "\\\\",
-                b'\n' => "\\n",
-                b'\r' => "\\r",
-                b'\t' => "\\t",
-                0..=0x1f => "",
-                _ => continue,
-            };
-            self.out.push_str(&s[start..i]);
-            if escape.is_empty() {
-                let _ = write!(self.out, "\\u{:04x}", b);
-            } else {
-                self.out.push_str(escape);
-            }
-            start = i + 1;
+        quote_into(&mut self.out, s);
+    }
+
+    /// A key already written as JSON (`"name":`, see `layout.rs`).
+    pub(super) fn quoted_key(&mut self, quoted: &str, first: &mut bool) {
+        if !*first {
+            self.out.push(',');
         }
-        self.out.push_str(&s[start..]);
-        self.out.push('"');
+        *first = false;
+        self.out.push_str(quoted);
     }
 
     fn well_known(
@@ -435,3 +422,30 @@ fn seconds_nanos(message: &DynamicMessage) -> (i64, i32) {
 // Keeps `Message` in scope for `DynamicMessage::decode`.
 #[allow(dead_code)]
 fn _assert_message<T: Message>() {}
+
+/// Writes `s` as a JSON string.
+pub(super) fn quote_into(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if escape.is_empty() {
+            let _ = write!(out, "\\u{:04x}", b);
+        } else {
+            out.push_str(escape);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}

@@ -20,7 +20,7 @@ use prost::encoding::{decode_key, decode_varint, WireType};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Value};
 use smallvec::SmallVec;
 
-use super::flat::{is_default, print_scalar, scalar, Raw, Scalar};
+use super::flat::{is_zero, print_scalar, scalar, scalar_of, Raw, Scalar};
 use super::layout::{Layout, Layouts, Shape};
 use super::parse::any_type;
 use super::print::Printer;
@@ -98,51 +98,41 @@ fn fields(
         level(printer),
         &mut printer.layouts,
     )?;
-    for (position, field) in layout.fields.iter().enumerate() {
+    for position in 0..layout.fields.len() {
         let found = index.counted(position);
-        one_field(
-            printer,
-            field,
-            layout.shapes[position],
-            &index,
-            found,
-            first,
-        )?;
+        one_field(printer, &layout, position, &index, found, first)?;
     }
     Ok(())
 }
 
 fn one_field(
     printer: &mut Printer,
-    field: &FieldDescriptor,
-    shape: Shape,
+    layout: &Layout,
+    position: usize,
     index: &Index,
     found: &[u32],
     first: &mut bool,
 ) -> Result {
-    let name = if printer.options.proto_field_names {
-        field.name()
-    } else {
-        field.json_name()
-    };
+    let (field, shape) = (&layout.fields[position], layout.shapes[position]);
+    let (kind, key) = (&layout.kinds[position], &*layout.keys[position]);
     // Fields without presence print their default under emit_defaults.
     let emit = printer.options.emit_defaults && !shape.presence;
     if shape.map {
         if found.is_empty() && !emit {
             return Ok(());
         }
-        printer.key(name, first);
+        printer.quoted_key(key, first);
         return map(printer, field, index, found);
     }
     if shape.list {
         let count = items(printer, field, index, found, |p| {
-            p.key(name, first);
+            p.quoted_key(key, first);
             p.out.push('[');
         })?;
         if count > 0 {
             printer.out.push(']');
         } else if emit {
-            printer.key(name, first);
+            printer.quoted_key(key, first);
             printer.out.push_str("[]");
         }
         return Ok(());
@@ -151,23 +141,24 @@ fn one_field(
         if found.is_empty() {
             return Ok(());
         }
-        let Kind::Message(desc) = field.kind() else {
+        let Kind::Message(desc) = kind else {
             return Err(Stop::General);
         };
         let parts = index.payloads(found)?;
-        printer.key(name, first);
-        return message(printer, &desc, &parts);
+        printer.quoted_key(key, first);
+        return message(printer, desc, &parts);
     }
     match found.last() {
         Some(&at) => {
-            let value = index.scalar_at(field, at)?;
-            if shape.presence || emit || !is_default(field, &value) {
-                printer.key(name, first);
-                print_scalar(printer, &field.kind(), &value).map_err(print_err)?;
+            let (_, raw) = index.raw_at(at)?;
+            let value = scalar_of(kind, raw).ok_or_else(not_utf8)?;
+            if shape.presence || emit || !is_zero(&value) {
+                printer.quoted_key(key, first);
+                print_scalar(printer, kind, &value).map_err(print_err)?;
             }
         }
         None if emit => {
-            printer.key(name, first);
+            printer.quoted_key(key, first);
             print_default(printer, field)?;
         }
         None => {}
