@@ -101,6 +101,14 @@ def test_status_details_and_codes(testing):
                                  {"code": 5, "message": "no such book", "withDetails": True})
     assert (status, body["code"], body["message"]) == (404, 5, "no such book"), testing.log()
     assert headers["grpc-status"] == "5"
+    # The details come from the call's trailers (issue 28, item 7: Envoy
+    # hands a failed proxy_grpc_call none, and they were "details": []).
+    assert body["details"] == [
+        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "TEST_FAILURE",
+         "domain": "grpc-wasm.test", "metadata": {"requested_code": "5"}},
+        {"@type": "type.googleapis.com/google.rpc.BadRequest",
+         "fieldViolations": [{"field": "code", "description": "requested failure"}]},
+    ], body
 
 
 def test_deadline_from_the_request(testing):

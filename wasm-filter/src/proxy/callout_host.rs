@@ -47,6 +47,9 @@ pub struct Call {
     delivering: bool,
     /// Where the streamed request body's whole messages end.
     scanner: ValueScanner,
+    /// A unary call made as a stream (see [`unary_as_stream`]): its answer
+    /// waits for the call's end.
+    unary_stream: bool,
 }
 
 thread_local! {
@@ -117,6 +120,16 @@ pub fn prepare_with(callout: &Callout, headers: &HeaderMap) -> Result<Call, Stat
     })
 }
 
+/// Whether a unary call goes as a stream (`proxy_grpc_stream`, one message
+/// each way). Envoy hands a failed `proxy_grpc_call` to the filter without
+/// its trailers, so `grpc-status-details-bin` was lost in callout mode
+/// (issue 28, item 7); a stream's trailers come to
+/// `proxy_on_grpc_receive_trailing_metadata`. The shim gives a call its
+/// trailers and keeps its faster unary path.
+pub fn unary_as_stream() -> bool {
+    !host::is_shim()
+}
+
 /// Does the request body carry a stream of messages (client or bidi streaming)?
 pub fn streams_requests(route: &Route) -> bool {
     matches!(
@@ -134,8 +147,10 @@ pub fn start_with_body(
     body: &[u8],
 ) -> Result<(), Reply> {
     let message = transcoder::encode_message(config, route, body)?;
+    let unary = route.method.streaming() == StreamingKind::Unary;
+    call.unary_stream = unary && unary_as_stream();
     let target = target(route, call);
-    let token = if route.method.streaming() == StreamingKind::Unary {
+    let token = if unary && !call.unary_stream {
         grpc_call(&target, &message, call.deadline_ms)
     } else {
         grpc_stream(&target).and_then(|token| {
@@ -273,7 +288,7 @@ pub fn on_message(
         Ok(json) => json,
         Err(status) => return Some(fail(config, call, status)),
     };
-    if route.method.streaming() == StreamingKind::Unary {
+    if route.method.streaming() == StreamingKind::Unary && !call.unary_stream {
         forget(call.token);
         return Some(transcoder::reply_from_messages(
             config,
@@ -282,7 +297,7 @@ pub fn on_message(
             &Status::ok(),
         ));
     }
-    if deliver(call, context_id, &json) {
+    if !call.unary_stream && deliver(call, context_id, &json) {
         return None;
     }
     call.message_bytes += json.len();
@@ -336,7 +351,10 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
     forget(call.token);
     let (reported, message) = grpc_status();
     let code = if code == 0 { reported } else { code };
-    let status = if code == 0 && route.method.streaming() != StreamingKind::Unary {
+    // A unary answer through a stream ends here, its one message gathered.
+    let answered = route.method.streaming() != StreamingKind::Unary
+        || (call.unary_stream && !call.messages.is_empty());
+    let status = if code == 0 && answered {
         Status::ok()
     } else {
         // Only Envoy adds its details to the message; the shim passes the

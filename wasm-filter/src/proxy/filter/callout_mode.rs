@@ -122,7 +122,7 @@ fn start_prepared(
         Err(status) => return answer(stream, &Reply::error(&stream.config, &status)),
     };
     route.json = call.json.take();
-    if route.method.streaming() != crate::StreamingKind::Unary {
+    if route.method.streaming() != crate::StreamingKind::Unary || callout_host::unary_as_stream() {
         callout_host::add_stream_deadline(&mut call);
     }
     let started = if callout_host::streams_requests(&route) {

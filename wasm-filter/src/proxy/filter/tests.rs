@@ -267,12 +267,17 @@ fn a_callout_is_answered_from_the_grpc_callbacks() {
             ),
             (&b"greeter"[..], "helloworld.Greeter", "SayHello")
         );
-        // The host frames the message itself.
-        assert_eq!(call.message.as_deref(), Some(REQUEST));
+        // A unary call goes as a stream, for its trailers: one message,
+        // then the half-close. The host frames the message itself.
+        assert_eq!(call.message, None);
+        assert_eq!(state.sent, [(call.token, REQUEST.to_vec())]);
+        assert_eq!(state.half_closed, [call.token]);
         call.token
     };
     host.set_buffer_bytes(BufferType::GrpcReceiveBuffer, REPLY);
     proxy_on_grpc_receive(ROOT, token, REPLY.len() as u32);
+    // The answer waits for the call's status.
+    assert!(host.state.borrow().replies.is_empty());
     host.state.borrow_mut().status = Some((0, Vec::new()));
     proxy_on_grpc_close(ROOT, token, 0);
     assert_eq!(host.state.borrow().effective_context, HTTP);
@@ -1016,19 +1021,20 @@ fn envoy_a_bodiless_binding_is_called_on_its_routes_cluster() {
                 call.upstream.as_slice(),
                 call.service.as_str(),
                 call.method.as_str(),
-                call.message.as_deref()
+                state.sent.as_slice()
             ),
             (
                 &b"shelves-cluster"[..],
                 "shelves.Shelves",
                 "Get",
-                Some(GET_SHELF)
+                &[(call.token, GET_SHELF.to_vec())][..]
             )
         );
         call.token
     };
     host.set_buffer_bytes(BufferType::GrpcReceiveBuffer, SHELF);
     proxy_on_grpc_receive(ROOT, token, SHELF.len() as u32);
+    host.state.borrow_mut().status = Some((0, Vec::new()));
     proxy_on_grpc_close(ROOT, token, 0);
     assert_eq!(the_reply(&host), (200, json!({"id": "7"})));
 }
@@ -1047,4 +1053,38 @@ fn envoy_a_bodiless_binding_without_a_route_cluster_says_what_is_missing() {
         "{body}"
     );
     assert!(host.state.borrow().opened.is_empty());
+}
+
+#[test]
+fn envoy_a_failed_unary_callout_keeps_the_details_of_its_trailers() {
+    use base64::Engine;
+    let host = callout(json!({}), false);
+    assert_eq!(request_headers(&host, &[], false), PAUSE);
+    assert_eq!(request_body(&host, br#"{"name":"ann"}"#, true), PAUSE);
+    let token = host.state.borrow().opened[0].token;
+    // google.rpc.Status { code: 5, message: "x", details: [ErrorInfo { reason: "R" }] }
+    let url = b"type.googleapis.com/google.rpc.ErrorInfo";
+    let mut any = vec![0x0a, url.len() as u8];
+    any.extend_from_slice(url);
+    any.extend_from_slice(&[0x12, 0x03, 0x0a, 0x01, b'R']);
+    let mut status = vec![0x08, 0x05, 0x12, 0x01, b'x', 0x1a, any.len() as u8];
+    status.extend_from_slice(&any);
+    let details = base64::engine::general_purpose::STANDARD.encode(&status);
+    host.set_map(
+        MapType::GrpcReceiveTrailingMetadata,
+        &[("grpc-status-details-bin", details.as_str())],
+    );
+    proxy_on_grpc_receive_trailing_metadata(ROOT, token, 1);
+    host.state.borrow_mut().status = Some((5, b"x".to_vec()));
+    proxy_on_grpc_close(ROOT, token, 5);
+    let (status, body) = the_reply(&host);
+    assert_eq!(
+        (status, body),
+        (
+            404,
+            json!({"code": 5, "message": "x", "details": [
+                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "R"}
+            ]})
+        )
+    );
 }
