@@ -45,15 +45,7 @@ pub(super) fn encode(
     json: &[u8],
     options: &JsonOptions,
 ) -> std::result::Result<Vec<u8>, Error> {
-    let kind = Kind::Message(desc.clone());
-    let top = ValueSink {
-        kind: &kind,
-        tag: None,
-        group: false,
-        always: true,
-        null_error: None,
-    };
-    run(json, options, top, None, false)
+    encode_message(desc, json, options, false)
 }
 
 /// [`encode`], writing every field the JSON gives even when it holds its
@@ -66,6 +58,15 @@ pub(super) fn encode_explicit(
     json: &[u8],
     options: &JsonOptions,
 ) -> std::result::Result<Vec<u8>, Error> {
+    encode_message(desc, json, options, true)
+}
+
+fn encode_message(
+    desc: &MessageDescriptor,
+    json: &[u8],
+    options: &JsonOptions,
+    keep_defaults: bool,
+) -> std::result::Result<Vec<u8>, Error> {
     let kind = Kind::Message(desc.clone());
     let top = ValueSink {
         kind: &kind,
@@ -74,7 +75,7 @@ pub(super) fn encode_explicit(
         always: true,
         null_error: None,
     };
-    run(json, options, top, None, true)
+    run(json, options, top, None, keep_defaults)
 }
 
 /// Encodes the JSON text `json` as the value of `desc`'s top-level field

@@ -10,6 +10,7 @@ use std::rc::Rc;
 use prost::encoding::WireType;
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 
+use super::flat::wire_type_of;
 use super::print::quote_into;
 use super::WellKnown;
 
@@ -33,19 +34,8 @@ pub(crate) struct Shape {
 impl Shape {
     pub(crate) fn of(field: &FieldDescriptor) -> Shape {
         let kind = field.kind();
-        let wire = match kind {
-            Kind::Int32
-            | Kind::Int64
-            | Kind::Uint32
-            | Kind::Uint64
-            | Kind::Sint32
-            | Kind::Sint64
-            | Kind::Bool
-            | Kind::Enum(_) => WireType::Varint,
-            Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => WireType::ThirtyTwoBit,
-            Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => WireType::SixtyFourBit,
-            Kind::String | Kind::Bytes | Kind::Message(_) => WireType::LengthDelimited,
-        };
+        // Messages and map entries are length-delimited too.
+        let wire = wire_type_of(&kind).unwrap_or(WireType::LengthDelimited);
         Shape {
             wire,
             group: field.is_group(),
