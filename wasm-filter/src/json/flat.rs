@@ -55,7 +55,7 @@ pub(super) fn print(
             None => None,
         };
         let has = match &value {
-            Some(v) => field.supports_presence() || !is_default(&field, v),
+            Some(v) => field.supports_presence() || !is_zero(v),
             None => false,
         };
         if !has && (!options.emit_defaults || field.supports_presence()) {
@@ -200,14 +200,6 @@ pub(super) fn is_zero(value: &Scalar) -> bool {
             Value::F64(f) => *f == 0.0,
             _ => false,
         },
-    }
-}
-
-pub(super) fn is_default(field: &FieldDescriptor, value: &Scalar) -> bool {
-    match value {
-        Scalar::Str(s) => s.is_empty(),
-        Scalar::Bytes(b) => b.is_empty(),
-        Scalar::Other(v) => *v == field.default_value(),
     }
 }
 
