@@ -54,7 +54,9 @@ message Lists {
   map<string, int32> counts = 6;
   google.protobuf.Struct doc = 7;
   repeated google.protobuf.Any anys = 8;
+  repeated bool flags = 9;
 }
+message Text { string s = 1; }
 message Deep { Deep d = 1; repeated int32 xs = 2; }
 "#;
 
@@ -93,6 +95,22 @@ pub fn responses(size: usize) -> Vec<(&'static str, &'static str, Vec<u8>)> {
             [field(3, 2), 4, 0x08, 1, 0x10, 2].repeat(size / 6),
         ),
         ("packed 1-byte ints", "amp.Lists", packed(4, &vec![1; size])),
+        (
+            "packed bools (printed twice: JSON 6x)",
+            "amp.Lists",
+            packed(9, &vec![0; size]),
+        ),
+        (
+            "a flat message's field, repeated",
+            "amp.Small",
+            [field(1, 0), 1].repeat(size / 2),
+        ),
+        ("a string of control characters (JSON 6x)", "amp.Text", {
+            let mut text = vec![field(1, 2)];
+            prost::encoding::encode_varint(size as u64, &mut text);
+            text.extend(vec![1; size]);
+            text
+        }),
         (
             "1-char strings",
             "amp.Lists",

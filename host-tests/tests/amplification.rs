@@ -3,8 +3,10 @@
 //! holds at most 8 bytes of heap per input byte, its output included.
 //! Reading a request's JSON into a tree and a `DynamicMessage` held 22 to
 //! 95. A response whose JSON passes its limit (8 bytes per wire byte) is
-//! refused holding at most twice that limit: its JSON grew by doubling
-//! past it before, to 24 and 26.
+//! refused within the same bound: the printer keeps 3 bytes per wire byte
+//! and counts the rest (it held 24x and 26x, then 12x and 14x). A flat
+//! message with one field repeated held 24x, a string of control
+//! characters and packed bools 12x.
 
 use grpc_wasm::json::{json_to_protobuf, protobuf_to_json};
 use grpc_wasm::{JsonOptions, Registry};
@@ -42,15 +44,9 @@ fn transcoding_holds_at_most_eight_bytes_per_input_byte() {
                 .map(|json| json.len())
                 .map_err(|e| e.to_string())
         });
-        if outcome.contains("its JSON passes") {
-            assert!(
-                peak <= 2 * MAX_PER_BYTE * bytes.len(),
-                "{name}: {peak} bytes held for {} bytes of protobuf, refused",
-                bytes.len()
-            );
-            continue;
+        if !outcome.contains("its JSON passes") {
+            assert!(outcome.ends_with("MiB out"), "{name}: {outcome}");
         }
-        assert!(outcome.ends_with("MiB out"), "{name}: {outcome}");
         assert!(
             peak <= MAX_PER_BYTE * bytes.len(),
             "{name}: {peak} bytes held for {} bytes of protobuf",

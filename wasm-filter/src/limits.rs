@@ -39,6 +39,13 @@ pub const DEFAULT_HELD_BYTES: usize = 128 << 20;
 /// names once printed a 4 MiB message as 260 MB of JSON.
 pub const MAX_JSON_PER_BYTE: usize = 8;
 
+/// The JSON a printer keeps while it grows, per byte of the message's wire
+/// form (and 64 KiB more): a string grows by copying itself into one twice
+/// its size, so the JSON of a message near its limit is counted first,
+/// then printed again into a string of its size (see `json::cost`). Most
+/// messages print to less, and only once.
+pub const KEPT_JSON_PER_BYTE: usize = 3;
+
 /// The error text for input that nests deeper than [`MAX_NESTING`].
 pub fn nesting_error() -> String {
     format!("message nesting exceeds {MAX_NESTING} levels")

@@ -10,13 +10,22 @@
 //! bytes per field occurrence, instead of decoding a tree of `Value`s that
 //! cost tens of times the wire size.
 
-use crate::limits::MAX_JSON_PER_BYTE;
+use crate::limits::{KEPT_JSON_PER_BYTE, MAX_JSON_PER_BYTE};
 
 /// The JSON a message of `wire` bytes may print to: [`MAX_JSON_PER_BYTE`]
 /// per wire byte and 64 KiB more, which base64, enum names of ordinary
 /// length and timestamps stay within.
 pub fn max_json_bytes(wire: usize) -> usize {
     wire.saturating_mul(MAX_JSON_PER_BYTE)
+        .saturating_add(64 << 10)
+}
+
+/// The JSON a printer keeps while it grows, for a message of `wire`
+/// bytes: [`KEPT_JSON_PER_BYTE`] per wire byte and 64 KiB more. Past it
+/// the printer only counts, and prints a message that fits
+/// [`max_json_bytes`] once more at its exact size.
+pub fn kept_json_bytes(wire: usize) -> usize {
+    wire.saturating_mul(KEPT_JSON_PER_BYTE)
         .saturating_add(64 << 10)
 }
 
@@ -35,6 +44,8 @@ enum Long {
 }
 message Enums { repeated Long values = 1; }
 message Times { repeated google.protobuf.Timestamp at = 1; }
+message Flags { repeated bool on = 1; }
+message Text { string s = 1; bytes b = 2; }
 "#;
 
     fn registry() -> Registry {
@@ -46,6 +57,36 @@ message Times { repeated google.protobuf.Timestamp at = 1; }
     fn print(type_name: &str, bytes: &[u8]) -> Result<String, Error> {
         let desc = registry().message(type_name).unwrap();
         protobuf_to_json(&desc, bytes, &JsonOptions::default())
+    }
+
+    #[test]
+    fn json_past_what_the_printer_keeps_is_counted_then_printed_at_its_size() {
+        // Past 3 bytes per wire byte (and 64 KiB) the printer only counts;
+        // JSON within 8 is printed a second time, and must be the same.
+        let flags = packed(1, &[0, 1].repeat(100_000));
+        let mut control = vec![0x0a];
+        prost::encoding::encode_varint(100_000, &mut control);
+        control.extend([0x01; 100_000]);
+        for (type_name, bytes, len) in [
+            ("cost.Flags", &flags, 1_100_008),
+            ("cost.Text", &control, 600_008),
+        ] {
+            let desc = registry().message(type_name).unwrap();
+            let json = print(type_name, bytes).unwrap();
+            assert!(len > kept_json_bytes(bytes.len()), "{type_name}");
+            assert_eq!(json.len(), len, "{type_name}");
+            let message = crate::json::decode_message(&desc, bytes).unwrap();
+            let tree = crate::json::message_to_json(&message, &JsonOptions::default()).unwrap();
+            assert_eq!(json, tree, "{type_name}");
+        }
+    }
+
+    #[test]
+    fn a_flat_message_keeps_the_last_of_a_field_given_again() {
+        // The flat path held 32 bytes per occurrence.
+        let mut bytes = [0x12, 0x01, b'a'].repeat(50_000);
+        bytes.extend([0x12, 0x01, b'z']);
+        assert_eq!(print("cost.Text", &bytes).unwrap(), r#"{"b":"eg=="}"#);
     }
 
     fn packed(field: u8, values: &[u8]) -> Vec<u8> {

@@ -8,9 +8,10 @@
 
 use prost::encoding::{decode_key, decode_varint, WireType};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Syntax, Value};
+use smallvec::{smallvec, SmallVec};
 
 use super::print::Printer;
-use super::{JsonOptions, WellKnown};
+use super::WellKnown;
 
 /// Whether `desc` can take the flat path.
 pub(super) fn is_flat(desc: &MessageDescriptor) -> bool {
@@ -33,23 +34,18 @@ pub(super) enum Raw<'a> {
     Delimited(&'a [u8]),
 }
 
-/// Prints a flat message; `None` sends the caller to the general path.
+/// Prints a flat message; `None` sends the caller to the general path,
+/// `Some(Err)` is the printer's limit.
 pub(super) fn print(
+    printer: &mut Printer,
     desc: &MessageDescriptor,
     bytes: &[u8],
-    options: &JsonOptions,
-) -> Option<String> {
-    let fields = read(desc, bytes)?;
-    let mut printer = Printer::new(options, 16 + 2 * bytes.len());
+) -> Option<Result<(), String>> {
+    let last = read(desc, bytes)?;
+    let options = printer.options;
     printer.out.push('{');
     let mut first = true;
-    for field in desc.fields() {
-        // The last occurrence wins, as in any protobuf parser.
-        let raw = fields
-            .iter()
-            .rev()
-            .find(|(n, _)| *n == field.number())
-            .map(|(_, r)| *r);
+    for (field, raw) in desc.fields().zip(last) {
         let value = match raw {
             Some(raw) => Some(scalar(&field, raw)?),
             None => None,
@@ -67,13 +63,18 @@ pub(super) fn print(
             field.json_name()
         };
         printer.key(name, &mut first);
-        match value {
-            Some(value) => print_scalar(&mut printer, &field.kind(), &value).ok()?,
-            None => printer.single(&field.kind(), &field.default_value()).ok()?,
+        let printed = match value {
+            Some(value) => print_scalar(printer, &field.kind(), &value),
+            None => printer.single(&field.kind(), &field.default_value()),
+        };
+        if let Err(e) = printed.and_then(|()| printer.check_limit()) {
+            // Past the limit the answer is known; any other fault the
+            // general path words.
+            return printer.over_limit.then_some(Err(e));
         }
     }
     printer.out.push('}');
-    Some(printer.out)
+    Some(Ok(()))
 }
 
 /// Writes a value read from the wire as JSON.
@@ -90,17 +91,28 @@ pub(super) fn print_scalar(
     Ok(())
 }
 
-/// The (number, value) pairs on the wire, in order; `None` for anything
-/// but known fields with the wire type their kind takes.
-fn read<'a>(desc: &MessageDescriptor, mut bytes: &'a [u8]) -> Option<Vec<(u32, Raw<'a>)>> {
-    let mut fields = Vec::new();
+/// Each field's last value on the wire (the last occurrence wins, as in
+/// any protobuf parser), in the order of `desc.fields()`; `None` for
+/// anything but known fields in the wire type their kind takes. One slot
+/// per field, not one per occurrence: a field repeated all over a message
+/// costs nothing more.
+fn read<'a>(desc: &MessageDescriptor, mut bytes: &'a [u8]) -> Option<Fields<'a>> {
+    // By number: each field's place in `desc.fields()` and its wire type.
+    let mut places = desc
+        .fields()
+        .enumerate()
+        .map(|(place, f)| Some((f.number(), place, wire_type_of(&f.kind())?)))
+        .collect::<Option<SmallVec<[(u32, usize, WireType); 16]>>>()?;
+    places.sort_unstable_by_key(|&(number, ..)| number);
+    let mut last: Fields = smallvec![None; places.len()];
     while !bytes.is_empty() {
         let (number, wire_type) = decode_key(&mut bytes).ok()?;
-        let field = desc.get_field(number)?;
-        if wire_type != wire_type_of(&field.kind())? {
+        let at = places.binary_search_by_key(&number, |&(n, ..)| n).ok()?;
+        let (_, place, expected) = places[at];
+        if wire_type != expected {
             return None;
         }
-        let raw = match wire_type {
+        last[place] = Some(match wire_type {
             WireType::Varint => Raw::Varint(decode_varint(&mut bytes).ok()?),
             WireType::ThirtyTwoBit => {
                 let (head, rest) = bytes.split_first_chunk::<4>()?;
@@ -122,11 +134,12 @@ fn read<'a>(desc: &MessageDescriptor, mut bytes: &'a [u8]) -> Option<Vec<(u32, R
                 Raw::Delimited(head)
             }
             WireType::StartGroup | WireType::EndGroup => return None,
-        };
-        fields.push((number, raw));
+        });
     }
-    Some(fields)
+    Some(last)
 }
+
+type Fields<'a> = SmallVec<[Option<Raw<'a>>; 16]>;
 
 pub(super) fn wire_type_of(kind: &Kind) -> Option<WireType> {
     Some(match kind {
@@ -210,7 +223,7 @@ mod tests {
 
     use super::*;
     use crate::descriptors::Registry;
-    use crate::json::{decode_message, message_to_json};
+    use crate::json::{decode_message, message_to_json, JsonOptions};
 
     const PROTO: &str = r#"
         syntax = "proto3";
@@ -237,6 +250,13 @@ mod tests {
 
     fn general(desc: &MessageDescriptor, bytes: &[u8], options: &JsonOptions) -> String {
         message_to_json(&decode_message(desc, bytes).unwrap(), options).unwrap()
+    }
+
+    /// The flat path alone, on a printer without a limit.
+    fn print(desc: &MessageDescriptor, bytes: &[u8], options: &JsonOptions) -> Option<String> {
+        let mut printer = Printer::new(options, 16);
+        super::print(&mut printer, desc, bytes)?.unwrap();
+        Some(printer.out)
     }
 
     fn options() -> Vec<JsonOptions> {

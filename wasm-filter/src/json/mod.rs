@@ -13,6 +13,7 @@ mod wkt;
 use prost_reflect::{DynamicMessage, MessageDescriptor, ReflectMessage};
 
 use crate::error::Error;
+use crate::limits::MAX_JSON_PER_BYTE;
 
 /// How JSON is read and written. The defaults are the proto3 JSON mapping's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -191,62 +192,76 @@ fn print_json(
     options: &JsonOptions,
 ) -> Result<String, Error> {
     if flat {
-        if let Some(json) = flat::print(desc, bytes, options) {
-            return Ok(json);
+        // Most replies: small, so their JSON starts at about its size.
+        let capacity = 16 + 2 * bytes.len().min(4096);
+        let printed = print_within_cost(desc, bytes.len(), options, capacity, |p| {
+            flat::print(p, desc, bytes)
+                .map_or(Err(wire::Stop::General), |r| r.map_err(wire::Stop::Print))
+        });
+        if let Some(printed) = printed {
+            return printed;
         }
     }
-    let limit = cost::max_json_bytes(bytes.len());
-    let mut printer = print::Printer::new(options, 128).with_limit(limit);
-    let message_type = || desc.full_name().to_string();
-    match wire::print(&mut printer, desc, bytes).and_then(|()| {
-        // Checked once more at the end, so that both paths refuse exactly
-        // the messages whose JSON passes the limit, wherever a printer
-        // happened to check.
-        printer.check_limit().map_err(wire::Stop::Print)
+    if let Some(printed) = print_within_cost(desc, bytes.len(), options, 128, |p| {
+        wire::print(p, desc, bytes)
     }) {
-        Ok(()) => return Ok(printer.out),
-        Err(wire::Stop::Decode(reason)) => {
-            return Err(Error::Decode {
-                message_type: message_type(),
-                reason,
-            })
-        }
-        Err(wire::Stop::Print(reason)) => return Err(print_error(desc, &printer, bytes, reason)),
-        // Groups and extensions: decoded whole, as prost-reflect reads them.
-        Err(wire::Stop::General) => drop(printer),
+        return printed;
     }
+    // Groups and extensions: decoded whole, as prost-reflect reads them.
     let message = decode_message(desc, bytes)?;
-    let mut printer = print::Printer::new(options, 128).with_limit(limit);
-    printer
-        .message(&message)
-        .and_then(|()| printer.check_limit())
-        .map_err(|reason| print_error(desc, &printer, bytes, reason))?;
-    Ok(printer.out)
+    print_within_cost(desc, bytes.len(), options, 128, |p| {
+        p.message(&message).map_err(wire::Stop::Print)
+    })
+    .unwrap_or_else(|| Err(encode_error(desc, "no path prints it".into())))
 }
 
-/// The error of a printer that stopped: its limit, or a message without a
-/// JSON form.
-fn print_error(
+/// Runs `print` on a printer bounded as `json::cost` says; `None` when it
+/// hands the message to the general path. A message whose JSON passed
+/// what the printer keeps while it grows, but not its limit, is printed
+/// once more into a string of its exact size: growing a string copies it,
+/// so holding one near the limit would cost half as much again.
+fn print_within_cost(
     desc: &MessageDescriptor,
-    printer: &print::Printer,
-    bytes: &[u8],
-    reason: String,
-) -> Error {
-    let message_type = desc.full_name().to_string();
-    if printer.over_limit {
-        Error::TooCostly {
-            message_type,
-            reason: format!(
-                "its JSON passes {} bytes, 8 per byte of its {} (and 64 KiB more)",
-                cost::max_json_bytes(bytes.len()),
-                bytes.len()
-            ),
-        }
-    } else {
-        Error::Encode {
-            message_type,
+    wire_len: usize,
+    options: &JsonOptions,
+    capacity: usize,
+    mut print: impl FnMut(&mut print::Printer) -> Result<(), wire::Stop>,
+) -> Option<Result<String, Error>> {
+    let limit = cost::max_json_bytes(wire_len);
+    let mut printer = print::Printer::new(options, capacity.min(limit))
+        .with_limit(limit)
+        .keeping(cost::kept_json_bytes(wire_len));
+    let mut printed = print(&mut printer);
+    if let (Ok(()), Some(len)) = (&printed, printer.dropped_json_len()) {
+        drop(printer);
+        printer = print::Printer::new(options, len + print::ROOM).with_limit(limit);
+        printed = print(&mut printer);
+    }
+    // Checked once more at the end, so that every path refuses exactly the
+    // messages whose JSON passes the limit, wherever a printer happened to
+    // check.
+    let printed = printed.and_then(|()| printer.check_limit_now().map_err(wire::Stop::Print));
+    Some(match printed {
+        Ok(()) => Ok(printer.out),
+        Err(wire::Stop::General) => return None,
+        Err(wire::Stop::Decode(reason)) => Err(Error::Decode {
+            message_type: desc.full_name().to_string(),
             reason,
-        }
+        }),
+        Err(wire::Stop::Print(_)) if printer.over_limit => Err(Error::TooCostly {
+            message_type: desc.full_name().to_string(),
+            reason: format!(
+                "its JSON passes {limit} bytes, {MAX_JSON_PER_BYTE} per byte of its {wire_len} (and 64 KiB more)",
+            ),
+        }),
+        Err(wire::Stop::Print(reason)) => Err(encode_error(desc, reason)),
+    })
+}
+
+fn encode_error(desc: &MessageDescriptor, reason: String) -> Error {
+    Error::Encode {
+        message_type: desc.full_name().to_string(),
+        reason,
     }
 }
 

@@ -27,6 +27,14 @@ pub(crate) struct Printer<'a> {
     limit: usize,
     /// Whether printing stopped at `limit`.
     pub(crate) over_limit: bool,
+    /// The most JSON this printer keeps: past it, what it writes is
+    /// counted and dropped, and a message whose JSON turns out to fit
+    /// `limit` is printed again at its exact size (see `json::cost`).
+    keep: usize,
+    /// The JSON written and dropped past `keep`.
+    dropped: usize,
+    /// The length up to which [`Printer::check_limit`] has nothing to do.
+    quiet_until: usize,
     /// The wire printer's messages open below their decoding root (see
     /// `json::wire`).
     pub(super) wire_level: usize,
@@ -36,6 +44,10 @@ pub(crate) struct Printer<'a> {
 
 type Result = std::result::Result<(), String>;
 
+/// The room a printer keeps ahead of its JSON (see
+/// [`Printer::check_limit`]).
+pub(super) const ROOM: usize = 64 << 10;
+
 impl<'a> Printer<'a> {
     pub(crate) fn new(options: &'a JsonOptions, capacity: usize) -> Self {
         Printer {
@@ -44,6 +56,9 @@ impl<'a> Printer<'a> {
             depth: Depth::default(),
             limit: usize::MAX,
             over_limit: false,
+            keep: usize::MAX,
+            dropped: 0,
+            quiet_until: 0,
             wire_level: 0,
             layouts: Layouts::new(options.proto_field_names),
         }
@@ -53,6 +68,19 @@ impl<'a> Printer<'a> {
     pub(crate) fn with_limit(mut self, limit: usize) -> Self {
         self.limit = limit;
         self
+    }
+
+    /// A printer that keeps at most `keep` bytes of what it writes (and
+    /// the room to grow of [`Printer::check_limit`]), counting the rest.
+    pub(crate) fn keeping(mut self, keep: usize) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// The length of the whole JSON when the printer dropped part of it,
+    /// whose text must then be printed again.
+    pub(crate) fn dropped_json_len(&self) -> Option<usize> {
+        (self.dropped > 0).then(|| self.dropped + self.out.len())
     }
 
     /// One message level down (see `limits::Depth`); each `enter` that
@@ -66,25 +94,66 @@ impl<'a> Printer<'a> {
     }
 
     /// Stops a printer whose output passed its limit.
+    #[inline]
     pub(super) fn check_limit(&mut self) -> Result {
-        if self.out.len() > self.limit {
+        // Checked for every value written: most find nothing to do.
+        if self.out.len() <= self.quiet_until {
+            return Ok(());
+        }
+        self.check_limit_now()
+    }
+
+    /// [`Printer::check_limit`], whatever the last check found.
+    pub(crate) fn check_limit_now(&mut self) -> Result {
+        if self.out.len() > self.keep {
+            self.dropped += self.out.len();
+            self.out.clear();
+        }
+        if self.dropped + self.out.len() > self.limit {
             self.over_limit = true;
             return Err(format!("its JSON passes {} bytes", self.limit));
         }
         self.grow_within_limit();
+        // Until the JSON passes this length nothing above can happen
+        // (unless the string grew by itself, which only checks again early).
+        let room = match self.limit {
+            usize::MAX => usize::MAX,
+            _ => self.out.capacity().saturating_sub(ROOM),
+        };
+        self.quiet_until = self.keep.min(self.limit - self.dropped).min(room);
         Ok(())
+    }
+
+    /// Whether a value of `len` bytes of JSON is to be written: not when it
+    /// would pass what the printer keeps, where it is only counted. A
+    /// single string can print to six times its size, and growing the
+    /// JSON by all of it at once would copy what is kept beside it.
+    fn keeps(&mut self, len: usize) -> bool {
+        if self.keep == usize::MAX || self.out.len().saturating_add(len) <= self.keep {
+            if len > ROOM {
+                self.out.reserve_exact(len);
+            }
+            return true;
+        }
+        self.dropped = self
+            .dropped
+            .saturating_add(self.out.len())
+            .saturating_add(len);
+        self.out.clear();
+        // The next check weighs what was dropped.
+        self.quiet_until = 0;
+        false
     }
 
     /// Grows the JSON before it fills, to twice its size but never past the
     /// limit and 64 KiB: left to itself, a string that passes the limit by
     /// a byte doubles, and a refused message held 24 times its wire size.
     fn grow_within_limit(&mut self) {
-        const ROOM: usize = 64 << 10;
         let (len, capacity) = (self.out.len(), self.out.capacity());
         if capacity - len >= ROOM || self.limit == usize::MAX {
             return;
         }
-        let most = self.limit.saturating_add(ROOM);
+        let most = self.limit.min(self.keep).saturating_add(ROOM);
         let doubled = capacity.saturating_mul(2);
         // Near the limit, straight to it: one more small step would copy
         // the whole string again.
@@ -230,6 +299,9 @@ impl<'a> Printer<'a> {
     }
 
     pub(super) fn bytes(&mut self, b: &[u8]) {
+        if !self.keeps(b.len().div_ceil(3).saturating_mul(4).saturating_add(2)) {
+            return;
+        }
         self.out.push('"');
         STANDARD.encode_string(b, &mut self.out);
         self.out.push('"');
@@ -286,7 +358,10 @@ impl<'a> Printer<'a> {
     }
 
     pub(super) fn string(&mut self, s: &str) {
-        quote_into(&mut self.out, s);
+        // Short strings are written, and counted if need be, like any value.
+        if s.len() < 1024 || self.keeps(quoted_len(s)) {
+            quote_into(&mut self.out, s);
+        }
     }
 
     /// A key already written as JSON (`"name":`, see `layout.rs`).
@@ -422,6 +497,19 @@ fn seconds_nanos(message: &DynamicMessage) -> (i64, i32) {
 // Keeps `Message` in scope for `DynamicMessage::decode`.
 #[allow(dead_code)]
 fn _assert_message<T: Message>() {}
+
+/// The length of `s` written as a JSON string by [`quote_into`].
+fn quoted_len(s: &str) -> usize {
+    let escapes: usize = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' => 1,
+            0..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    s.len() + escapes + 2
+}
 
 /// Writes `s` as a JSON string.
 pub(super) fn quote_into(out: &mut String, s: &str) {

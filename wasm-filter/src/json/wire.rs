@@ -60,8 +60,10 @@ pub(super) fn print(printer: &mut Printer, desc: &MessageDescriptor, bytes: &[u8
 fn message(printer: &mut Printer, desc: &MessageDescriptor, parts: &[&[u8]]) -> Result {
     printer.enter().map_err(print_err)?;
     printer.wire_level += 1;
-    let result = match printer.layouts.of(desc).well_known {
-        Some(wkt) => well_known(printer, desc, wkt, parts),
+    let layout = printer.layouts.of(desc);
+    let result = match layout.well_known {
+        Some(WellKnown::Timestamp | WellKnown::Duration) => time(printer, desc, &layout, parts),
+        Some(wkt) => well_known(printer, desc, layout, wkt, parts),
         None => {
             printer.out.push('{');
             let mut first = true;
@@ -91,6 +93,9 @@ fn fields(
     first: &mut bool,
 ) -> Result {
     let layout = printer.layouts.of(desc);
+    if layout.singular {
+        return singular(printer, desc, &layout, parts, first);
+    }
     let index = Index::new(
         layout.clone(),
         desc,
@@ -148,9 +153,30 @@ fn one_field(
         printer.quoted_key(key, first);
         return message(printer, desc, &parts);
     }
-    match found.last() {
-        Some(&at) => {
-            let (_, raw) = index.raw_at(at)?;
+    let raw = match found.last() {
+        Some(&at) => Some(index.raw_at(at)?.1),
+        None => None,
+    };
+    scalar_field(printer, layout, position, raw, first)
+}
+
+/// A singular scalar field whose last occurrence is `raw`.
+fn scalar_field(
+    printer: &mut Printer,
+    layout: &Layout,
+    position: usize,
+    raw: Option<Raw>,
+    first: &mut bool,
+) -> Result {
+    let (shape, kind, key) = (
+        layout.shapes[position],
+        &layout.kinds[position],
+        &*layout.keys[position],
+    );
+    // Fields without presence print their default under emit_defaults.
+    let emit = printer.options.emit_defaults && !shape.presence;
+    match raw {
+        Some(raw) => {
             let value = scalar_of(kind, raw).ok_or_else(not_utf8)?;
             if shape.presence || emit || !is_zero(&value) {
                 printer.quoted_key(key, first);
@@ -159,9 +185,38 @@ fn one_field(
         }
         None if emit => {
             printer.quoted_key(key, first);
-            print_default(printer, field)?;
+            print_default(printer, &layout.fields[position])?;
         }
         None => {}
+    }
+    Ok(())
+}
+
+/// The fields of a message of singular scalars (a Point): the last
+/// occurrence of each, found in one walk, with no index to build.
+fn singular(
+    printer: &mut Printer,
+    desc: &MessageDescriptor,
+    layout: &Layout,
+    parts: &[&[u8]],
+    first: &mut bool,
+) -> Result {
+    let level = level(printer);
+    let mut last: SmallVec<[Option<Raw>; 16]> = SmallVec::from_elem(None, layout.fields.len());
+    for part in parts {
+        let mut bytes = *part;
+        while !bytes.is_empty() {
+            let Some((position, _, raw)) = next_field(desc, layout, &mut bytes, level)? else {
+                continue;
+            };
+            // Every string is checked, printed or not, as the general path
+            // decodes them all.
+            check_text_of(layout.shapes[position], raw)?;
+            last[position] = Some(raw);
+        }
+    }
+    for (position, raw) in last.into_iter().enumerate() {
+        scalar_field(printer, layout, position, raw, first)?;
     }
     Ok(())
 }
@@ -207,13 +262,13 @@ fn items(
                 while !rest.is_empty() {
                     printer.check_limit().map_err(print_err)?;
                     let raw = read_value(shape.wire, &mut rest)?;
-                    let value = scalar(field, raw).ok_or_else(not_utf8)?;
+                    let value = scalar_of(&kind, raw).ok_or_else(not_utf8)?;
                     next(printer);
                     print_scalar(printer, &kind, &value).map_err(print_err)?;
                 }
             }
             (_, raw) => {
-                let value = scalar(field, raw).ok_or_else(not_utf8)?;
+                let value = scalar_of(&kind, raw).ok_or_else(not_utf8)?;
                 next(printer);
                 print_scalar(printer, &kind, &value).map_err(print_err)?;
             }
@@ -539,47 +594,67 @@ fn entry_value(
     }
 }
 
+/// A Timestamp or a Duration, read in one walk without an index: lists of
+/// them are common, and an index cost more than their two fields.
+fn time(
+    printer: &mut Printer,
+    desc: &MessageDescriptor,
+    layout: &Layout,
+    parts: &[&[u8]],
+) -> Result {
+    let (mut seconds, mut nanos) = (0, 0);
+    let level = level(printer);
+    for part in parts {
+        let mut bytes = *part;
+        while !bytes.is_empty() {
+            let Some((position, _, raw)) = next_field(desc, layout, &mut bytes, level)? else {
+                continue;
+            };
+            // The last occurrence wins.
+            match (
+                layout.numbers[position],
+                scalar_of(&layout.kinds[position], raw),
+            ) {
+                (1, Some(Scalar::Other(Value::I64(s)))) => seconds = s,
+                (2, Some(Scalar::Other(Value::I32(n)))) => nanos = n,
+                _ => return Err(Stop::General),
+            }
+        }
+    }
+    // Written in place: the text needs no escaping.
+    printer.out.push('"');
+    let (written, what) = if layout.well_known == Some(WellKnown::Timestamp) {
+        (
+            wkt::write_timestamp(seconds, nanos, &mut printer.out),
+            "timestamp",
+        )
+    } else {
+        (
+            wkt::write_duration(seconds, nanos, &mut printer.out),
+            "duration",
+        )
+    };
+    if !written {
+        return Err(Stop::Print(format!(
+            "{what} out of range: {seconds}s {nanos}ns"
+        )));
+    }
+    printer.out.push('"');
+    Ok(())
+}
+
 fn well_known(
     printer: &mut Printer,
     desc: &MessageDescriptor,
+    layout: Rc<Layout>,
     wkt: WellKnown,
     parts: &[&[u8]],
 ) -> Result {
-    let layout = printer.layouts.of(desc);
     let index = Index::new(layout, desc, parts, level(printer), &mut printer.layouts)?;
     let field = |number: u32| index.field(number);
     match wkt {
-        WellKnown::Timestamp | WellKnown::Duration => {
-            let (s, found) = field(1)?;
-            let seconds = match index.last(s, found)? {
-                Some(Scalar::Other(Value::I64(s))) => s,
-                _ => 0,
-            };
-            let (n, found) = field(2)?;
-            let nanos = match index.last(n, found)? {
-                Some(Scalar::Other(Value::I32(n))) => n,
-                _ => 0,
-            };
-            // Written in place: the text needs no escaping.
-            printer.out.push('"');
-            let (written, what) = if wkt == WellKnown::Timestamp {
-                (
-                    wkt::write_timestamp(seconds, nanos, &mut printer.out),
-                    "timestamp",
-                )
-            } else {
-                (
-                    wkt::write_duration(seconds, nanos, &mut printer.out),
-                    "duration",
-                )
-            };
-            if !written {
-                return Err(Stop::Print(format!(
-                    "{what} out of range: {seconds}s {nanos}ns"
-                )));
-            }
-            printer.out.push('"');
-        }
+        // Printed by `time`.
+        WellKnown::Timestamp | WellKnown::Duration => return Err(Stop::General),
         WellKnown::Wrapper => {
             let (value_field, found) = field(1)?;
             match index.last(value_field, found)? {
