@@ -112,6 +112,20 @@ pub fn responses(size: usize) -> Vec<(&'static str, &'static str, Vec<u8>)> {
             text
         }),
         (
+            "long enum names, then control characters (refused)",
+            "amp.Lists",
+            {
+                // Within the limit until the string, which passes it after
+                // the last check of the list (an attacker's review).
+                let mut bytes = packed(1, &vec![1; size / 10]);
+                let text = size - size / 10;
+                bytes.push(field(5, 2));
+                prost::encoding::encode_varint(text as u64, &mut bytes);
+                bytes.extend(vec![1; text]);
+                bytes
+            },
+        ),
+        (
             "1-char strings",
             "amp.Lists",
             [field(5, 2), 1, b'x'].repeat(size / 3),

@@ -87,6 +87,26 @@ message Text { string s = 1; bytes b = 2; }
         let mut bytes = [0x12, 0x01, b'a'].repeat(50_000);
         bytes.extend([0x12, 0x01, b'z']);
         assert_eq!(print("cost.Text", &bytes).unwrap(), r#"{"b":"eg=="}"#);
+        // A string replaced later is still checked, as the general path
+        // decodes it (the flat path printed {"s":"a"}).
+        let err = print("cost.Text", &[0x0a, 0x01, 0xff, 0x0a, 0x01, b'a']).unwrap_err();
+        assert_eq!(err.response_code(), Code::Internal, "{err}");
+    }
+
+    #[test]
+    fn a_large_string_kept_leaves_room_after_it() {
+        // An unknown field sends the message to the wire path; the string
+        // of control characters prints 6 bytes per byte, within what the
+        // printer keeps. Reserved exactly, the closing brace doubled it.
+        let mut bytes = vec![0xfa, 0x06];
+        prost::encoding::encode_varint(500_000, &mut bytes);
+        bytes.extend(vec![b'x'; 500_000]);
+        bytes.push(0x0a);
+        prost::encoding::encode_varint(500_000, &mut bytes);
+        bytes.extend(vec![0x01; 500_000]);
+        let json = print("cost.Text", &bytes).unwrap();
+        assert_eq!(json.len(), 3_000_008);
+        assert!(json.capacity() < 3_300_000, "{}", json.capacity());
     }
 
     fn packed(field: u8, values: &[u8]) -> Vec<u8> {

@@ -101,14 +101,22 @@ fn read<'a>(desc: &MessageDescriptor, mut bytes: &'a [u8]) -> Option<Fields<'a>>
     let mut places = desc
         .fields()
         .enumerate()
-        .map(|(place, f)| Some((f.number(), place, wire_type_of(&f.kind())?)))
-        .collect::<Option<SmallVec<[(u32, usize, WireType); 16]>>>()?;
+        .map(|(place, f)| {
+            let kind = f.kind();
+            Some((
+                f.number(),
+                place,
+                wire_type_of(&kind)?,
+                kind == Kind::String,
+            ))
+        })
+        .collect::<Option<SmallVec<[(u32, usize, WireType, bool); 16]>>>()?;
     places.sort_unstable_by_key(|&(number, ..)| number);
     let mut last: Fields = smallvec![None; places.len()];
     while !bytes.is_empty() {
         let (number, wire_type) = decode_key(&mut bytes).ok()?;
         let at = places.binary_search_by_key(&number, |&(n, ..)| n).ok()?;
-        let (_, place, expected) = places[at];
+        let (_, place, expected, string) = places[at];
         if wire_type != expected {
             return None;
         }
@@ -131,6 +139,11 @@ fn read<'a>(desc: &MessageDescriptor, mut bytes: &'a [u8]) -> Option<Fields<'a>>
                 }
                 let (head, rest) = bytes.split_at(len);
                 bytes = rest;
+                // Every string is checked, kept or replaced later, as the
+                // general path decodes them all.
+                if string && std::str::from_utf8(head).is_err() {
+                    return None;
+                }
                 Raw::Delimited(head)
             }
             WireType::StartGroup | WireType::EndGroup => return None,

@@ -231,16 +231,26 @@ fn print_within_cost(
     let mut printer = print::Printer::new(options, capacity.min(limit))
         .with_limit(limit)
         .keeping(cost::kept_json_bytes(wire_len));
-    let mut printed = print(&mut printer);
-    if let (Ok(()), Some(len)) = (&printed, printer.dropped_json_len()) {
-        drop(printer);
-        printer = print::Printer::new(options, len + print::ROOM).with_limit(limit);
-        printed = print(&mut printer);
-    }
     // Checked once more at the end, so that every path refuses exactly the
     // messages whose JSON passes the limit, wherever a printer happened to
-    // check.
-    let printed = printed.and_then(|()| printer.check_limit_now().map_err(wire::Stop::Print));
+    // check; and before a second pass, which must not reserve more.
+    let mut printed =
+        print(&mut printer).and_then(|()| printer.check_limit_now().map_err(wire::Stop::Print));
+    if let (Ok(()), Some(len)) = (&printed, printer.dropped_json_len()) {
+        // The first pass's JSON goes before the second's is reserved.
+        drop(std::mem::take(&mut printer.out));
+        let mut out = String::new();
+        if out
+            .try_reserve_exact(len.saturating_add(print::ROOM))
+            .is_err()
+        {
+            return Some(Err(too_costly(desc, wire_len, limit)));
+        }
+        printer = print::Printer::new(options, 0).with_limit(limit);
+        printer.out = out;
+        printed =
+            print(&mut printer).and_then(|()| printer.check_limit_now().map_err(wire::Stop::Print));
+    }
     Some(match printed {
         Ok(()) => Ok(printer.out),
         Err(wire::Stop::General) => return None,
@@ -248,14 +258,18 @@ fn print_within_cost(
             message_type: desc.full_name().to_string(),
             reason,
         }),
-        Err(wire::Stop::Print(_)) if printer.over_limit => Err(Error::TooCostly {
-            message_type: desc.full_name().to_string(),
-            reason: format!(
-                "its JSON passes {limit} bytes, {MAX_JSON_PER_BYTE} per byte of its {wire_len} (and 64 KiB more)",
-            ),
-        }),
+        Err(wire::Stop::Print(_)) if printer.over_limit => Err(too_costly(desc, wire_len, limit)),
         Err(wire::Stop::Print(reason)) => Err(encode_error(desc, reason)),
     })
+}
+
+fn too_costly(desc: &MessageDescriptor, wire_len: usize, limit: usize) -> Error {
+    Error::TooCostly {
+        message_type: desc.full_name().to_string(),
+        reason: format!(
+            "its JSON passes {limit} bytes, {MAX_JSON_PER_BYTE} per byte of its {wire_len} (and 64 KiB more)",
+        ),
+    }
 }
 
 fn encode_error(desc: &MessageDescriptor, reason: String) -> Error {

@@ -97,7 +97,7 @@ impl<'a> Printer<'a> {
     #[inline]
     pub(super) fn check_limit(&mut self) -> Result {
         // Checked for every value written: most find nothing to do.
-        if self.out.len() <= self.quiet_until {
+        if self.out.len() < self.quiet_until {
             return Ok(());
         }
         self.check_limit_now()
@@ -114,7 +114,7 @@ impl<'a> Printer<'a> {
             return Err(format!("its JSON passes {} bytes", self.limit));
         }
         self.grow_within_limit();
-        // Until the JSON passes this length nothing above can happen
+        // Until the JSON reaches this length nothing above can happen
         // (unless the string grew by itself, which only checks again early).
         let room = match self.limit {
             usize::MAX => usize::MAX,
@@ -131,7 +131,8 @@ impl<'a> Printer<'a> {
     fn keeps(&mut self, len: usize) -> bool {
         if self.keep == usize::MAX || self.out.len().saturating_add(len) <= self.keep {
             if len > ROOM {
-                self.out.reserve_exact(len);
+                // With room after it: what follows must not double it.
+                self.out.reserve_exact(len.saturating_add(ROOM));
             }
             return true;
         }
@@ -140,7 +141,7 @@ impl<'a> Printer<'a> {
             .saturating_add(self.out.len())
             .saturating_add(len);
         self.out.clear();
-        // The next check weighs what was dropped.
+        // The next check weighs what was dropped, even with nothing kept.
         self.quiet_until = 0;
         false
     }
