@@ -17,7 +17,7 @@ use crate::json::MessageType;
 /// google/api and google/rpc files, written for this project and bundled so
 /// that `import "google/api/annotations.proto"` just works. The well-known
 /// google/protobuf types come with protox.
-const BUNDLED: [(&str, &str); 5] = [
+const BUNDLED: [(&str, &str); 6] = [
     (
         "google/api/http.proto",
         include_str!("../../protos/google/api/http.proto"),
@@ -25,6 +25,10 @@ const BUNDLED: [(&str, &str); 5] = [
     (
         "google/api/annotations.proto",
         include_str!("../../protos/google/api/annotations.proto"),
+    ),
+    (
+        "google/api/httpbody.proto",
+        include_str!("../../protos/google/api/httpbody.proto"),
     ),
     (
         "google/rpc/status.proto",

@@ -22,6 +22,7 @@ use super::contract::{
 };
 use super::held::Held;
 use super::host::{self, *};
+use super::http_body::{self, At, RawBody};
 use super::id_map::IdMap;
 use super::pairs;
 use super::transcoder::{self, Reply, Route};
@@ -50,6 +51,8 @@ pub struct Call {
     /// A unary call made as a stream (see [`unary_as_stream`]): its answer
     /// waits for the call's end.
     unary_stream: bool,
+    /// An HttpBody response gathered for the final reply.
+    raw: Option<RawBody>,
 }
 
 thread_local! {
@@ -284,6 +287,9 @@ pub fn on_message(
             ))
         }
     };
+    if let Some(at) = route.response_http_body() {
+        return on_raw_message(config, route, call, at, &bytes);
+    }
     let json = match transcoder::decode_message(config, route, &bytes) {
         Ok(json) => json,
         Err(status) => return Some(fail(config, call, status)),
@@ -300,7 +306,49 @@ pub fn on_message(
     if !call.unary_stream && deliver(call, context_id, &json) {
         return None;
     }
-    call.message_bytes += json.len();
+    if let Some(reply) = gather(config, call, json.len()) {
+        return Some(reply);
+    }
+    call.messages.push(json);
+    None
+}
+
+/// A message of a route whose response is an HttpBody: its data is the
+/// HTTP body (a stream's, one message's after another), and the first
+/// message's content type is the body's.
+fn on_raw_message(
+    config: &FilterConfig,
+    route: &Route,
+    call: &mut Call,
+    at: At,
+    bytes: &[u8],
+) -> Option<Reply> {
+    let body = match http_body::decode(&route.method.output(), at, bytes) {
+        Ok(body) => body,
+        Err(e) => {
+            let status = Status::new(e.response_code(), e.to_string());
+            return Some(fail(config, call, status));
+        }
+    };
+    if route.method.streaming() == StreamingKind::Unary && !call.unary_stream {
+        forget(call.token);
+        return Some(Reply::raw(body));
+    }
+    if let Some(reply) = gather(config, call, body.data.len()) {
+        return Some(reply);
+    }
+    match &mut call.raw {
+        Some(raw) => raw.data.extend_from_slice(&body.data),
+        None => call.raw = Some(body),
+    }
+    None
+}
+
+/// Counts `added` bytes more gathered for the final reply against the
+/// response limit and the VM's budget; the reply that ends the call when
+/// either is passed.
+fn gather(config: &FilterConfig, call: &mut Call, added: usize) -> Option<Reply> {
+    call.message_bytes += added;
     if call.message_bytes > config.max_response_bytes {
         return Some(over_limit(config, call, call.message_bytes));
     }
@@ -311,7 +359,6 @@ pub fn on_message(
         let status = transcoder::over_budget_status(over.others, over.budget);
         return Some(fail(config, call, status));
     }
-    call.messages.push(json);
     None
 }
 
@@ -330,6 +377,7 @@ fn over_limit(config: &FilterConfig, call: &mut Call, size: usize) -> Reply {
 fn drop_messages(call: &mut Call) -> Vec<String> {
     call.held.release();
     call.message_bytes = 0;
+    call.raw = None;
     std::mem::take(&mut call.messages)
 }
 
@@ -353,7 +401,7 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
     let code = if code == 0 { reported } else { code };
     // A unary answer through a stream ends here, its one message gathered.
     let answered = route.method.streaming() != StreamingKind::Unary
-        || (call.unary_stream && !call.messages.is_empty());
+        || (call.unary_stream && (!call.messages.is_empty() || call.raw.is_some()));
     let status = if code == 0 && answered {
         Status::ok()
     } else {
@@ -377,6 +425,12 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
         } else {
             Reply::error(config, &status)
         };
+    }
+    if let (Some(_), true) = (route.response_http_body(), status.is_ok()) {
+        // An HttpBody stream: its data gathered, or none.
+        let raw = call.raw.take().unwrap_or_default();
+        let _ = drop_messages(call);
+        return Reply::raw(raw);
     }
     transcoder::reply_from_messages(config, route, drop_messages(call), &status)
 }
@@ -428,7 +482,8 @@ pub fn cancel(call: &Call) {
 /// headers, `grpc-trailer-*`).
 pub fn reply_headers(call: &Call, reply: &Reply) -> Vec<u8> {
     let mut map = pairs::Builder::with_capacity(8, 192);
-    map.push(b"", b"content-type", b"application/json");
+    let (content_type, _) = reply.content();
+    map.push(b"", b"content-type", content_type.as_bytes());
     let mut code = itoa::Buffer::new();
     map.push(
         b"",

@@ -8,6 +8,7 @@
 use prost_reflect::{Kind, MessageDescriptor, Value as Reflect};
 use serde_json::{Map, Value};
 
+use super::http_body::{self, At};
 use crate::descriptors::Method;
 use crate::json::JsonOptions;
 use crate::limits::{MAX_FIELD_PATH_BYTES, MAX_NESTING};
@@ -232,6 +233,10 @@ pub struct Binding {
     /// "" (the whole response) or a field name.
     pub response_body: String,
     pub method: Method,
+    /// Where the request holds the HttpBody the HTTP body fills raw.
+    pub request_http_body: Option<At>,
+    /// Where the response holds the HttpBody that is the HTTP body.
+    pub response_http_body: Option<At>,
 }
 
 /// The bindings a method declares with `option (google.api.http)`, and
@@ -281,11 +286,18 @@ fn collect(
         });
     if let Some((http_method, path)) = pattern {
         let binding = Template::parse(&path).and_then(|template| {
+            let (body, response_body) = (text("body"), text("response_body"));
+            let request_http_body = match body.as_str() {
+                "" => None,
+                selector => http_body::at(&method.input(), selector),
+            };
             let binding = Binding {
                 http_method: http_method.clone(),
                 template,
-                body: text("body"),
-                response_body: text("response_body"),
+                response_http_body: http_body::at(&method.output(), &response_body),
+                request_http_body,
+                body,
+                response_body,
                 method: method.clone(),
             };
             check_fields(&binding).map(|()| binding)
@@ -339,16 +351,23 @@ pub fn request_message(
     binding: &Binding,
     vars: PathVars,
     query: &str,
-    body: &[u8],
+    body: (&[u8], Option<&str>),
     options: &JsonOptions,
 ) -> Result<Vec<u8>, String> {
+    let (body, content_type) = body;
     let input = binding.method.input_type();
     let empty = body.iter().all(u8::is_ascii_whitespace);
-    let mut message = match binding.body.as_str() {
-        "" => Ok(Vec::new()),
-        _ if empty => Ok(Vec::new()),
-        "*" => input.json_to_protobuf(body, options),
-        field => input.field_json_to_protobuf(field, body, options),
+    let mut message = match (binding.request_http_body, binding.body.as_str()) {
+        // Raw, whatever it holds.
+        (Some(at), _) => Ok(http_body::encode(
+            at,
+            content_type.unwrap_or_default(),
+            body,
+        )),
+        (None, "") => Ok(Vec::new()),
+        (None, _) if empty => Ok(Vec::new()),
+        (None, "*") => input.json_to_protobuf(body, options),
+        (None, field) => input.field_json_to_protobuf(field, body, options),
     }
     .map_err(|e| e.to_string())?;
     let mut line = Value::Object(Map::new());
@@ -688,7 +707,7 @@ service S {
     fn request(binding: &Binding, path: &str, query: &str, body: &[u8]) -> Result<String, String> {
         let vars = binding.template.matches(path).unwrap();
         let options = JsonOptions::default();
-        let bytes = request_message(binding, vars, query, body, &options)?;
+        let bytes = request_message(binding, vars, query, (body, None), &options)?;
         Ok(binding
             .method
             .input_type()

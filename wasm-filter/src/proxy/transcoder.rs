@@ -11,6 +11,7 @@ use crate::json::JsonOptions;
 use crate::status::Status;
 
 use super::config::{FilterConfig, StreamFormat};
+use super::http_body::{At, RawBody};
 use super::http_rule::{
     check_request_line as check_line, path_verb, request_message, response_part, Binding, PathVars,
 };
@@ -23,6 +24,8 @@ pub struct Reply {
     pub body: String,
     /// The gRPC outcome the reply reports (OK for messages).
     pub code: Code,
+    /// An HttpBody answer: these bytes and their type instead of `body`.
+    pub raw: Option<RawBody>,
 }
 
 impl Reply {
@@ -36,6 +39,7 @@ impl Reply {
             http_status,
             body: status_to_json(&config.registry, status, &config.json),
             code: status.code,
+            raw: None,
         }
     }
 
@@ -51,6 +55,7 @@ impl Reply {
             http_status: status.code.to_http_status(),
             body: body.to_string(),
             code: status.code,
+            raw: None,
         }
     }
 
@@ -59,6 +64,23 @@ impl Reply {
             http_status: 200,
             body,
             code: Code::Ok,
+            raw: None,
+        }
+    }
+
+    /// An HttpBody answer (see `http_body`).
+    pub fn raw(raw: RawBody) -> Reply {
+        Reply {
+            raw: Some(raw),
+            ..Reply::ok(String::new())
+        }
+    }
+
+    /// The reply's Content-Type and bytes.
+    pub fn content(&self) -> (&str, &[u8]) {
+        match &self.raw {
+            Some(raw) => (&raw.content_type, &raw.data),
+            None => ("application/json", self.body.as_bytes()),
         }
     }
 }
@@ -71,6 +93,9 @@ pub struct Route {
     pub binding: Option<(Binding, PathVars, String)>,
     /// This request's own JSON options (trusted embedders), else the configuration's.
     pub json: Option<JsonOptions>,
+    /// The request's Content-Type, kept where a binding's body is an
+    /// HttpBody (see `http_body`).
+    pub content_type: Option<String>,
 }
 
 impl Route {
@@ -79,7 +104,14 @@ impl Route {
             method,
             binding,
             json: None,
+            content_type: None,
         }
+    }
+
+    /// Where the response holds the HttpBody that is the HTTP body, when
+    /// it does.
+    pub fn response_http_body(&self) -> Option<At> {
+        self.binding.as_ref()?.0.response_http_body
     }
 
     pub fn json<'a>(&'a self, config: &'a FilterConfig) -> &'a JsonOptions {
@@ -140,10 +172,14 @@ pub fn plan(
     {
         if let Some(vars) = binding.template.matches_verb(path, verb) {
             let method = binding.method.clone();
-            return Plan::Transcode(Route::new(
+            let mut route = Route::new(
                 method,
                 Some((binding.clone(), vars, query_text(config, query))),
-            ));
+            );
+            if binding.request_http_body.is_some() {
+                route.content_type = content_type.map(str::to_string);
+            }
+            return Plan::Transcode(route);
         }
     }
     if http_method != "POST" {
@@ -243,6 +279,7 @@ pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
     let options = route.json(config);
     let message = match &route.binding {
         Some((binding, vars, query)) => {
+            let body = (body, route.content_type.as_deref());
             request_message(binding, vars.clone(), query, body, options)
         }
         None if body.iter().all(u8::is_ascii_whitespace) => Ok(Vec::new()),
@@ -307,6 +344,7 @@ pub fn reply_from_messages(
                 http_status: status.code.to_http_status(),
                 body: format!("[{}]", messages.join(",")),
                 code: status.code,
+                raw: None,
             };
         }
         return Reply::error(config, status);
@@ -610,7 +648,8 @@ mod tests {
             Reply {
                 http_status: 200,
                 body: r#"{"message":"y"}"#.into(),
-                code: Code::Ok
+                code: Code::Ok,
+                raw: None,
             }
         );
         let err = decode_response(
@@ -625,7 +664,8 @@ mod tests {
             Reply {
                 http_status: 404,
                 body: r#"{"code":5,"message":"gone","details":[]}"#.into(),
-                code: Code::NotFound
+                code: Code::NotFound,
+                raw: None,
             }
         );
         let truncated = decode_response(

@@ -54,7 +54,8 @@ fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Repl
         return;
     }
     let headers = callout_host::reply_headers(call, reply);
-    if let Err(s) = send_reply_map(reply.http_status, reply_details(), &reply.body, &headers) {
+    let (_, body) = reply.content();
+    if let Err(s) = send_reply_map(reply.http_status, reply_details(), body, &headers) {
         log(
             LogLevel::Error,
             &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
@@ -81,25 +82,26 @@ pub(super) fn start(
     start_prepared(stream, context_id, route, call, end_of_stream)
 }
 
-/// Transcoding mode, a request without a body for a binding: Envoy lets no
-/// filter add the body the upstream needs, so the filter makes the call
-/// itself, to the cluster the proxy routed the request to, as callout mode
-/// would (a server stream comes back gathered into one array).
+/// Transcoding mode, a binding the upstream cannot be sent as it came (see
+/// `calls_on_route` in `filter`): the filter makes the call itself, to the
+/// cluster the proxy routed the request to, as callout mode would (a
+/// server stream comes back gathered).
 pub(super) fn start_on_route(
     stream: &mut Stream,
     context_id: u32,
     route: Route,
     headers: &HeaderMap,
+    end_of_stream: bool,
 ) -> u32 {
     let Some(cluster) = route_cluster() else {
         let status = Status::new(
             Code::Unimplemented,
-            "this request has no body, and the host names no cluster for its route (property xds.cluster_name) to call instead: bodiless bindings need the filter's callout mode (\"callout\" in the configuration)",
+            "the host names no cluster for this request's route (property xds.cluster_name) for the filter to call: bodiless bindings and HttpBody responses need the filter's callout mode (\"callout\" in the configuration)",
         );
         return answer(stream, &Reply::error(&stream.config, &status));
     };
     let call = callout_host::prepare_with(&Callout::to_cluster(cluster), headers);
-    start_prepared(stream, context_id, route, call, true)
+    start_prepared(stream, context_id, route, call, end_of_stream)
 }
 
 /// The cluster Envoy routed the request to.

@@ -171,8 +171,8 @@ pub extern "C" fn proxy_on_request_headers(
             Plan::Transcode(route) if stream.config.callout.is_some() => {
                 callout_mode::start(stream, context_id, route, &headers, end_of_stream)
             }
-            Plan::Transcode(route) if end_of_stream && calls_for_bodiless(&route) => {
-                callout_mode::start_on_route(stream, context_id, route, &headers)
+            Plan::Transcode(route) if calls_on_route(&route, end_of_stream) => {
+                callout_mode::start_on_route(stream, context_id, route, &headers, end_of_stream)
             }
             Plan::Transcode(route) => transcoding::request_headers(
                 stream,
@@ -200,13 +200,19 @@ pub extern "C" fn proxy_on_request_body(
     })
 }
 
-/// Whether a request without a body for `route` becomes a call of the
-/// filter's own: a binding's fields come from the path and query, and
-/// Envoy lets no filter add the body the upstream needs (a host that does,
-/// ngx_wasm_module, gets the body in `transcoding`).
-fn calls_for_bodiless(route: &transcoder::Route) -> bool {
+/// Whether a request for `route` in transcoding mode becomes a call of the
+/// filter's own, to the route's cluster: where a binding's fields come
+/// from the path and query alone, as Envoy lets no filter add the body the
+/// upstream needs (a host that does, ngx_wasm_module, gets the body in
+/// `transcoding`); and where the response is an HttpBody, as its
+/// Content-Type comes with the message, after the response headers have
+/// left (a filter on Envoy cannot hold them and still see the body).
+fn calls_on_route(route: &transcoder::Route, end_of_stream: bool) -> bool {
     let host = host_kind();
-    route.binding.is_some() && host.has_grpc_calls() && !host.sets_request_body_at_headers()
+    let bodiless = end_of_stream && !host.sets_request_body_at_headers();
+    route.binding.is_some()
+        && host.has_grpc_calls()
+        && (bodiless || route.response_http_body().is_some())
 }
 
 /// A request that ends with trailers ends here, not in a body callback.

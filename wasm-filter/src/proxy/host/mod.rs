@@ -340,15 +340,20 @@ pub fn send_reply(
     body: &str,
     headers: &[(&str, &[u8])],
 ) -> Result<(), HostStatus> {
-    send_reply_map(http_status, details, body, &pairs::serialize(headers))
+    send_reply_map(
+        http_status,
+        details,
+        body.as_bytes(),
+        &pairs::serialize(headers),
+    )
 }
 
 /// [`send_reply`] with the headers already serialized.
 pub fn send_reply_map(
     http_status: u16,
     details: &str,
-    body: &str,
+    body: &[u8],
     map: &[u8],
 ) -> Result<(), HostStatus> {
-    current().send_local_response(u32::from(http_status), details, body.as_bytes(), map)
+    current().send_local_response(u32::from(http_status), details, body, map)
 }
