@@ -46,6 +46,10 @@ def handlers(files, httpbody):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no file {name}")
         if name == "empty":
             return b""
+        if name == "evil":
+            # A header of the upstream's own, if the filter let it through.
+            return httpbody.HttpBody(content_type="text/plain\r\nset-cookie: sid=evil",
+                                     data=b"x").SerializeToString()
         return httpbody.HttpBody(content_type="text/plain; charset=utf-8",
                                  data=f"hello {name}".encode()).SerializeToString()
 

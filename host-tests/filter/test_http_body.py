@@ -105,6 +105,12 @@ def test_an_http_body_answer_is_its_bytes_with_its_own_content_type(files):
     # Content-Type with an empty local reply).
     status, raw, headers = exchange(files, "GET", "/v1/files/empty")
     assert (status, raw, headers["content-length"]) == (200, b"", "0"), raw[:300]
+    # A content type that is no header value (here, one that would split
+    # an HTTP/1.1 response) is refused, not sent.
+    status, raw, headers = exchange(files, "GET", "/v1/files/evil")
+    assert (status, headers["content-type"], "set-cookie" in headers) == (500, "application/json", False), raw
+    assert json.loads(raw)["message"] == ("cannot transcode google.api.HttpBody: its content_type (32 bytes) is no "
+                                          "header value: visible ASCII, at most 1024 bytes"), raw
     # A failure is a JSON error, as for any method.
     status, raw, headers = exchange(files, "GET", "/v1/files/missing")
     assert (status, headers["content-type"]) == (404, "application/json"), raw[:300]

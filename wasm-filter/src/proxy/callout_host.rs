@@ -287,7 +287,7 @@ pub fn on_message(
             ))
         }
     };
-    if let Some(at) = route.response_http_body() {
+    if let Some(at) = raw_response(route) {
         return on_raw_message(config, route, call, at, &bytes);
     }
     let json = match transcoder::decode_message(config, route, &bytes) {
@@ -323,25 +323,46 @@ fn on_raw_message(
     at: At,
     bytes: &[u8],
 ) -> Option<Reply> {
-    let body = match http_body::decode(&route.method.output(), at, bytes) {
+    let body = match http_body::decode(at, bytes) {
         Ok(body) => body,
-        Err(e) => {
-            let status = Status::new(e.response_code(), e.to_string());
-            return Some(fail(config, call, status));
+        Err(reason) => {
+            let output = route.method.output();
+            let reason = format!("cannot transcode {}: {reason}", output.full_name());
+            return Some(fail(config, call, Status::new(Code::Internal, reason)));
         }
     };
-    if route.method.streaming() == StreamingKind::Unary && !call.unary_stream {
+    let unary = route.method.streaming() == StreamingKind::Unary;
+    if unary && !call.unary_stream {
         forget(call.token);
         return Some(Reply::raw(body));
     }
-    if let Some(reply) = gather(config, call, body.data.len()) {
+    if unary && call.raw.is_some() {
+        // As the JSON path answers a unary call that sends more.
+        let status = Status::new(Code::Internal, "expected one response message, got 2");
+        return Some(fail(config, call, status));
+    }
+    // The type is held too (the first message's, at most 1 KiB).
+    let added = body.data.len() + call.raw.as_ref().map_or(body.content_type.len(), |_| 0);
+    if let Some(reply) = gather(config, call, added) {
         return Some(reply);
     }
     match &mut call.raw {
-        Some(raw) => raw.data.extend_from_slice(&body.data),
+        Some(raw) => {
+            if raw.data.try_reserve_exact(body.data.len()).is_err() {
+                let status = Status::new(Code::ResourceExhausted, "cannot hold the response");
+                return Some(fail(config, call, status));
+            }
+            raw.data.extend_from_slice(&body.data);
+        }
         None => call.raw = Some(body),
     }
     None
+}
+
+/// Where the response an HttpBody route answers raw lies: not for the
+/// OpenResty shim, whose Lua API reads JSON.
+fn raw_response(route: &Route) -> Option<At> {
+    route.response_http_body().filter(|_| !host::is_shim())
 }
 
 /// Counts `added` bytes more gathered for the final reply against the
@@ -426,7 +447,7 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
             Reply::error(config, &status)
         };
     }
-    if let (Some(_), true) = (route.response_http_body(), status.is_ok()) {
+    if let (Some(_), true) = (raw_response(route), status.is_ok()) {
         // An HttpBody stream: its data gathered, or none.
         let raw = call.raw.take().unwrap_or_default();
         let _ = drop_messages(call);

@@ -2,11 +2,11 @@
 //! one, the HTTP body is not JSON but the bytes themselves (an upload, a
 //! download), with the message's `content_type` as its Content-Type.
 
-use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
-use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, Value};
-
-use crate::error::Error;
-use crate::json::decode_message;
+use prost::encoding::{
+    decode_key, decode_varint, encode_key, encode_varint, encoded_len_varint, key_len, skip_field,
+    DecodeContext, WireType,
+};
+use prost_reflect::{Kind, MessageDescriptor};
 
 const FULL_NAME: &str = "google.api.HttpBody";
 const CONTENT_TYPE: u32 = 1;
@@ -95,36 +95,105 @@ pub fn encode(at: At, content_type: &str, data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The HttpBody at `at` of a response message of type `desc`. A message
-/// without it set answers an empty body of the default type.
-pub fn decode(desc: &MessageDescriptor, at: At, bytes: &[u8]) -> Result<RawBody, Error> {
-    let message = decode_message(desc, bytes)?;
-    let field = match at {
-        At::Whole => None,
-        At::Field(number) => Some(message.get_field_by_number(number)),
+/// The HttpBody at `at` of a response message, read from its wire bytes
+/// as a protobuf parser merges them (a field given again replaces the
+/// earlier value, occurrences of the message field merge). Everything else
+/// is skipped, not built: a message decoded whole held up to 28 times its
+/// size (issue 26). Its `content_type` becomes a response header, so it
+/// must be one: visible ASCII, spaces and tabs, at most
+/// [`MAX_CONTENT_TYPE_BYTES`].
+pub fn decode(at: At, mut bytes: &[u8]) -> Result<RawBody, String> {
+    let mut found = Found::default();
+    match at {
+        At::Whole => found.read(bytes)?,
+        At::Field(number) => {
+            while !bytes.is_empty() {
+                let (tag, wire_type) = decode_key(&mut bytes).map_err(|e| e.to_string())?;
+                if tag == number {
+                    found.read(delimited(wire_type, &mut bytes)?)?;
+                } else {
+                    skip_field(wire_type, tag, &mut bytes, DecodeContext::default())
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+    }
+    let content_type = match found.content_type {
+        None | Some(b"") => DEFAULT_CONTENT_TYPE,
+        Some(value) if is_header_value(value) => {
+            std::str::from_utf8(value).map_err(|e| e.to_string())?
+        }
+        Some(value) => {
+            return Err(format!(
+                "its content_type ({} bytes) is no header value: visible ASCII, at most {MAX_CONTENT_TYPE_BYTES} bytes",
+                value.len()
+            ))
+        }
     };
-    let body: &DynamicMessage = match &field {
-        None => &message,
-        Some(Some(value)) => match value.as_ref() {
-            Value::Message(inner) => inner,
-            _ => return Ok(RawBody::default()),
-        },
-        Some(None) => return Ok(RawBody::default()),
-    };
-    let content_type = match body.get_field_by_number(CONTENT_TYPE).as_deref() {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        _ => DEFAULT_CONTENT_TYPE.to_string(),
-    };
-    let data = match body.get_field_by_number(DATA).as_deref() {
-        Some(Value::Bytes(b)) => b.to_vec(),
-        _ => Vec::new(),
-    };
-    Ok(RawBody { content_type, data })
+    let mut data = Vec::new();
+    data.try_reserve_exact(found.data.len())
+        .map_err(|e| e.to_string())?;
+    data.extend_from_slice(found.data);
+    Ok(RawBody {
+        content_type: content_type.to_string(),
+        data,
+    })
+}
+
+/// The longest `content_type` an HttpBody answer may carry: it is sent as
+/// a header, and hosts refuse or cut longer header blocks.
+pub const MAX_CONTENT_TYPE_BYTES: usize = 1024;
+
+fn is_header_value(value: &[u8]) -> bool {
+    value.len() <= MAX_CONTENT_TYPE_BYTES
+        && value
+            .iter()
+            .all(|&b| b == b' ' || b == b'\t' || b.is_ascii_graphic())
+}
+
+/// The last `content_type` and `data` of an HttpBody's occurrences.
+#[derive(Default)]
+struct Found<'a> {
+    content_type: Option<&'a [u8]>,
+    data: &'a [u8],
+}
+
+impl<'a> Found<'a> {
+    fn read(&mut self, mut bytes: &'a [u8]) -> Result<(), String> {
+        while !bytes.is_empty() {
+            let (tag, wire_type) = decode_key(&mut bytes).map_err(|e| e.to_string())?;
+            match tag {
+                CONTENT_TYPE => self.content_type = Some(delimited(wire_type, &mut bytes)?),
+                DATA => self.data = delimited(wire_type, &mut bytes)?,
+                // The extensions and anything unknown.
+                _ => skip_field(wire_type, tag, &mut bytes, DecodeContext::default())
+                    .map_err(|e| e.to_string())?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A length-delimited value; any other wire type is malformed, as a
+/// parser finds it for a string, bytes or message field.
+fn delimited<'a>(wire_type: WireType, bytes: &mut &'a [u8]) -> Result<&'a [u8], String> {
+    if wire_type != WireType::LengthDelimited {
+        return Err(format!("invalid wire type: {wire_type:?}"));
+    }
+    let len = decode_varint(bytes).map_err(|e| e.to_string())?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&len| len <= bytes.len())
+        .ok_or("buffer underflow")?;
+    let (value, rest) = bytes.split_at(len);
+    *bytes = rest;
+    Ok(value)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::decode_message;
     use crate::Registry;
 
     const PROTO: &str = r#"syntax = "proto3";
@@ -167,21 +236,61 @@ message Other { string name = 1; repeated google.api.HttpBody files = 2; }
             Some("image/png")
         );
         assert_eq!(
-            decode(&put, At::Field(2), &bytes).unwrap(),
+            decode(At::Field(2), &bytes).unwrap(),
             RawBody {
                 content_type: "image/png".into(),
                 data: vec![0, 1, 2, 255]
             }
         );
-        let body = r.message("google.api.HttpBody").unwrap();
         assert_eq!(encode(At::Whole, "", b""), Vec::<u8>::new());
+        assert_eq!(decode(At::Whole, b"").unwrap(), RawBody::default());
         assert_eq!(
-            decode(&body, At::Whole, b"").unwrap(),
+            decode(At::Whole, &[0x12, 0x05, 1]).unwrap_err(),
+            "buffer underflow"
+        );
+        assert_eq!(
+            decode(At::Whole, &[0x10, 0x01]).unwrap_err(),
+            "invalid wire type: Varint"
+        );
+    }
+
+    #[test]
+    fn merges_as_a_parser_does_and_skips_the_rest() {
+        // Field 2 given twice (merged: the later data wins, the earlier
+        // content type stays), a name, extensions and an unknown group.
+        let mut bytes = encode(At::Field(2), "text/csv", b"old");
+        bytes.extend([0x0a, 0x01, b'n']);
+        bytes.extend(encode(At::Field(2), "", b"new"));
+        bytes.extend([0x12, 0x04, 0x1a, 0x02, 0x0a, 0x00]);
+        bytes.extend([0x3b, 0x08, 0x01, 0x3c]);
+        assert_eq!(
+            decode(At::Field(2), &bytes).unwrap(),
             RawBody {
-                content_type: DEFAULT_CONTENT_TYPE.into(),
-                data: Vec::new()
+                content_type: "text/csv".into(),
+                data: b"new".to_vec()
             }
         );
-        assert!(decode(&body, At::Whole, &[0x12, 0x05, 1]).is_err());
+        // Not set at all: an empty body.
+        assert_eq!(
+            decode(At::Field(2), &[0x0a, 0x01, b'n']).unwrap(),
+            RawBody::default()
+        );
+    }
+
+    #[test]
+    fn a_content_type_that_is_no_header_value_is_refused() {
+        for bad in ["text/plain\r\nset-cookie: a=b", "a\0b", "caf\u{e9}"] {
+            let err = decode(At::Whole, &encode(At::Whole, bad, b"x")).unwrap_err();
+            assert!(err.starts_with("its content_type ("), "{err}");
+        }
+        let long = "a".repeat(MAX_CONTENT_TYPE_BYTES + 1);
+        assert!(decode(At::Whole, &encode(At::Whole, &long, b"")).is_err());
+        let fine = "multipart/form-data; boundary=\"x y\"\t";
+        assert_eq!(
+            decode(At::Whole, &encode(At::Whole, fine, b""))
+                .unwrap()
+                .content_type,
+            fine
+        );
     }
 }

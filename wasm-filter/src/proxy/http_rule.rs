@@ -9,7 +9,7 @@ use prost_reflect::{Kind, MessageDescriptor, Value as Reflect};
 use serde_json::{Map, Value};
 
 use super::http_body::{self, At};
-use crate::descriptors::Method;
+use crate::descriptors::{Method, StreamingKind};
 use crate::json::JsonOptions;
 use crate::limits::{MAX_FIELD_PATH_BYTES, MAX_NESTING};
 
@@ -287,14 +287,20 @@ fn collect(
     if let Some((http_method, path)) = pattern {
         let binding = Template::parse(&path).and_then(|template| {
             let (body, response_body) = (text("body"), text("response_body"));
+            // Raw bodies for unary and server-streaming methods: a client
+            // stream's body is read as JSON messages.
+            let raw = matches!(
+                method.streaming(),
+                StreamingKind::Unary | StreamingKind::ServerStreaming
+            );
             let request_http_body = match body.as_str() {
                 "" => None,
-                selector => http_body::at(&method.input(), selector),
+                selector => http_body::at(&method.input(), selector).filter(|_| raw),
             };
             let binding = Binding {
                 http_method: http_method.clone(),
                 template,
-                response_http_body: http_body::at(&method.output(), &response_body),
+                response_http_body: http_body::at(&method.output(), &response_body).filter(|_| raw),
                 request_http_body,
                 body,
                 response_body,
