@@ -90,6 +90,11 @@ pub fn responses(size: usize) -> Vec<(&'static str, &'static str, Vec<u8>)> {
             [field(2, 2), 0].repeat(size / 2),
         ),
         (
+            "Timestamps of one second (JSON 5.8x: printed twice)",
+            "amp.Lists",
+            [field(2, 2), 2, 0x08, 1].repeat(size / 4),
+        ),
+        (
             "Points of two small ints",
             "amp.Lists",
             [field(3, 2), 4, 0x08, 1, 0x10, 2].repeat(size / 6),

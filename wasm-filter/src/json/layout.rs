@@ -65,6 +65,10 @@ pub(crate) struct Layout {
     /// Every field a singular scalar outside any oneof: the last
     /// occurrence of each is all that counts (a Point, a Timestamp).
     pub(crate) singular: bool,
+    /// Per field, the fewest JSON bytes each occurrence prints when the
+    /// field is a list (0 where an occurrence may print nothing: a packed
+    /// run of scalars may be empty); all 0 when there is no such list.
+    pub(crate) least_per_item: Vec<usize>,
 }
 
 impl Layout {
@@ -89,7 +93,9 @@ impl Layout {
             && shapes
                 .iter()
                 .all(|s| !s.list && !s.map && !s.message && !s.group);
+        let least_per_item: Vec<usize> = fields.iter().map(least_per_item).collect();
         Layout {
+            least_per_item,
             well_known: WellKnown::of(desc),
             extensions: desc.extension_ranges().len() > 0,
             numbers: fields.iter().map(FieldDescriptor::number).collect(),
@@ -103,7 +109,32 @@ impl Layout {
 
     /// A field's place in [`Layout::fields`].
     pub(crate) fn position(&self, number: u32) -> Option<usize> {
+        // Most messages number their fields 1, 2, 3…: then a field's
+        // number tells its place.
+        let dense = (number as usize).wrapping_sub(1);
+        if self.numbers.get(dense) == Some(&number) {
+            return Some(dense);
+        }
         self.numbers.binary_search(&number).ok()
+    }
+}
+
+/// The fewest JSON bytes one occurrence of a list field prints.
+fn least_per_item(field: &FieldDescriptor) -> usize {
+    if !field.is_list() {
+        return 0;
+    }
+    match field.kind() {
+        Kind::String | Kind::Bytes => 2,
+        Kind::Message(inner) => match WellKnown::of(&inner) {
+            // "1970-01-01T00:00:00Z" and its quotes: years have 4 digits.
+            Some(WellKnown::Timestamp) => 22,
+            // "0s"
+            Some(WellKnown::Duration) => 4,
+            Some(WellKnown::Value | WellKnown::Wrapper) => 1,
+            _ => 2,
+        },
+        _ => 0,
     }
 }
 

@@ -124,6 +124,21 @@ impl<'a> Printer<'a> {
         Ok(())
     }
 
+    /// Stops a printer whose output will pass its limit: `least` more
+    /// bytes are sure to come (the elements of the lists found so far),
+    /// so a list too long for the limit is refused before it is printed.
+    pub(super) fn check_limit_ahead(&mut self, least: usize) -> Result {
+        let sure = self
+            .dropped
+            .saturating_add(self.out.len())
+            .saturating_add(least);
+        if sure > self.limit {
+            self.over_limit = true;
+            return Err(format!("its JSON passes {} bytes", self.limit));
+        }
+        Ok(())
+    }
+
     /// Whether a value of `len` bytes of JSON is to be written: not when it
     /// would pass what the printer keeps, where it is only counted. A
     /// single string can print to six times its size, and growing the

@@ -103,6 +103,20 @@ fn fields(
         level(printer),
         &mut printer.layouts,
     )?;
+    // Each element prints some bytes at the least, and a comma between.
+    let least = (0..layout.fields.len())
+        .map(|position| {
+            let (count, per_item) = (
+                index.counted(position).len(),
+                layout.least_per_item[position],
+            );
+            match (count, per_item) {
+                (0, _) | (_, 0) => 0,
+                _ => count.saturating_mul(per_item + 1) - 1,
+            }
+        })
+        .fold(0usize, usize::saturating_add);
+    printer.check_limit_ahead(least).map_err(print_err)?;
     for position in 0..layout.fields.len() {
         let found = index.counted(position);
         one_field(printer, &layout, position, &index, found, first)?;

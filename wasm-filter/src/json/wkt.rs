@@ -24,22 +24,29 @@ pub(crate) fn write_timestamp(seconds: i64, nanos: i32, out: &mut String) -> boo
     let days = seconds.div_euclid(86_400);
     let secs_of_day = seconds.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
-    // In range, every part is non-negative and fits its width.
+    // In range, every part is non-negative and fits its width (years
+    // 0001 to 9999): written digit by digit into one buffer, as a list of
+    // timestamps spends most of its time here.
+    let mut text = *b"0000-00-00T00:00:00";
     let part = |v: i64| v.unsigned_abs();
-    padded(out, part(year), 4);
-    out.push('-');
-    padded(out, u64::from(month), 2);
-    out.push('-');
-    padded(out, u64::from(day), 2);
-    out.push('T');
-    padded(out, part(secs_of_day / 3600), 2);
-    out.push(':');
-    padded(out, part(secs_of_day / 60 % 60), 2);
-    out.push(':');
-    padded(out, part(secs_of_day % 60), 2);
+    digits_into(&mut text[0..4], part(year));
+    digits_into(&mut text[5..7], u64::from(month));
+    digits_into(&mut text[8..10], u64::from(day));
+    digits_into(&mut text[11..13], part(secs_of_day / 3600));
+    digits_into(&mut text[14..16], part(secs_of_day / 60 % 60));
+    digits_into(&mut text[17..19], part(secs_of_day % 60));
+    out.push_str(std::str::from_utf8(&text).unwrap_or_default());
     fraction(nanos.unsigned_abs(), out);
     out.push('Z');
     true
+}
+
+/// The last `slot.len()` decimal digits of `value`, zero-padded.
+fn digits_into(slot: &mut [u8], mut value: u64) {
+    for digit in slot.iter_mut().rev() {
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 /// `value` in `width` decimal digits, zero-padded (wider values keep all
