@@ -7,6 +7,7 @@
 
 #![no_main]
 
+use grpc_wasm::proxy::http_body;
 use grpc_wasm::proxy::http_rule::{request_message, response_part, Binding, Template};
 use grpc_wasm::JsonOptions;
 use grpc_wasm_fuzz::{on_host_stack, registry};
@@ -31,11 +32,14 @@ fn run(data: &[u8]) {
     let binding = Binding {
         http_method: "POST".into(),
         template,
+        request_http_body: http_body::at(&method.input(), &body_field),
+        response_http_body: http_body::at(&method.output(), &body_field),
         response_body: body_field.clone(),
         body: body_field,
         method,
     };
     let options = JsonOptions::default();
+    let body = (body, Some("application/octet-stream"));
     if let Ok(bytes) = request_message(&binding, vars, &query, body, &options) {
         let output = binding.method.output_type();
         if let Ok(printed) = output.protobuf_to_json(&bytes, &options) {
