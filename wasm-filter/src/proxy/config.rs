@@ -304,8 +304,9 @@ impl FilterConfig {
     }
 
     fn from_object(
-        doc: serde_json::Map<String, serde_json::Value>,
+        mut doc: serde_json::Map<String, serde_json::Value>,
     ) -> Result<FilterConfig, String> {
+        super::envoy_options::translate(&mut doc)?;
         let raw: RawConfig = serde_json::from_value(serde_json::Value::Object(doc))
             .map_err(|e| format!("invalid plugin configuration: {e}"))?;
         let mut registry = Registry::new().map_err(|e| e.to_string())?;
@@ -487,6 +488,22 @@ mod tests {
         assert_eq!(c.max_request_bytes, 4 * 1024 * 1024);
         assert!(c.exposes("helloworld.Greeter"));
         assert_eq!(c.json, JsonOptions::default());
+    }
+
+    #[test]
+    fn envoys_option_names_are_read_as_ours() {
+        let cfg = serde_json::json!({
+            "protos": {"helloworld.proto": include_str!("../../../protos/helloworld.proto")},
+            "max_response_body_size": 1000,
+            "print_options": {"always_print_primitive_fields": true, "stream_newline_delimited": true},
+            "request_validation_options": {"reject_unknown_method": false},
+            "auto_mapping": true
+        });
+        let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
+        assert_eq!(c.max_response_bytes, 1000);
+        assert!(c.json.emit_defaults);
+        assert!(!c.reject_unknown_methods);
+        assert_eq!(c.stream_format, StreamFormat::Ndjson);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 pub mod callout;
 pub mod config;
 pub mod contract;
+pub mod envoy_options;
 pub mod http_body;
 pub mod http_rule;
 pub mod id_map;
