@@ -288,6 +288,25 @@ def test_bodiless_bindings_take_their_fields_from_the_path_and_query(library):
     assert (status, body["code"]) == (404, 5), body
 
 
+@pytest.mark.parametrize("spec, found", [(None, "%3A"), ("ALL_CHARACTERS_EXCEPT_SLASH", ":"),
+                                         ("ALL_CHARACTERS", ":")])
+def test_a_wildcard_of_several_segments_unescapes_as_envoys_url_unescape_spec(proxy_factory, servers, spec, found):
+    """`{query=**}` keeps the escapes of RFC 6570's reserved characters by
+    default (Envoy's ALL_CHARACTERS_EXCEPT_RESERVED; `%3A` stayed only if it
+    was `%2F` before), and `url_unescape_spec` chooses otherwise."""
+    config = {"protos": read_protos("library.proto")}
+    if spec:
+        config["url_unescape_spec"] = spec
+    library = proxy_factory(config, [("/", "library", servers["library"].port)])
+    shelf = f"/v1/shelves/{41 if library.kind == 'envoy' else 42}"
+    tag = f"{library.kind}-{spec}"
+    for title in (f"{tag}/a%3Ab", f"{tag}/a:b"):
+        status, body, _ = request(library, "POST", f"{shelf}/books", {"title": title})
+        assert status == 200, (body, library.log()[-3000:])
+    status, body, _ = request(library, "GET", f"/v1/search/{tag}/a%3Ab")
+    assert (status, titles(body)) == (200, [f"{tag}/a{found}b"]), (body, library.log()[-3000:])
+
+
 def test_two_hundred_concurrent_requests(proxy):
     results = [None] * 200
     start = threading.Barrier(200)

@@ -38,7 +38,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::Deserialize;
 
-use super::http_rule::{bindings_of, Binding};
+use super::http_rule::{bindings_of, Binding, UrlUnescape};
 use crate::descriptors::Method;
 use crate::json::JsonOptions;
 use crate::{Metadata, MetadataValue, Registry};
@@ -63,6 +63,8 @@ struct RawConfig {
     reject_unknown_methods: bool,
     #[serde(default)]
     query_param_unescape_plus: bool,
+    #[serde(default)]
+    url_unescape_spec: UrlUnescape,
     #[serde(default = "default_max_body")]
     max_request_bytes: usize,
     #[serde(default = "default_max_body")]
@@ -232,6 +234,9 @@ pub struct FilterConfig {
     /// A `+` in a query string is a space (HTML forms), not a literal
     /// `+` (RFC 3986, Envoy's default); Envoy's option of the same name.
     pub query_param_unescape_plus: bool,
+    /// Which escapes a path variable of several segments keeps; Envoy's
+    /// option of the same name.
+    pub url_unescape_spec: UrlUnescape,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
     /// What the module may hold of responses for all the streams of its VM
@@ -357,6 +362,7 @@ impl FilterConfig {
             services: raw.services,
             reject_unknown_methods: raw.reject_unknown_methods,
             query_param_unescape_plus: raw.query_param_unescape_plus,
+            url_unescape_spec: raw.url_unescape_spec,
             max_request_bytes: raw.max_request_bytes,
             max_response_bytes: raw.max_response_bytes,
             max_held_response_bytes,

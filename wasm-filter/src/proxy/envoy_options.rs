@@ -22,16 +22,11 @@ const PRINT_RENAMED: [(&str, &str); 3] = [
 ];
 
 /// Options whose only accepted value is the one given, and why.
-const ONLY: [(&str, &str, &str); 8] = [
+const ONLY: [(&str, &str, &str); 7] = [
     (
         "match_incoming_request_route",
         "false",
         "the filter's path rewrite makes Envoy route the request by its gRPC path",
-    ),
-    (
-        "url_unescape_spec",
-        "\"ALL_CHARACTERS_EXCEPT_RESERVED\"",
-        "path variables are unescaped that way",
     ),
     (
         "match_unregistered_custom_verb",
@@ -231,7 +226,7 @@ mod tests {
             "auto_mapping": true,
             "convert_grpc_status": false,
             "match_incoming_request_route": false,
-            "url_unescape_spec": "ALL_CHARACTERS_EXCEPT_RESERVED",
+            "url_unescape_spec": "ALL_CHARACTERS_EXCEPT_SLASH",
             "ignored_query_parameters": [],
             "query_param_unescape_plus": true,
             "print_options": {
@@ -255,6 +250,7 @@ mod tests {
                 "max_request_bytes": 1024,
                 "max_response_bytes": 2048,
                 "query_param_unescape_plus": true,
+                "url_unescape_spec": "ALL_CHARACTERS_EXCEPT_SLASH",
                 "print_options": {
                     "emit_defaults": true,
                     "enums_as_numbers": true,
@@ -270,8 +266,8 @@ mod tests {
     fn what_the_filter_does_not_do_is_refused_by_name() {
         let cases = [
             (
-                serde_json::json!({"url_unescape_spec": "ALL_CHARACTERS"}),
-                "url_unescape_spec: only \"ALL_CHARACTERS_EXCEPT_RESERVED\" is supported (path variables are unescaped that way); see the README's table of Envoy's options",
+                serde_json::json!({"case_insensitive_enum_parsing": true}),
+                "case_insensitive_enum_parsing: only false is supported (enum names are matched as the proto spells them); see the README's table of Envoy's options",
             ),
             (
                 serde_json::json!({"print_options": {"add_whitespace": true}}),

@@ -115,14 +115,15 @@ impl Template {
 
     /// The variable bindings when `path` (without the query) matches.
     pub fn matches(&self, path: &str) -> Option<PathVars> {
-        self.matches_verb(path, true)
+        self.matches_verb(path, true, UrlUnescape::default())
     }
 
     /// [`Template::matches`], where `verb` says whether a `:verb` ending
     /// the path is one: a verb that no binding registers is path text, as
     /// in Envoy (`/v1/{name}` takes `/v1/a:b` whole). One trailing `/` is
     /// ignored (`/v1/shelves/` is `/v1/shelves`), as Envoy does.
-    pub fn matches_verb(&self, path: &str, verb: bool) -> Option<PathVars> {
+    /// `unescape` says which escapes a variable of several segments keeps.
+    pub fn matches_verb(&self, path: &str, verb: bool, unescape: UrlUnescape) -> Option<PathVars> {
         let rest = path.strip_prefix('/')?;
         let (body, verb) = if verb { split_verb(rest) } else { (rest, None) };
         if verb != self.verb.as_deref() {
@@ -159,10 +160,20 @@ impl Template {
         }
         let bindings = self.variables.iter().map(|v| {
             let (from, to) = (spans[v.start].0, spans[v.end - 1].1);
-            let single = to - from == 1;
+            // One segment is unescaped whole, as http.proto and Envoy do;
+            // a `**` is several even where it takes one (Envoy's rule).
+            let several = to - from > 1
+                || self.segments[v.start..v.end]
+                    .iter()
+                    .any(|s| matches!(s, Segment::Multi));
+            let unescape = if several {
+                unescape
+            } else {
+                UrlUnescape::AllCharacters
+            };
             let value = parts[from..to]
                 .iter()
-                .map(|p| percent_decode(p, !single))
+                .map(|p| percent_decode(p, unescape))
                 .collect::<Vec<_>>()
                 .join("/");
             (v.field_path.clone(), value)
@@ -195,9 +206,41 @@ fn literal_or_wildcard(segment: &str) -> Result<Segment, String> {
     }
 }
 
-/// `%XX` escapes; a multi-segment value keeps `%2F` as it is, as the
-/// http.proto rules ask.
-fn percent_decode(text: &str, keep_slash: bool) -> String {
+/// Which `%XX` escapes of a variable of several segments stay as they
+/// are: Envoy's `url_unescape_spec`, and its default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum UrlUnescape {
+    /// The reserved characters of RFC 6570 (`!#$&'()*+,/:;=?@[]`) stay
+    /// escaped.
+    #[default]
+    AllCharactersExceptReserved,
+    /// Only `%2F` stays, as http.proto describes.
+    AllCharactersExceptSlash,
+    AllCharacters,
+}
+
+impl UrlUnescape {
+    fn keeps(self, byte: u8) -> bool {
+        match self {
+            UrlUnescape::AllCharactersExceptReserved => b"!#$&'()*+,/:;=?@[]".contains(&byte),
+            UrlUnescape::AllCharactersExceptSlash => byte == b'/',
+            UrlUnescape::AllCharacters => false,
+        }
+    }
+}
+
+/// Whether `raw` (a path as the client sent it, with its query) is what
+/// a host that decodes paths shows as `decoded`: the same path, nothing
+/// rewritten in between, so that its escapes can be trusted.
+pub fn is_raw_form_of(raw: &str, decoded: &str) -> bool {
+    let (raw_path, raw_query) = raw.split_once('?').unwrap_or((raw, ""));
+    let (path, query) = decoded.split_once('?').unwrap_or((decoded, ""));
+    raw_query == query && percent_decode(raw_path, UrlUnescape::AllCharacters) == path
+}
+
+/// `%XX` escapes, but those `unescape` keeps.
+fn percent_decode(text: &str, unescape: UrlUnescape) -> String {
     let b = text.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -207,7 +250,7 @@ fn percent_decode(text: &str, keep_slash: bool) -> String {
                 .ok()
                 .and_then(|h| u8::from_str_radix(h, 16).ok());
             if let Some(byte) = hex {
-                if !(keep_slash && byte == b'/') {
+                if !unescape.keeps(byte) {
                     out.push(byte);
                     i += 3;
                     continue;
@@ -557,7 +600,8 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(k, false), percent_decode(v, false))
+            let all = UrlUnescape::AllCharacters;
+            (percent_decode(k, all), percent_decode(v, all))
         })
         .collect()
 }
@@ -656,6 +700,33 @@ service S {
             t.matches("/v1/search/a/b%2Fc"),
             Some(vec![(vec!["query".to_string()], "a/b%2Fc".to_string())])
         );
+        // Envoy's url_unescape_spec, for several segments only.
+        let query = |path: &str, spec| t.matches_verb(path, true, spec).unwrap()[0].1.clone();
+        let path = "/v1/search/x/a%3Ab%2Fc%20d%5B";
+        assert_eq!(
+            query(path, UrlUnescape::AllCharactersExceptReserved),
+            "x/a%3Ab%2Fc d%5B"
+        );
+        assert_eq!(
+            query(path, UrlUnescape::AllCharactersExceptSlash),
+            "x/a:b%2Fc d["
+        );
+        assert_eq!(query(path, UrlUnescape::AllCharacters), "x/a:b/c d[");
+        // A `**` that takes one segment is still several.
+        assert_eq!(
+            query("/v1/search/a%3Ab", UrlUnescape::AllCharactersExceptReserved),
+            "a%3Ab"
+        );
+        assert!(is_raw_form_of("/v1/a%3Ab?x=%3A", "/v1/a:b?x=%3A"));
+        assert!(!is_raw_form_of("/v1/a%3Ab", "/v2/a:b"), "rewritten");
+        assert!(!is_raw_form_of("/v1//a", "/v1/a"), "merged slashes");
+        let one = Template::parse("/v1/{name}").unwrap();
+        let name = one.matches_verb(
+            "/v1/a%3Ab%2Fc",
+            true,
+            UrlUnescape::AllCharactersExceptReserved,
+        );
+        assert_eq!(name.unwrap()[0].1, "a:b/c");
         let t = Template::parse("/v1/{name=shelves/*/books/*}:move").unwrap();
         assert!(t.matches("/v1/shelves/1/books/2:move").is_some());
         assert!(t.matches("/v1/shelves/1/books/2").is_none());

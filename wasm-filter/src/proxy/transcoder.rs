@@ -170,7 +170,10 @@ pub fn plan(
         .iter()
         .filter(|b| b.http_method == http_method)
     {
-        if let Some(vars) = binding.template.matches_verb(path, verb) {
+        if let Some(vars) = binding
+            .template
+            .matches_verb(path, verb, config.url_unescape_spec)
+        {
             let method = binding.method.clone();
             let mut route = Route::new(
                 method,

@@ -35,6 +35,13 @@ impl HostKind {
     pub(super) fn sets_request_body_at_headers(self) -> bool {
         self == HostKind::NgxWasmModule
     }
+
+    /// Whether `:path` is the path decoded (ngx_wasm_module gives nginx's
+    /// `$uri`: `%3A` is already `:`), the client's being the property
+    /// `request.path` (`$request_uri`).
+    pub(super) fn decodes_path(self) -> bool {
+        self == HostKind::NgxWasmModule
+    }
 }
 
 thread_local! {

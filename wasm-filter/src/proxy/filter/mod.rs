@@ -23,6 +23,7 @@ use super::config::{FilterConfig, Loaded};
 use super::contract::{BufferType, LogLevel, MapType};
 use super::fetch;
 use super::host::{self, *};
+use super::http_rule::is_raw_form_of;
 use super::transcoder::{self, Plan};
 use crate::code::Code;
 use crate::status::Status;
@@ -160,10 +161,11 @@ pub extern "C" fn proxy_on_request_headers(
         let http_method = headers.get(":method").unwrap_or_default();
         let path = headers.get(":path").unwrap_or_default();
         let end_of_stream = end_of_stream != 0;
+        let client_path = client_path(path);
         match transcoder::plan(
             &stream.config,
             http_method,
-            path,
+            client_path.as_deref().unwrap_or(path),
             headers.get("content-type"),
         ) {
             Plan::PassThrough => CONTINUE,
@@ -198,6 +200,19 @@ pub extern "C" fn proxy_on_request_body(
         }
         transcoding::request_body(stream, size, end_of_stream)
     })
+}
+
+/// The path as the client sent it, where the host's `:path` is decoded
+/// and the raw one says the same (see `HostKind::decodes_path`): path
+/// variables keep the escapes `url_unescape_spec` keeps, as in Envoy. A
+/// path nginx rewrote stays as the host gives it.
+fn client_path(path: &str) -> Option<String> {
+    if !host_kind().decodes_path() {
+        return None;
+    }
+    let raw = host::property(&["request", "path"])?;
+    let raw = String::from_utf8(raw).ok()?;
+    is_raw_form_of(&raw, path).then_some(raw)
 }
 
 /// Whether a request for `route` in transcoding mode becomes a call of the
