@@ -22,7 +22,12 @@ const PRINT_RENAMED: [(&str, &str); 3] = [
 ];
 
 /// Options whose only accepted value is the one given, and why.
-const ONLY: [(&str, &str, &str); 7] = [
+const ONLY: [(&str, &str, &str); 8] = [
+    (
+        "auto_mapping",
+        "true",
+        "every method answers at POST /pkg.Service/Method; limit them with \"services\"",
+    ),
     (
         "match_incoming_request_route",
         "false",
@@ -62,9 +67,7 @@ const ONLY: [(&str, &str, &str); 7] = [
 
 /// Options this filter takes whatever their value: it always does what
 /// the option asks for (or cannot do otherwise), as the README says.
-const ANY_VALUE: [&str; 2] = [
-    // Methods without a binding are always `POST /pkg.Service/Method`.
-    "auto_mapping",
+const ANY_VALUE: [&str; 1] = [
     // gRPC errors always become a `google.rpc.Status` JSON body.
     "convert_grpc_status",
 ];
@@ -113,12 +116,13 @@ fn translate_print_options(print: &mut Map<String, Value>) -> Result<Option<&'st
     let newline = take_bool(print, "stream_newline_delimited")?;
     let sse = take_bool(print, "stream_sse_style_delimited")?;
     match (newline, sse) {
-        (Some(true), Some(true)) => Err(
-            "print_options: stream_newline_delimited and stream_sse_style_delimited exclude each other"
-                .into(),
-        ),
-        (Some(true), _) => Ok(Some("ndjson")),
+        // SSE wins where both are set, as in Envoy.
         (_, Some(true)) => Ok(Some("sse")),
+        (Some(true), _) => Ok(Some("ndjson")),
+        // Envoy's comma-separated array, written as it comes.
+        (Some(false), _) => Err(
+            "print_options.stream_newline_delimited: false is Envoy's streamed JSON array: give \"stream_format\": \"array\" (sent at the end) or \"ndjson\"".into(),
+        ),
         _ => Ok(None),
     }
 }
@@ -224,7 +228,7 @@ mod tests {
             "max_request_body_size": 1024,
             "max_response_body_size": 2048,
             "auto_mapping": true,
-            "convert_grpc_status": false,
+            "convert_grpc_status": true,
             "match_incoming_request_route": false,
             "url_unescape_spec": "ALL_CHARACTERS_EXCEPT_SLASH",
             "ignored_query_parameters": [],

@@ -233,10 +233,22 @@ impl UrlUnescape {
 /// Whether `raw` (a path as the client sent it, with its query) is what
 /// a host that decodes paths shows as `decoded`: the same path, nothing
 /// rewritten in between, so that its escapes can be trusted.
-pub fn is_raw_form_of(raw: &str, decoded: &str) -> bool {
+/// Segment by segment: a `%2F` that nginx decoded into two segments (and
+/// routed as two) must not become one here.
+pub fn is_raw_form_of(raw: &str, decoded_path: &str, decoded_query: &str) -> bool {
     let (raw_path, raw_query) = raw.split_once('?').unwrap_or((raw, ""));
-    let (path, query) = decoded.split_once('?').unwrap_or((decoded, ""));
-    raw_query == query && percent_decode(raw_path, UrlUnescape::AllCharacters) == path
+    raw_query == decoded_query
+        && raw_path
+            .split('/')
+            .map(|segment| percent_decode(segment, UrlUnescape::AllCharacters))
+            .eq(decoded_path.split('/'))
+}
+
+/// A decoded path written back as one the bindings read the same way:
+/// `%` and `?` escaped again, so that nothing is decoded twice and a `?`
+/// nginx decoded does not start a query.
+pub fn escaped_again(decoded_path: &str) -> String {
+    decoded_path.replace('%', "%25").replace('?', "%3F")
 }
 
 /// `%XX` escapes, but those `unescape` keeps.
@@ -246,8 +258,14 @@ fn percent_decode(text: &str, unescape: UrlUnescape) -> String {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3])
-                .ok()
+            // Two hex digits, as Envoy reads them (`from_str_radix` alone
+            // would take `%+1`).
+            let digits = &b[i + 1..i + 3];
+            let hex = digits
+                .iter()
+                .all(u8::is_ascii_hexdigit)
+                .then(|| std::str::from_utf8(digits).ok())
+                .flatten()
                 .and_then(|h| u8::from_str_radix(h, 16).ok());
             if let Some(byte) = hex {
                 if !unescape.keeps(byte) {
@@ -717,9 +735,19 @@ service S {
             query("/v1/search/a%3Ab", UrlUnescape::AllCharactersExceptReserved),
             "a%3Ab"
         );
-        assert!(is_raw_form_of("/v1/a%3Ab?x=%3A", "/v1/a:b?x=%3A"));
-        assert!(!is_raw_form_of("/v1/a%3Ab", "/v2/a:b"), "rewritten");
-        assert!(!is_raw_form_of("/v1//a", "/v1/a"), "merged slashes");
+        assert!(is_raw_form_of("/v1/a%3Ab?x=%3A", "/v1/a:b", "x=%3A"));
+        assert!(!is_raw_form_of("/v1/a%3Ab", "/v2/a:b", ""), "rewritten");
+        assert!(!is_raw_form_of("/v1//a", "/v1/a", ""), "merged slashes");
+        assert!(
+            !is_raw_form_of("/v1/a%2Fb", "/v1/a/b", ""),
+            "a segment split"
+        );
+        assert!(is_raw_form_of("/v1/a%3F", "/v1/a?", ""), "a ? of the path");
+        assert_eq!(escaped_again("/v1/a?%41"), "/v1/a%3F%2541");
+        assert_eq!(
+            percent_decode("%+1%4g%41", UrlUnescape::AllCharacters),
+            "%+1%4gA"
+        );
         let one = Template::parse("/v1/{name}").unwrap();
         let name = one.matches_verb(
             "/v1/a%3Ab%2Fc",

@@ -23,7 +23,7 @@ use super::config::{FilterConfig, Loaded};
 use super::contract::{BufferType, LogLevel, MapType};
 use super::fetch;
 use super::host::{self, *};
-use super::http_rule::is_raw_form_of;
+use super::http_rule::{escaped_again, is_raw_form_of};
 use super::transcoder::{self, Plan};
 use crate::code::Code;
 use crate::status::Status;
@@ -161,7 +161,7 @@ pub extern "C" fn proxy_on_request_headers(
         let http_method = headers.get(":method").unwrap_or_default();
         let path = headers.get(":path").unwrap_or_default();
         let end_of_stream = end_of_stream != 0;
-        let client_path = client_path(path);
+        let client_path = client_path();
         match transcoder::plan(
             &stream.config,
             http_method,
@@ -202,17 +202,29 @@ pub extern "C" fn proxy_on_request_body(
     })
 }
 
-/// The path as the client sent it, where the host's `:path` is decoded
-/// and the raw one says the same (see `HostKind::decodes_path`): path
-/// variables keep the escapes `url_unescape_spec` keeps, as in Envoy. A
-/// path nginx rewrote stays as the host gives it.
-fn client_path(path: &str) -> Option<String> {
+/// The path the bindings read, where the host's `:path` is decoded (see
+/// `HostKind::decodes_path`): the client's, when it says the same segment
+/// by segment, so that path variables keep the escapes `url_unescape_spec`
+/// keeps, as in Envoy; else (nginx rewrote it, or a `%2F` split a segment)
+/// nginx's own, escaped again so that a decoded `?` starts no query.
+fn client_path() -> Option<String> {
     if !host_kind().decodes_path() {
         return None;
     }
-    let raw = host::property(&["request", "path"])?;
-    let raw = String::from_utf8(raw).ok()?;
-    is_raw_form_of(&raw, path).then_some(raw)
+    let text = |name: &str| {
+        let bytes = host::property(&["request", name])?;
+        String::from_utf8(bytes).ok()
+    };
+    let (uri, args) = (text("url_path")?, text("query").unwrap_or_default());
+    if let Some(raw) = text("path").filter(|raw| is_raw_form_of(raw, &uri, &args)) {
+        return Some(raw);
+    }
+    let path = escaped_again(&uri);
+    Some(if args.is_empty() {
+        path
+    } else {
+        format!("{path}?{args}")
+    })
 }
 
 /// Whether a request for `route` in transcoding mode becomes a call of the
