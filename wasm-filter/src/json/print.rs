@@ -110,8 +110,7 @@ impl<'a> Printer<'a> {
             self.out.clear();
         }
         if self.dropped + self.out.len() > self.limit {
-            self.over_limit = true;
-            return Err(format!("its JSON passes {} bytes", self.limit));
+            return self.refuse();
         }
         self.grow_within_limit();
         // Until the JSON reaches this length nothing above can happen
@@ -133,10 +132,15 @@ impl<'a> Printer<'a> {
             .saturating_add(self.out.len())
             .saturating_add(least);
         if sure > self.limit {
-            self.over_limit = true;
-            return Err(format!("its JSON passes {} bytes", self.limit));
+            return self.refuse();
         }
         Ok(())
+    }
+
+    /// Stops the printer at its limit, for the caller to word the error.
+    fn refuse(&mut self) -> Result {
+        self.over_limit = true;
+        Err(format!("its JSON passes {} bytes", self.limit))
     }
 
     /// Whether a value of `len` bytes of JSON is to be written: not when it
