@@ -27,6 +27,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `amplification Points` runs only the cases whose name holds "Points"
     // (for a profiler).
     let only = std::env::args().nth(1).unwrap_or_default();
+    // `amplification Points 20` runs each 20 times, for a profiler.
+    let times: usize = std::env::args()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
     let mut registry = Registry::new()?;
     registry.add_sources([("amp.proto", PROTO)])?;
     let options = JsonOptions::default();
@@ -36,6 +41,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         let desc = registry.message(type_name)?;
+        for _ in 1..times {
+            let _ = protobuf_to_json(&desc, &bytes, &options);
+        }
         let cost = measure(|| {
             protobuf_to_json(&desc, &bytes, &options)
                 .map(|json| json.len())

@@ -69,6 +69,10 @@ pub(crate) struct Layout {
     /// field is a list (0 where an occurrence may print nothing: a packed
     /// run of scalars may be empty); all 0 when there is no such list.
     pub(crate) least_per_item: Vec<usize>,
+    /// A Timestamp or Duration as google/protobuf declares it: `int64
+    /// seconds = 1; int32 nanos = 2;` (read without the layout, see
+    /// `json::wire`).
+    pub(crate) plain_time: bool,
 }
 
 impl Layout {
@@ -94,13 +98,19 @@ impl Layout {
                 .iter()
                 .all(|s| !s.list && !s.map && !s.message && !s.group);
         let least_per_item: Vec<usize> = fields.iter().map(least_per_item).collect();
+        let well_known = WellKnown::of(desc);
+        let kinds: Vec<Kind> = fields.iter().map(FieldDescriptor::kind).collect();
+        let plain_time = matches!(well_known, Some(WellKnown::Timestamp | WellKnown::Duration))
+            && fields.iter().map(FieldDescriptor::number).eq([1, 2])
+            && kinds == [Kind::Int64, Kind::Int32];
         Layout {
             least_per_item,
-            well_known: WellKnown::of(desc),
+            plain_time,
+            well_known,
             extensions: desc.extension_ranges().len() > 0,
             numbers: fields.iter().map(FieldDescriptor::number).collect(),
             shapes,
-            kinds: fields.iter().map(FieldDescriptor::kind).collect(),
+            kinds,
             keys: fields.iter().map(key).collect(),
             fields,
             singular,

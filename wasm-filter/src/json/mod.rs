@@ -196,7 +196,7 @@ fn print_json(
         let capacity = 16 + 2 * bytes.len().min(4096);
         let printed = print_within_cost(desc, bytes.len(), options, capacity, |p| {
             flat::print(p, desc, bytes)
-                .map_or(Err(wire::Stop::General), |r| r.map_err(wire::Stop::Print))
+                .map_or(Err(wire::Stop::general()), |r| r.map_err(wire::Stop::print))
         });
         if let Some(printed) = printed {
             return printed;
@@ -210,7 +210,7 @@ fn print_json(
     // Groups and extensions: decoded whole, as prost-reflect reads them.
     let message = decode_message(desc, bytes)?;
     print_within_cost(desc, bytes.len(), options, 128, |p| {
-        p.message(&message).map_err(wire::Stop::Print)
+        p.message(&message).map_err(wire::Stop::print)
     })
     .unwrap_or_else(|| Err(encode_error(desc, "no path prints it".into())))
 }
@@ -235,7 +235,7 @@ fn print_within_cost(
     // messages whose JSON passes the limit, wherever a printer happened to
     // check; and before a second pass, which must not reserve more.
     let mut printed =
-        print(&mut printer).and_then(|()| printer.check_limit_now().map_err(wire::Stop::Print));
+        print(&mut printer).and_then(|()| printer.check_limit_now().map_err(wire::Stop::print));
     if let (Ok(()), Some(len)) = (&printed, printer.dropped_json_len()) {
         // The first pass's JSON goes before the second's is reserved.
         drop(std::mem::take(&mut printer.out));
@@ -249,17 +249,17 @@ fn print_within_cost(
         printer = print::Printer::new(options, 0).with_limit(limit);
         printer.out = out;
         printed =
-            print(&mut printer).and_then(|()| printer.check_limit_now().map_err(wire::Stop::Print));
+            print(&mut printer).and_then(|()| printer.check_limit_now().map_err(wire::Stop::print));
     }
-    Some(match printed {
+    Some(match printed.map_err(wire::Stop::why) {
         Ok(()) => Ok(printer.out),
-        Err(wire::Stop::General) => return None,
-        Err(wire::Stop::Decode(reason)) => Err(Error::Decode {
+        Err(wire::Why::General) => return None,
+        Err(wire::Why::Decode(reason)) => Err(Error::Decode {
             message_type: desc.full_name().to_string(),
             reason,
         }),
-        Err(wire::Stop::Print(_)) if printer.over_limit => Err(too_costly(desc, wire_len, limit)),
-        Err(wire::Stop::Print(reason)) => Err(encode_error(desc, reason)),
+        Err(wire::Why::Print(_)) if printer.over_limit => Err(too_costly(desc, wire_len, limit)),
+        Err(wire::Why::Print(reason)) => Err(encode_error(desc, reason)),
     })
 }
 

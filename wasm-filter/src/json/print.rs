@@ -143,6 +143,19 @@ impl<'a> Printer<'a> {
         Err(format!("its JSON passes {} bytes", self.limit))
     }
 
+    /// Whether what this pass writes is only counted: once part of the
+    /// JSON was dropped, the whole is printed again (or refused), so a
+    /// value may [`Printer::count`] its length instead of writing it.
+    pub(super) fn only_counts(&self) -> bool {
+        self.dropped > 0
+    }
+
+    /// Counts `len` bytes of JSON as written, when [`Printer::only_counts`].
+    pub(super) fn count(&mut self, len: usize) {
+        self.dropped = self.dropped.saturating_add(len);
+        self.quiet_until = self.quiet_until.saturating_sub(len);
+    }
+
     /// Whether a value of `len` bytes of JSON is to be written: not when it
     /// would pass what the printer keeps, where it is only counted. A
     /// single string can print to six times its size, and growing the

@@ -26,9 +26,14 @@ use super::parse::any_type;
 use super::print::Printer;
 use super::{wkt, WellKnown};
 
-/// Why printing stopped.
+/// Why printing stopped: boxed, so that a `Result<(), Stop>` is one word.
+/// Every value printed returns one, and a wider error was written to and
+/// read back from the stack on each (errors themselves are rare).
 #[derive(Debug)]
-pub(super) enum Stop {
+pub(super) struct Stop(Box<Why>);
+
+#[derive(Debug)]
+pub(super) enum Why {
     /// The message holds what only the general path reads; the caller
     /// prints it again that way.
     General,
@@ -38,16 +43,34 @@ pub(super) enum Stop {
     Print(String),
 }
 
+impl Stop {
+    pub(super) fn general() -> Stop {
+        Stop(Box::new(Why::General))
+    }
+
+    pub(super) fn decode(reason: String) -> Stop {
+        Stop(Box::new(Why::Decode(reason)))
+    }
+
+    pub(super) fn print(reason: String) -> Stop {
+        Stop(Box::new(Why::Print(reason)))
+    }
+
+    pub(super) fn why(self) -> Why {
+        *self.0
+    }
+}
+
 type Result<T = ()> = std::result::Result<T, Stop>;
 
 impl From<prost::DecodeError> for Stop {
     fn from(e: prost::DecodeError) -> Stop {
-        Stop::Decode(e.to_string())
+        Stop::decode(e.to_string())
     }
 }
 
 fn print_err(e: String) -> Stop {
-    Stop::Print(e)
+    Stop::print(e)
 }
 
 /// Prints the message of type `desc` held in `bytes`.
@@ -58,16 +81,26 @@ pub(super) fn print(printer: &mut Printer, desc: &MessageDescriptor, bytes: &[u8
 /// A message whose encoding is the concatenation of `parts` (a message
 /// field that occurs more than once merges its occurrences).
 fn message(printer: &mut Printer, desc: &MessageDescriptor, parts: &[&[u8]]) -> Result {
+    let layout = printer.layouts.of(desc);
+    message_with(printer, desc, layout, parts)
+}
+
+/// [`message`] with the type's layout found already (once for a list).
+fn message_with(
+    printer: &mut Printer,
+    desc: &MessageDescriptor,
+    layout: Rc<Layout>,
+    parts: &[&[u8]],
+) -> Result {
     printer.enter().map_err(print_err)?;
     printer.wire_level += 1;
-    let layout = printer.layouts.of(desc);
     let result = match layout.well_known {
         Some(WellKnown::Timestamp | WellKnown::Duration) => time(printer, desc, &layout, parts),
         Some(wkt) => well_known(printer, desc, layout, wkt, parts),
         None => {
             printer.out.push('{');
             let mut first = true;
-            let result = fields(printer, desc, parts, &mut first);
+            let result = fields(printer, desc, &layout, parts, &mut first);
             printer.out.push('}');
             result
         }
@@ -89,12 +122,12 @@ fn level(printer: &Printer) -> usize {
 fn fields(
     printer: &mut Printer,
     desc: &MessageDescriptor,
+    layout: &Rc<Layout>,
     parts: &[&[u8]],
     first: &mut bool,
 ) -> Result {
-    let layout = printer.layouts.of(desc);
     if layout.singular {
-        return singular(printer, desc, &layout, parts, first);
+        return singular(printer, desc, layout, parts, first);
     }
     let index = Index::new(
         layout.clone(),
@@ -119,7 +152,7 @@ fn fields(
     printer.check_limit_ahead(least).map_err(print_err)?;
     for position in 0..layout.fields.len() {
         let found = index.counted(position);
-        one_field(printer, &layout, position, &index, found, first)?;
+        one_field(printer, layout, position, &index, found, first)?;
     }
     Ok(())
 }
@@ -161,7 +194,7 @@ fn one_field(
             return Ok(());
         }
         let Kind::Message(desc) = kind else {
-            return Err(Stop::General);
+            return Err(Stop::general());
         };
         let parts = index.payloads(found)?;
         printer.quoted_key(key, first);
@@ -261,15 +294,19 @@ fn items(
     };
     let kind = field.kind();
     let shape = Shape::of(field);
+    let element = match &kind {
+        Kind::Message(desc) => Some(printer.layouts.of(desc)),
+        _ => None,
+    };
     for &at in found {
         printer.check_limit().map_err(print_err)?;
         let (wire_type, raw) = index.raw_at(at)?;
-        match (&kind, raw) {
-            (Kind::Message(desc), Raw::Delimited(bytes)) => {
+        match (&kind, raw, &element) {
+            (Kind::Message(desc), Raw::Delimited(bytes), Some(layout)) => {
                 next(printer);
-                message(printer, desc, &[bytes])?;
+                message_with(printer, desc, layout.clone(), &[bytes])?;
             }
-            (_, Raw::Delimited(packed))
+            (_, Raw::Delimited(packed), _)
                 if wire_type == WireType::LengthDelimited && shape.packable =>
             {
                 let mut rest = packed;
@@ -281,7 +318,7 @@ fn items(
                     print_scalar(printer, &kind, &value).map_err(print_err)?;
                 }
             }
-            (_, raw) => {
+            (_, raw, _) => {
                 let value = scalar_of(&kind, raw).ok_or_else(not_utf8)?;
                 next(printer);
                 print_scalar(printer, &kind, &value).map_err(print_err)?;
@@ -312,7 +349,7 @@ fn validate(
     level: usize,
 ) -> Result {
     if level > DECODE_LEVELS {
-        return Err(Stop::Decode("recursion limit reached".into()));
+        return Err(Stop::decode("recursion limit reached".into()));
     }
     let layout = layouts.of(desc);
     while !bytes.is_empty() {
@@ -352,7 +389,7 @@ fn next_field<'a>(
     let (number, wire_type) = decode_key(bytes)?;
     let Some(position) = layout.position(number) else {
         if layout.extensions && desc.get_extension(number).is_some() {
-            return Err(Stop::General);
+            return Err(Stop::general());
         }
         skip_unknown(wire_type, number, bytes, budget(level))?;
         return Ok(None);
@@ -391,7 +428,7 @@ fn skip(
     budget: usize,
     every_field: bool,
 ) -> Result {
-    let spent = || Stop::Decode("recursion limit reached".into());
+    let spent = || Stop::decode("recursion limit reached".into());
     if every_field && budget == 0 {
         return Err(spent());
     }
@@ -404,20 +441,20 @@ fn skip(
                 let (inner, inner_type) = decode_key(bytes)?;
                 if inner_type == WireType::EndGroup {
                     if inner != number {
-                        return Err(Stop::Decode("unexpected end group tag".into()));
+                        return Err(Stop::decode("unexpected end group tag".into()));
                     }
                     return Ok(());
                 }
                 skip(inner_type, inner, bytes, budget - 1, every_field)?;
             }
         }
-        WireType::EndGroup => Err(Stop::Decode("unexpected end group tag".into())),
+        WireType::EndGroup => Err(Stop::decode("unexpected end group tag".into())),
         other => read_value(other, bytes).map(|_| ()),
     }
 }
 
 fn not_utf8() -> Stop {
-    Stop::Decode("invalid string value: data is not UTF-8 encoded".into())
+    Stop::decode("invalid string value: data is not UTF-8 encoded".into())
 }
 
 /// A map key, ordered as prost-reflect's `MapKey` (the general printer
@@ -456,7 +493,7 @@ impl Key<'_> {
 /// A map field's entries: the last entry of each key, in key order.
 fn map(printer: &mut Printer, field: &FieldDescriptor, index: &Index, found: &[u32]) -> Result {
     let Kind::Message(entry) = field.kind() else {
-        return Err(Stop::General);
+        return Err(Stop::general());
     };
     let (key_field, value_field) = (entry.map_entry_key_field(), entry.map_entry_value_field());
     let shapes = (Shape::of(&key_field), Shape::of(&value_field));
@@ -550,7 +587,7 @@ fn entry_key<'a>(
         Scalar::Other(Value::I64(n)) => Key::I64(n),
         Scalar::Other(Value::U32(n)) => Key::U32(n),
         Scalar::Other(Value::U64(n)) => Key::U64(n),
-        _ => return Err(Stop::General),
+        _ => return Err(Stop::general()),
     })
 }
 
@@ -562,7 +599,7 @@ fn default_key(key_field: &FieldDescriptor) -> Result<Key<'static>> {
         Value::I64(n) => Key::I64(n),
         Value::U32(n) => Key::U32(n),
         Value::U64(n) => Key::U64(n),
-        _ => return Err(Stop::General),
+        _ => return Err(Stop::general()),
     })
 }
 
@@ -618,9 +655,23 @@ fn time(
 ) -> Result {
     let (mut seconds, mut nanos) = (0, 0);
     let level = level(printer);
+    // Their own two fields, each under its one-byte key, are read here
+    // directly (as prost reads an int64 and an int32); anything else goes
+    // the general way.
+    let standard = layout.plain_time;
     for part in parts {
         let mut bytes = *part;
-        while !bytes.is_empty() {
+        while let Some((&key, rest)) = bytes.split_first() {
+            if standard && (key == 0x08 || key == 0x10) {
+                bytes = rest;
+                let value = decode_varint(&mut bytes)?;
+                if key == 0x08 {
+                    seconds = value as i64;
+                } else {
+                    nanos = value as i32;
+                }
+                continue;
+            }
             let Some((position, _, raw)) = next_field(desc, layout, &mut bytes, level)? else {
                 continue;
             };
@@ -631,13 +682,26 @@ fn time(
             ) {
                 (1, Some(Scalar::Other(Value::I64(s)))) => seconds = s,
                 (2, Some(Scalar::Other(Value::I32(n)))) => nanos = n,
-                _ => return Err(Stop::General),
+                _ => return Err(Stop::general()),
             }
+        }
+    }
+    let timestamp = layout.well_known == Some(WellKnown::Timestamp);
+    if printer.only_counts() {
+        let len = if timestamp {
+            wkt::timestamp_len(seconds, nanos)
+        } else {
+            wkt::duration_len(seconds, nanos)
+        };
+        if let Some(len) = len {
+            // And its quotes.
+            printer.count(len + 2);
+            return Ok(());
         }
     }
     // Written in place: the text needs no escaping.
     printer.out.push('"');
-    let (written, what) = if layout.well_known == Some(WellKnown::Timestamp) {
+    let (written, what) = if timestamp {
         (
             wkt::write_timestamp(seconds, nanos, &mut printer.out),
             "timestamp",
@@ -649,7 +713,7 @@ fn time(
         )
     };
     if !written {
-        return Err(Stop::Print(format!(
+        return Err(Stop::print(format!(
             "{what} out of range: {seconds}s {nanos}ns"
         )));
     }
@@ -668,7 +732,7 @@ fn well_known(
     let field = |number: u32| index.field(number);
     match wkt {
         // Printed by `time`.
-        WellKnown::Timestamp | WellKnown::Duration => return Err(Stop::General),
+        WellKnown::Timestamp | WellKnown::Duration => return Err(Stop::general()),
         WellKnown::Wrapper => {
             let (value_field, found) = field(1)?;
             match index.last(value_field, found)? {
@@ -683,10 +747,10 @@ fn well_known(
             let mut joined = String::new();
             for (i, &at) in found.iter().enumerate() {
                 let Scalar::Str(path) = index.scalar_at(paths, at)? else {
-                    return Err(Stop::General);
+                    return Err(Stop::general());
                 };
                 let json = wkt::path_to_json(path).ok_or_else(|| {
-                    Stop::Print(format!("field mask path '{path}' has no JSON form"))
+                    Stop::print(format!("field mask path '{path}' has no JSON form"))
                 })?;
                 if i > 0 {
                     joined.push(',');
@@ -722,11 +786,11 @@ fn value(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Resu
             let parts = index.payloads(found)?;
             return message(printer, &inner, &parts);
         }
-        let value = index.last(&field, found)?.ok_or(Stop::General)?;
+        let value = index.last(&field, found)?.ok_or(Stop::general())?;
         match (field.number(), &value) {
             (1, _) => printer.out.push_str("null"),
             (2, Scalar::Other(Value::F64(f))) if !f.is_finite() => {
-                return Err(Stop::Print(
+                return Err(Stop::print(
                     "google.protobuf.Value cannot hold NaN or Infinity".into(),
                 ))
             }
@@ -734,7 +798,7 @@ fn value(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Resu
         }
         return Ok(());
     }
-    Err(Stop::Print("google.protobuf.Value has no kind set".into()))
+    Err(Stop::print("google.protobuf.Value has no kind set".into()))
 }
 
 /// `google.protobuf.Any`: `{"@type": url, ...fields}`, or `"value"` for
@@ -756,10 +820,11 @@ fn any(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result
         printer.out.push_str("{}");
         return Ok(());
     }
-    let inner = any_type(desc, type_url).map_err(|e| Stop::Print(e.message))?;
-    let in_any = |stop: Stop| match stop {
-        Stop::Decode(e) => Stop::Print(format!("Any of {type_url} does not decode: {e}")),
-        other => other,
+    let inner = any_type(desc, type_url).map_err(|e| Stop::print(e.message))?;
+    let in_any = |stop: Stop| match stop.why() {
+        Why::Decode(e) => Stop::print(format!("Any of {type_url} does not decode: {e}")),
+        Why::General => Stop::general(),
+        Why::Print(e) => Stop::print(e),
     };
     printer.out.push('{');
     let mut first = true;
@@ -773,7 +838,8 @@ fn any(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result
         message(printer, &inner, &[bytes])
     } else {
         printer.wire_level = 1;
-        fields(printer, &inner, &[bytes], &mut first)
+        let layout = printer.layouts.of(&inner);
+        fields(printer, &inner, &layout, &[bytes], &mut first)
     };
     printer.wire_level = outer;
     result.map_err(in_any)?;
@@ -783,7 +849,7 @@ fn any(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result
 
 fn check_wire_type(shape: Shape, wire_type: WireType) -> Result {
     if shape.group {
-        return Err(Stop::General);
+        return Err(Stop::general());
     }
     if shape.map {
         return Ok(());
@@ -793,7 +859,7 @@ fn check_wire_type(shape: Shape, wire_type: WireType) -> Result {
     if wire_type == expected || packed {
         Ok(())
     } else {
-        Err(Stop::Decode(format!(
+        Err(Stop::decode(format!(
             "invalid wire type: {wire_type:?} (expected {expected:?})"
         )))
     }
@@ -812,8 +878,9 @@ fn stored_as(shape: Shape, wire_type: WireType) -> WireType {
 
 /// One value of `wire_type`; the buffer moves past it. Groups are for the
 /// caller.
+#[inline]
 fn read_value<'a>(wire_type: WireType, bytes: &mut &'a [u8]) -> Result<Raw<'a>> {
-    let underflow = || Stop::Decode("buffer underflow".into());
+    let underflow = || Stop::decode("buffer underflow".into());
     Ok(match wire_type {
         WireType::Varint => Raw::Varint(decode_varint(bytes)?),
         WireType::ThirtyTwoBit => {
@@ -835,7 +902,7 @@ fn read_value<'a>(wire_type: WireType, bytes: &mut &'a [u8]) -> Result<Raw<'a>> 
             *bytes = rest;
             Raw::Delimited(head)
         }
-        WireType::StartGroup | WireType::EndGroup => return Err(Stop::General),
+        WireType::StartGroup | WireType::EndGroup => return Err(Stop::general()),
     })
 }
 
@@ -873,8 +940,8 @@ impl<'a> Index<'a> {
         let mut total: u32 = 0;
         for part in parts {
             bases.push(total);
-            let len = u32::try_from(part.len()).map_err(|_| Stop::General)?;
-            total = total.checked_add(len).ok_or(Stop::General)?;
+            let len = u32::try_from(part.len()).map_err(|_| Stop::general())?;
+            total = total.checked_add(len).ok_or(Stop::general())?;
         }
         let fields = layout.numbers.len();
         let mut index = Index {
@@ -1041,7 +1108,7 @@ impl<'a> Index<'a> {
 
     /// A field of a well-known type by number, and its occurrences that count.
     fn field(&self, number: u32) -> Result<(&FieldDescriptor, &[u32])> {
-        let position = self.layout.position(number).ok_or(Stop::General)?;
+        let position = self.layout.position(number).ok_or(Stop::general())?;
         Ok((&self.layout.fields[position], self.counted(position)))
     }
 
@@ -1055,6 +1122,11 @@ impl<'a> Index<'a> {
 
     /// The bytes from offset `at` of the concatenation to the end of its part.
     fn bytes_at(&self, at: u32) -> &'a [u8] {
+        let parts: &'a [&'a [u8]] = self.parts;
+        if let [bytes] = parts {
+            // One part (all but a message given in pieces): at is its offset.
+            return &bytes[at as usize..];
+        }
         let part = self
             .bases
             .partition_point(|&base| base <= at)
@@ -1083,7 +1155,7 @@ impl<'a> Index<'a> {
         decode_key(&mut bytes)?;
         match read_value(WireType::LengthDelimited, &mut bytes)? {
             Raw::Delimited(payload) => Ok(payload),
-            _ => Err(Stop::General),
+            _ => Err(Stop::general()),
         }
     }
 
@@ -1116,11 +1188,11 @@ mod tests {
 
     fn by_wire(desc: &MessageDescriptor, bytes: &[u8], options: &JsonOptions) -> Option<Outcome> {
         let mut printer = Printer::new(options, 64);
-        match print(&mut printer, desc, bytes) {
+        match print(&mut printer, desc, bytes).map_err(Stop::why) {
             Ok(()) => Some(Ok(printer.out)),
-            Err(Stop::Decode(_)) => Some(Err("decode")),
-            Err(Stop::Print(_)) => Some(Err("print")),
-            Err(Stop::General) => None,
+            Err(Why::Decode(_)) => Some(Err("decode")),
+            Err(Why::Print(_)) => Some(Err("print")),
+            Err(Why::General) => None,
         }
     }
 

@@ -14,39 +14,74 @@ pub(crate) fn format_timestamp(seconds: i64, nanos: i32) -> Option<String> {
     write_timestamp(seconds, nanos, &mut out).then_some(out)
 }
 
+fn timestamp_in_range(seconds: i64, nanos: i32) -> bool {
+    (MIN_TIMESTAMP..=MAX_TIMESTAMP).contains(&seconds) && (0..NANOS).contains(&nanos)
+}
+
+fn duration_in_range(seconds: i64, nanos: i32) -> bool {
+    // unsigned_abs: `abs` of i64::MIN / i32::MIN overflows (a peer sends them).
+    seconds.unsigned_abs() <= MAX_DURATION.unsigned_abs()
+        && nanos.unsigned_abs() < NANOS.unsigned_abs()
+        && (seconds == 0 || nanos == 0 || (seconds < 0) == (nanos < 0))
+}
+
+/// The length of what [`write_timestamp`] writes, without writing it (a
+/// printer that only counts); `None` where it writes nothing.
+pub(crate) fn timestamp_len(seconds: i64, nanos: i32) -> Option<usize> {
+    // Four-digit years: "YYYY-MM-DDThh:mm:ss", its fraction and "Z".
+    timestamp_in_range(seconds, nanos).then(|| 20 + fraction_len(nanos.unsigned_abs()))
+}
+
+/// The length of what [`write_duration`] writes, without writing it.
+pub(crate) fn duration_len(seconds: i64, nanos: i32) -> Option<usize> {
+    let sign = usize::from(seconds < 0 || nanos < 0);
+    let digits = seconds.unsigned_abs().checked_ilog10().unwrap_or(0) as usize + 1;
+    duration_in_range(seconds, nanos)
+        .then(|| sign + digits + fraction_len(nanos.unsigned_abs()) + 1)
+}
+
 /// Appends a Timestamp to `out`; false (and nothing written) when it is
 /// outside years 1..=9999. Written digit by digit: a list of timestamps
 /// spent most of its printing in `format!`.
 pub(crate) fn write_timestamp(seconds: i64, nanos: i32, out: &mut String) -> bool {
-    if !(MIN_TIMESTAMP..=MAX_TIMESTAMP).contains(&seconds) || !(0..NANOS).contains(&nanos) {
+    if !timestamp_in_range(seconds, nanos) {
         return false;
     }
     let days = seconds.div_euclid(86_400);
-    let secs_of_day = seconds.rem_euclid(86_400);
+    let secs_of_day = seconds.rem_euclid(86_400) as usize;
     let (year, month, day) = civil_from_days(days);
     // In range, every part is non-negative and fits its width (years
-    // 0001 to 9999): written digit by digit into one buffer, as a list of
-    // timestamps spends most of its time here.
+    // 0001 to 9999): written two digits at a time into one buffer, as a
+    // list of timestamps spends most of its time here.
+    let year = year.unsigned_abs() as usize;
     let mut text = *b"0000-00-00T00:00:00";
-    let part = |v: i64| v.unsigned_abs();
-    digits_into(&mut text[0..4], part(year));
-    digits_into(&mut text[5..7], u64::from(month));
-    digits_into(&mut text[8..10], u64::from(day));
-    digits_into(&mut text[11..13], part(secs_of_day / 3600));
-    digits_into(&mut text[14..16], part(secs_of_day / 60 % 60));
-    digits_into(&mut text[17..19], part(secs_of_day % 60));
+    two_digits(&mut text[0..2], year / 100);
+    two_digits(&mut text[2..4], year % 100);
+    two_digits(&mut text[5..7], month as usize);
+    two_digits(&mut text[8..10], day as usize);
+    two_digits(&mut text[11..13], secs_of_day / 3600);
+    two_digits(&mut text[14..16], secs_of_day / 60 % 60);
+    two_digits(&mut text[17..19], secs_of_day % 60);
     out.push_str(std::str::from_utf8(&text).unwrap_or_default());
     fraction(nanos.unsigned_abs(), out);
     out.push('Z');
     true
 }
 
-/// The last `slot.len()` decimal digits of `value`, zero-padded.
-fn digits_into(slot: &mut [u8], mut value: u64) {
-    for digit in slot.iter_mut().rev() {
-        *digit = b'0' + (value % 10) as u8;
-        value /= 10;
+/// "00" to "99".
+const PAIRS: [[u8; 2]; 100] = {
+    let mut pairs = [[b'0'; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        pairs[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
     }
+    pairs
+};
+
+/// The last two decimal digits of `value` into `slot`.
+fn two_digits(slot: &mut [u8], value: usize) {
+    slot.copy_from_slice(&PAIRS[value % 100]);
 }
 
 /// `value` in `width` decimal digits, zero-padded (wider values keep all
@@ -120,11 +155,7 @@ pub(crate) fn format_duration(seconds: i64, nanos: i32) -> Option<String> {
 /// Appends a Duration to `out`; false (and nothing written) when it has
 /// no JSON form.
 pub(crate) fn write_duration(seconds: i64, nanos: i32, out: &mut String) -> bool {
-    // unsigned_abs: `abs` of i64::MIN / i32::MIN overflows (a peer sends them).
-    if seconds.unsigned_abs() > MAX_DURATION.unsigned_abs()
-        || nanos.unsigned_abs() >= NANOS.unsigned_abs()
-        || (seconds != 0 && nanos != 0 && (seconds < 0) != (nanos < 0))
-    {
+    if !duration_in_range(seconds, nanos) {
         return false;
     }
     if seconds < 0 || nanos < 0 {
@@ -221,17 +252,33 @@ pub(crate) fn path_from_json(path: &str) -> Option<String> {
 }
 
 fn fraction(nanos: u32, out: &mut String) {
-    let (value, width) = if nanos == 0 {
-        return;
+    let (value, width) = fraction_digits(nanos);
+    if width > 0 {
+        out.push('.');
+        padded(out, u64::from(value), width);
+    }
+}
+
+/// The fraction's value and digits: 0, 3, 6 or 9 of them, the fewest
+/// that hold `nanos`.
+fn fraction_digits(nanos: u32) -> (u32, usize) {
+    if nanos == 0 {
+        (0, 0)
     } else if nanos % 1_000_000 == 0 {
         (nanos / 1_000_000, 3)
     } else if nanos % 1_000 == 0 {
         (nanos / 1_000, 6)
     } else {
         (nanos, 9)
-    };
-    out.push('.');
-    padded(out, u64::from(value), width);
+    }
+}
+
+/// The length of what [`fraction`] writes: its digits and the dot.
+fn fraction_len(nanos: u32) -> usize {
+    match fraction_digits(nanos).1 {
+        0 => 0,
+        digits => digits + 1,
+    }
 }
 
 /// Optional `.d{1,9}` at the start of `b`: the nanoseconds and the rest.
@@ -278,22 +325,111 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// The proleptic Gregorian date of a day counted from 1970-01-01, for days
+/// of years 1 to 9999 (what a Timestamp in range has). Neri and Schneider's
+/// "Euclidean affine functions" form (2022): a handful of 32-bit
+/// multiplications and shifts, as long lists of timestamps print one date
+/// per element. It counts in years that start on March 1st, from a day
+/// moved forward by whole 400-year cycles so that every value is unsigned.
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    // 82 cycles of 146097 days put year 1 well above 0; 719468 is
+    // 1970-01-01's day counted from 0000-03-01.
+    const CYCLES: u32 = 82;
+    const SHIFT: i64 = 719_468 + 146_097 * CYCLES as i64;
+    let n = u32::try_from(days + SHIFT).unwrap_or(0);
+    // Centuries and the day within one (the last of four is a day longer).
+    let n1 = 4 * n + 3;
+    let century = n1 / 146_097;
+    let day_of_century = n1 % 146_097 / 4;
+    // Years within the century: 2939745 / 2^32 is 4 / 1461 close enough
+    // that the high half is the year and the low half its day.
+    let n2 = u64::from(4 * day_of_century + 3) * 2_939_745;
+    let year_of_century = (n2 >> 32) as u32;
+    let day_of_year = (n2 as u32) / 2_939_745 / 4;
+    // Months of 153 days per 5 (March to January), as 2141 / 2^16.
+    let n3 = 2141 * day_of_year + 197_913;
+    let (month, day) = (n3 >> 16, (n3 & 0xffff) / 2141 + 1);
+    // January and February belong to the next calendar year.
+    let january = day_of_year >= 306;
+    let year =
+        i64::from(100 * century + year_of_century) - 400 * i64::from(CYCLES) + i64::from(january);
+    (year, if january { month - 12 } else { month }, day)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_are_what_is_written() {
+        let seconds = [
+            0,
+            1,
+            -1,
+            9,
+            10,
+            59,
+            86_399,
+            1_709_210_096,
+            MIN_TIMESTAMP,
+            MAX_TIMESTAMP,
+            MAX_TIMESTAMP + 1,
+            MAX_DURATION,
+            -MAX_DURATION,
+            MAX_DURATION + 1,
+            i64::MAX,
+            i64::MIN,
+        ];
+        let nanos = [
+            0,
+            1,
+            -1,
+            500_000_000,
+            1_000,
+            999_999_999,
+            -999_999_999,
+            NANOS,
+            i32::MIN,
+        ];
+        for s in seconds {
+            for n in nanos {
+                let (mut t, mut d) = (String::new(), String::new());
+                let t = write_timestamp(s, n, &mut t).then_some(t.len());
+                let d = write_duration(s, n, &mut d).then_some(d.len());
+                assert_eq!(timestamp_len(s, n), t, "timestamp {s}s {n}ns");
+                assert_eq!(duration_len(s, n), d, "duration {s}s {n}ns");
+            }
+        }
+    }
+
+    #[test]
+    fn every_day_of_years_1_to_9999_has_its_date() {
+        let (first, last) = (MIN_TIMESTAMP / 86_400, MAX_TIMESTAMP / 86_400);
+        let mut previous = civil_from_days(first - 1);
+        assert_eq!(previous, (0, 12, 31));
+        for days in first..=last {
+            let (year, month, day) = civil_from_days(days);
+            assert!(
+                (1..=12).contains(&month) && (1..=days_in_month(year as u32, month)).contains(&day)
+            );
+            assert_eq!(
+                days_from_civil(year, month, day),
+                days,
+                "{year}-{month}-{day}"
+            );
+            // The next day of the calendar, nothing skipped.
+            let next = if day > 1 {
+                (previous.0, previous.1, previous.2 + 1)
+            } else if month > 1 {
+                (previous.0, previous.1 + 1, 1)
+            } else {
+                (previous.0 + 1, 1, 1)
+            };
+            assert_eq!((year, month, day), next);
+            previous = (year, month, day);
+        }
+        assert_eq!(previous, (9999, 12, 31));
+    }
 
     #[test]
     fn timestamps() {
