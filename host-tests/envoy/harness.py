@@ -80,16 +80,18 @@ def wasm_filter(plugin_config, module=WASM):
         }}}
 
 
-def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=None, buffer_limit=None):
+def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=None, buffer_limit=None,
+                 more_listeners=()):
     """clusters: list of (route prefix, or None for a cluster only callouts use, cluster name, port). http_filters: the filters before
     the router, by default the grpc-wasm filter with plugin_config. buffer_limit: per_connection_buffer_limit_bytes of the
-    listener and the clusters (Envoy's default is 1 MiB)."""
+    listener and the clusters (Envoy's default is 1 MiB). more_listeners: (port, http_filters) of more listeners with the
+    same routes, to the same clusters (one Envoy, two filters side by side)."""
     if http_filters is None:
         http_filters = [wasm_filter(plugin_config)]
     routes = [{"match": {"prefix": prefix}, "route": {"cluster": name, "timeout": "10s"}}
               for prefix, name, _ in clusters if prefix is not None]
     limit = {} if buffer_limit is None else {"per_connection_buffer_limit_bytes": buffer_limit}
-    return {
+    config = {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {
             "listeners": [{
@@ -125,12 +127,23 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
             } for _, name, port in clusters],
         },
     }
+    ingress = config["static_resources"]["listeners"][0]
+    for i, (port, filters) in enumerate(more_listeners):
+        listener = json.loads(json.dumps(ingress))
+        listener["name"] = f"ingress_{i + 1}"
+        listener["address"]["socket_address"]["port_value"] = port
+        manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        manager["http_filters"] = [*filters, manager["http_filters"][-1]]
+        config["static_resources"]["listeners"].append(listener)
+    return config
 
 
 class Envoy:
     """Envoy on free loopback ports; its log is kept for failure reports."""
 
-    def __init__(self, plugin_config, clusters, http_filters=None, buffer_limit=None):
+    def __init__(self, plugin_config, clusters, http_filters=None, buffer_limit=None, more_filters=()):
+        """more_filters: the filters of more listeners (see envoy_config); their ports are `more_ports`."""
+        self.more_filters = more_filters
         # A port free_port() found can be taken by another process before
         # Envoy binds it: start again on new ports then.
         for attempt in range(3):
@@ -143,10 +156,12 @@ class Envoy:
 
     def start(self, plugin_config, clusters, http_filters, buffer_limit):
         self.port, self.admin = free_port(), free_port()
+        self.more_ports = [free_port() for _ in self.more_filters]
         self.dir = tempfile.mkdtemp(prefix="grpc-wasm-envoy-")
         self.config_path = os.path.join(self.dir, "envoy.json")
+        more = list(zip(self.more_ports, self.more_filters))
         with open(self.config_path, "w") as f:
-            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters, buffer_limit), f)
+            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters, buffer_limit, more), f)
         self.log_path = os.path.join(self.dir, "envoy.log")
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", self.config_path, "--concurrency", "1", "--disable-hot-restart",

@@ -269,6 +269,16 @@ fn is_delimiter(b: u8) -> bool {
     b.is_ascii_whitespace() || matches!(b, b'{' | b'}' | b'[' | b']' | b'"' | b',' | b':')
 }
 
+/// Checks what [`split_messages`] left of a whole body: only whitespace,
+/// or the body ends inside a message.
+pub fn check_whole(rest: &[u8]) -> Result<(), String> {
+    if rest.iter().all(u8::is_ascii_whitespace) {
+        Ok(())
+    } else {
+        Err("invalid JSON: the request body ends inside a message".into())
+    }
+}
+
 /// Splits the complete JSON values at the start of a streamed request body
 /// (newline-delimited or simply concatenated); returns them and how many
 /// bytes they used. An incomplete last value waits for more bytes; a

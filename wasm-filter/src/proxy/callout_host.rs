@@ -15,7 +15,9 @@ use crate::descriptors::StreamingKind;
 use crate::status::Status;
 use crate::timeout::encode_timeout;
 
-use super::callout::{call_metadata, closed_status, deadline_ms, split_messages, ValueScanner};
+use super::callout::{
+    call_metadata, check_whole, closed_status, deadline_ms, split_messages, ValueScanner,
+};
 use super::config::{Callout, FilterConfig};
 use super::contract::{
     BufferType, MapType, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX, TRAILER_PREFIX,
@@ -133,14 +135,6 @@ pub fn unary_as_stream() -> bool {
     !host::is_shim()
 }
 
-/// Does the request body carry a stream of messages (client or bidi streaming)?
-pub fn streams_requests(route: &Route) -> bool {
-    matches!(
-        route.method.streaming(),
-        StreamingKind::ClientStreaming | StreamingKind::Bidirectional
-    )
-}
-
 /// Starts the call with the whole request body (unary and server streaming).
 pub fn start_with_body(
     config: &FilterConfig,
@@ -211,11 +205,7 @@ pub fn send_streamed(
         grpc_send(call.token, &message).map_err(|s| host_refused(config, s))?;
     }
     if end {
-        if !body[used..].iter().all(u8::is_ascii_whitespace) {
-            return Err(bad_request(
-                "invalid JSON: the request body ends inside a message".into(),
-            ));
-        }
+        check_whole(&body[used..]).map_err(bad_request)?;
         grpc_close(call.token).map_err(|s| host_refused(config, s))?;
     }
     Ok(used)

@@ -432,6 +432,13 @@ pub fn request_message(
             body,
         )),
         (None, "") => Ok(Vec::new()),
+        // As Envoy reads it: an empty body still sets a message field
+        // (present, empty), which the upstream can tell from no field.
+        (None, field)
+            if empty && field != "*" && is_message_field(&binding.method.input(), field) =>
+        {
+            input.field_json_to_protobuf(field, b"{}", options)
+        }
         (None, _) if empty => Ok(Vec::new()),
         (None, "*") => input.json_to_protobuf(body, options),
         (None, field) => input.field_json_to_protobuf(field, body, options),
@@ -457,8 +464,14 @@ pub fn check_request_line(binding: &Binding, vars: PathVars, query: &str) -> Res
     fill_from_request_line(&mut Value::Object(Map::new()), binding, vars, query)
 }
 
-/// Sets the path variables, then the query parameters (unless the body is
-/// the whole message), typed by the input message's fields.
+fn is_message_field(input: &MessageDescriptor, name: &str) -> bool {
+    input
+        .get_field_by_name(name)
+        .is_some_and(|f| !f.is_list() && !f.is_map() && matches!(f.kind(), Kind::Message(_)))
+}
+
+/// Sets the path variables, then the query parameters, typed by the input
+/// message's fields.
 fn fill_from_request_line(
     root: &mut Value,
     binding: &Binding,
@@ -470,15 +483,16 @@ fn fill_from_request_line(
         let typed = typed_scalar(&input, &path, value)?;
         set(root, &path, typed);
     }
-    if binding.body != "*" {
-        for (key, value) in query_pairs(query) {
-            let path = query_field_path(&key)?;
-            let typed = typed_scalar(&input, &path, value)?;
-            if is_repeated(&input, &path) {
-                push(root, &path, typed);
-            } else {
-                set(root, &path, typed);
-            }
+    // Even where the body is the whole message: http.proto leaves no field
+    // to the query then, but Envoy reads it, and dropping it would answer
+    // a request other than the one sent.
+    for (key, value) in query_pairs(query) {
+        let path = query_field_path(&key)?;
+        let typed = typed_scalar(&input, &path, value)?;
+        if is_repeated(&input, &path) {
+            push(root, &path, typed);
+        } else {
+            set(root, &path, typed);
         }
     }
     Ok(())
@@ -827,6 +841,24 @@ service S {
         assert_eq!(
             request(&create, "/v1/shelves/7/books", "", br#"{"title":"T"}"#).unwrap(),
             r#"{"shelf":"7","book":{"title":"T"}}"#
+        );
+        // An empty body still sets a message body field, as Envoy reads it.
+        assert_eq!(
+            request(&create, "/v1/shelves/7/books", "", b"").unwrap(),
+            r#"{"shelf":"7","book":{}}"#
+        );
+        // Where the body is the whole message, the query still counts (Envoy
+        // reads it too), and wins over the body as the path does.
+        let shelf = binding(&r, "CreateShelf", 0);
+        assert_eq!(
+            request(
+                &shelf,
+                "/v1/shelves",
+                "theme=line",
+                br#"{"theme":"body","id":"3"}"#
+            )
+            .unwrap(),
+            r#"{"id":"3","theme":"line"}"#
         );
         let list = binding(&r, "ListBooks", 0);
         assert_eq!(

@@ -10,6 +10,7 @@ use crate::framing::{encode_frame_into, Compression, FrameDecoder};
 use crate::json::JsonOptions;
 use crate::status::Status;
 
+use super::callout::{check_whole, split_messages};
 use super::config::{FilterConfig, StreamFormat};
 use super::http_body::{At, RawBody};
 use super::http_rule::{
@@ -194,28 +195,30 @@ pub fn plan(
     };
     match found {
         Ok(method) if !config.exposes(method.service_name()) => not_found(config, path),
-        Ok(method) => match method.streaming() {
-            StreamingKind::Unary | StreamingKind::ServerStreaming => Plan::Transcode(Route::new(method, None)),
-            // A callout sends the body's JSON messages as they arrive.
-            _ if config.callout.is_some() => Plan::Transcode(Route::new(method, None)),
-            _ => Plan::Reply(Reply::error_with_http(
-                config,
-                &Status::new(Code::Unimplemented, format!("{path} is a client-streaming method; JSON transcoding needs unary or server streaming")),
-                501,
-            )),
-        },
-        Err(Error::UnknownService(_) | Error::UnknownMethod(_)) if config.reject_unknown_methods => not_found(config, path),
+        // A client stream's messages are a JSON array, or JSON values one
+        // after another (see `encode_request`).
+        Ok(method) => Plan::Transcode(Route::new(method, None)),
+        Err(Error::UnknownService(_) | Error::UnknownMethod(_))
+            if config.reject_unknown_methods =>
+        {
+            not_found(config, path)
+        }
         // A trusted embedder (the OpenResty shim) has no route to pass to.
-        Err(_) if config.callout.as_ref().is_some_and(|c| c.upstream_header.is_some()) => Plan::Reply(
-            Reply::error_with_http(
+        Err(_)
+            if config
+                .callout
+                .as_ref()
+                .is_some_and(|c| c.upstream_header.is_some()) =>
+        {
+            Plan::Reply(Reply::error_with_http(
                 config,
                 &Status::new(
                     Code::Unimplemented,
                     "the module does not handle this path (it is not /package.Service/Method)",
                 ),
                 404,
-            ),
-        ),
+            ))
+        }
         Err(_) => unbound(config, http_method, path),
     }
 }
@@ -256,16 +259,116 @@ fn not_found(config: &FilterConfig, path: &str) -> Plan {
 }
 
 /// The request body (JSON; empty means `{}`), with path variables and query
-/// parameters of an HTTP binding, as one gRPC frame.
+/// parameters of an HTTP binding, as gRPC frames: one, or for a client
+/// stream one per message of the body (see [`each_message`]).
 pub fn encode_request(config: &FilterConfig, route: &Route, body: &[u8]) -> Result<Vec<u8>, Reply> {
-    let message = encode_message(config, route, body)?;
+    let mut frames = Vec::new();
     // Uncompressed: the filter never compresses, which also keeps the
     // deflate encoder out of the module.
-    let mut frame = Vec::new();
-    encode_frame_into(&message, &mut frame).map_err(|e| {
-        Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500)
-    })?;
-    Ok(frame)
+    let mut frame = |message: &[u8]| {
+        let message = encode_message(config, route, message)?;
+        encode_frame_into(&message, &mut frames).map_err(|e| {
+            Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500)
+        })
+    };
+    if streams_requests(route) {
+        if body.len() > config.max_request_bytes {
+            return Err(too_large(
+                config,
+                "request",
+                body.len(),
+                config.max_request_bytes,
+            ));
+        }
+        each_message(body, &mut frame).map_err(|e| e.reply(config))?;
+    } else {
+        frame(body)?;
+    }
+    Ok(frames)
+}
+
+/// Does the request body carry a stream of messages (client or bidi streaming)?
+pub fn streams_requests(route: &Route) -> bool {
+    matches!(
+        route.method.streaming(),
+        StreamingKind::ClientStreaming | StreamingKind::Bidirectional
+    )
+}
+
+/// Why a client stream's body was refused.
+enum StreamBodyError {
+    /// Its JSON, as the client must fix it.
+    Json(String),
+    /// What a message's transcoding answered.
+    Message(Reply),
+}
+
+impl StreamBodyError {
+    fn reply(self, config: &FilterConfig) -> Reply {
+        match self {
+            StreamBodyError::Json(message) => bad_request(config, message),
+            StreamBodyError::Message(reply) => reply,
+        }
+    }
+}
+
+/// Calls `each` with every message of a client stream's whole body: the
+/// elements of one JSON array (Envoy's framing), or JSON values one after
+/// another (newline-delimited JSON, as a callout streams them). Elements
+/// are handed on as they are read, never gathered first.
+fn each_message(
+    body: &[u8],
+    each: &mut dyn FnMut(&[u8]) -> Result<(), Reply>,
+) -> Result<(), StreamBodyError> {
+    let first = body.iter().position(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|at| body[at] == b'[') {
+        return array_elements(body, each);
+    }
+    let (values, used) = split_messages(body).map_err(StreamBodyError::Json)?;
+    check_whole(&body[used..]).map_err(StreamBodyError::Json)?;
+    for value in values {
+        each(value).map_err(StreamBodyError::Message)?;
+    }
+    Ok(())
+}
+
+/// The elements of the JSON array `body`, each as its own text (serde_json
+/// reads the array; each element is a `RawValue`, borrowed, not parsed).
+fn array_elements(
+    body: &[u8],
+    each: &mut dyn FnMut(&[u8]) -> Result<(), Reply>,
+) -> Result<(), StreamBodyError> {
+    use serde::de::{Deserializer as _, SeqAccess, Visitor};
+
+    struct Elements<'f> {
+        each: &'f mut dyn FnMut(&[u8]) -> Result<(), Reply>,
+        failed: Option<Reply>,
+    }
+    impl<'de> Visitor<'de> for &mut Elements<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON array of messages")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(element) = seq.next_element::<&serde_json::value::RawValue>()? {
+                if let Err(reply) = (self.each)(element.get().as_bytes()) {
+                    self.failed = Some(reply);
+                    return Err(serde::de::Error::custom("a message was refused"));
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut elements = Elements { each, failed: None };
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    let read = (&mut reader)
+        .deserialize_seq(&mut elements)
+        .and_then(|()| reader.end());
+    match (read, elements.failed) {
+        (_, Some(reply)) => Err(StreamBodyError::Message(reply)),
+        (Ok(()), None) => Ok(()),
+        (Err(e), None) => Err(StreamBodyError::Json(format!("invalid JSON: {e}"))),
+    }
 }
 
 /// The request body as the bare protobuf message (callouts: the host frames it).
@@ -602,10 +705,46 @@ mod tests {
             r.body,
             r#"{"code":5,"message":"unknown method '/helloworld.Greeter/SayBye'","details":[]}"#
         );
-        let Plan::Reply(r) = plan(&c, "POST", "/routeguide.RouteGuide/RecordRoute", None) else {
+        // A client stream's messages: a JSON array (Envoy's framing) or
+        // JSON values one after another, a frame each.
+        let Plan::Transcode(stream) = plan(&c, "POST", "/routeguide.RouteGuide/RecordRoute", None)
+        else {
             panic!()
         };
-        assert_eq!(r.http_status, 501);
+        let two = b"\0\0\0\0\x02\x08\x01\0\0\0\0\x02\x10\x02".to_vec();
+        for body in [
+            &br#" [{"latitude":1}, {"longitude":2}] "#[..],
+            br#"{"latitude":1}
+{"longitude":2}"#,
+        ] {
+            assert_eq!(encode_request(&c, &stream, body).unwrap(), two);
+        }
+        for empty in [&b""[..], b"[]", b" \n"] {
+            assert_eq!(encode_request(&c, &stream, empty).unwrap(), b"");
+        }
+        for (body, message) in [
+            (
+                &br#"[{"latitude":1},"#[..],
+                "invalid JSON: EOF while parsing a value at line 1 column 16",
+            ),
+            (
+                br#"[{"latitude":1}] {}"#,
+                "invalid JSON: trailing characters at line 1 column 18",
+            ),
+            (
+                br#"[{"nope":1}]"#,
+                "unknown field 'nope' in routeguide.Point",
+            ),
+            (
+                br#"{"latitude":1} {"#,
+                "invalid JSON: the request body ends inside a message",
+            ),
+        ] {
+            let r = encode_request(&c, &stream, body).unwrap_err();
+            assert_eq!(r.http_status, 400, "{}", r.body);
+            let error: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(error["message"], message, "{}", r.body);
+        }
     }
 
     #[test]

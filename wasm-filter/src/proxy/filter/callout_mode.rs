@@ -127,7 +127,7 @@ fn start_prepared(
     if route.method.streaming() != crate::StreamingKind::Unary || callout_host::unary_as_stream() {
         callout_host::add_stream_deadline(&mut call);
     }
-    let started = if callout_host::streams_requests(&route) {
+    let started = if transcoder::streams_requests(&route) {
         callout_host::open_stream(&stream.config, &route, &mut call, context_id).and_then(|()| {
             if end_of_stream {
                 callout_host::send_streamed(&stream.config, &route, &mut call, b"", true)
@@ -172,7 +172,7 @@ pub(super) fn request_body(
             size,
             stream.config.max_request_bytes,
         ))
-    } else if callout_host::streams_requests(&route) {
+    } else if transcoder::streams_requests(&route) {
         read_body(&stream.config, size).and_then(|body| {
             let used = callout_host::send_streamed(
                 &stream.config,

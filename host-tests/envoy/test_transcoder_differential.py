@@ -1,0 +1,288 @@
+"""The filter against Envoy's native grpc_json_transcoder (issue 28): one
+Envoy, two listeners on the same routes to the same upstream, one with each
+filter; every case is sent to both, and the suite compares the HTTP status,
+the Content-Type, the body (as a JSON value, or raw bytes) and what the
+upstream received (the gRPC method and each request message).
+
+The upstream (shelves_server.py, grpcio) records each call under the case
+and listener its request came from (the x-case and x-via headers, which
+both filters forward as metadata). The descriptor set both filters read is
+compiled by protoc.
+
+A case whose answers differ fails unless DIFFERENCES lists it with its
+reason; a listed case that no longer differs fails too, so the list stays
+true. The README's table "Coming from Envoy's grpc_json_transcoder" gives
+the same differences. One kind is compared loosely, as a class: where
+Envoy answers its own error as text/plain, the filter answers the same
+HTTP status with a google.rpc.Status JSON body (the README's deliberate
+difference); the count of those is printed with the summary."""
+
+import base64
+import http.client
+import json
+import os
+import sys
+import tempfile
+import urllib.parse
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from harness import Envoy, read_protos, wasm_filter  # noqa: E402
+from shelves_server import SERVICE, ShelvesServer, descriptor_set  # noqa: E402
+
+Q = urllib.parse.quote
+
+# (case id, HTTP method, path, body, content type); a body that is not
+# bytes is sent as its JSON.
+CASES = [
+    ("list-shelves", "GET", "/shelves", None, None),
+    ("get-shelf", "GET", "/shelves/1", None, None),
+    ("get-shelf-int64-max", "GET", "/shelves/9223372036854775807", None, None),
+    ("get-shelf-negative", "GET", "/shelves/-3", None, None),
+    ("get-shelf-not-a-number", "GET", "/shelves/abc", None, None),
+    ("get-shelf-not-found", "GET", "/shelves/404", None, None),
+    ("get-shelf-trailing-slash", "GET", "/shelves/1/", None, None),
+    ("list-shelves-trailing-slash", "GET", "/shelves/", None, None),
+    ("get-shelf-query-sets-field", "GET", "/shelves/1?shelf=2", None, None),
+    ("delete-shelf", "DELETE", "/shelves/1", None, None),
+    ("archive-shelf-bodiless-post", "POST", "/shelves/1:archive", None, None),
+    ("archive-shelf-empty-json-body", "POST", "/shelves/1:archive", b"", "application/json"),
+    ("create-shelf", "POST", "/shelves", {"id": "5", "theme": "Sci-fi", "genre": "FICTION"}, "application/json"),
+    ("create-shelf-enum-number", "POST", "/shelves", {"theme": "x", "genre": 2}, "application/json"),
+    ("create-shelf-int64-number", "POST", "/shelves", {"id": 9007199254740993}, "application/json"),
+    ("create-shelf-no-content-type", "POST", "/shelves", {"theme": "x"}, None),
+    ("create-shelf-text-plain", "POST", "/shelves", {"theme": "x"}, "text/plain"),
+    ("create-shelf-bad-json", "POST", "/shelves", b"{oops", "application/json"),
+    ("create-shelf-unknown-field", "POST", "/shelves", {"nope": 1}, "application/json"),
+    ("create-shelf-bad-enum", "POST", "/shelves", {"genre": "NOPE"}, "application/json"),
+    ("create-shelf-empty-body", "POST", "/shelves", b"", "application/json"),
+    ("create-book", "POST", "/shelves/1/books",
+     {"title": "Dune", "author": "Herbert", "pages": 412, "tags": ["a", "b"],
+      "published": "1965-08-01T00:00:00Z"}, "application/json"),
+    ("update-book-patch", "PATCH", "/shelves/1/books/7", {"title": "New"}, "application/json"),
+    ("put-book-body-star", "PUT", "/shelves/1/books/7", {"book": {"title": "x"}}, "application/json"),
+    ("put-book-body-and-path-collide", "PUT", "/shelves/1/books/7", {"shelf": "2", "book": {"title": "x"}},
+     "application/json"),
+    ("get-book", "GET", "/shelves/1/books/2", None, None),
+    ("get-book-additional-binding", "GET", "/v2/shelves/1/books/2", None, None),
+    ("search-scalars", "GET", "/search?query=q&limit=-5&offset=18446744073709551615&exact=true&score=1.5", None,
+     None),
+    ("search-nested", "GET", "/search?filter.author=Le%20Guin&filter.year=1969&filter.genre=FICTION", None, None),
+    ("search-repeated", "GET", "/search?years=1&years=2&tags=a&tags=b", None, None),
+    ("search-repeated-enum", "GET", "/search?genres=POETRY&genres=1", None, None),
+    ("search-json-name", "GET", "/search?sortBy=asc", None, None),
+    ("search-proto-name-with-json-name", "GET", "/search?sort_order=asc", None, None),
+    ("search-camel-case", "GET", "/search?pageToken=t", None, None),
+    ("search-proto-name", "GET", "/search?page_token=t", None, None),
+    ("search-percent-encoded-key", "GET", "/search?sort%42y=asc", None, None),
+    ("search-bytes", "GET", "/search?cursor=AQI", None, None),
+    ("search-wrapper", "GET", "/search?min_pages=3", None, None),
+    ("search-float", "GET", "/search?ratio=0.25", None, None),
+    ("search-plus", "GET", "/search?query=a+b", None, None),
+    ("search-percent", "GET", "/search?query=a%20b%2Bc%26d", None, None),
+    ("search-empty-value", "GET", "/search?query=", None, None),
+    ("search-unknown-parameter", "GET", "/search?nope=1", None, None),
+    ("search-bad-enum", "GET", "/search?filter.genre=NOPE", None, None),
+    ("search-bad-int", "GET", "/search?limit=x", None, None),
+    ("search-path-variables", "GET", "/search/Tolkien/1954", None, None),
+    ("search-post-body-star", "POST", "/search", {"query": "q", "filter": {"year": 1}}, "application/json"),
+    ("search-post-body-and-query", "POST", "/search?limit=3", {"query": "q"}, "application/json"),
+    ("search-post-field-body", "POST", "/search/q", {"author": "x", "year": 2}, "application/json"),
+    ("lookup-double-star", "GET", "/files/a/b/c.txt", None, None),
+    ("lookup-encoded-slash", "GET", "/files/a%2Fb", None, None),
+    ("lookup-reserved-escapes", "GET", "/files/a%3Ab%40c", None, None),
+    ("lookup-unreserved-escapes", "GET", "/files/a%20b%7E", None, None),
+    ("lookup-one-segment-escapes", "GET", "/one/a%3Ab%2Fc", None, None),
+    ("lookup-docs-pattern", "GET", "/docs/docs/readme/raw", None, None),
+    ("lookup-unregistered-verb", "GET", "/one/file:v2", None, None),
+    ("fail-with-details", "GET", "/fail/9?details=true", None, None),
+    ("fail-with-message", "GET", "/fail/3?message=bad%20shelf", None, None),
+    *[(f"fail-code-{code}", "GET", f"/fail/{code}", None, None) for code in range(1, 17)],
+    ("stream-books", "GET", "/shelves/1/books?count=3", None, None),
+    ("stream-no-books", "GET", "/shelves/1/books?count=0", None, None),
+    ("stream-fails-after-books", "GET", "/shelves/1/books?count=2&fail=true", None, None),
+    ("stream-fails-first", "GET", "/shelves/1/books?count=0&fail=true", None, None),
+    ("client-stream-json-array", "POST", "/bulk", [{"title": "a"}, {"title": "b"}], "application/json"),
+    ("client-stream-ndjson", "POST", "/bulk", b'{"title":"a"}\n{"title":"b"}\n', "application/json"),
+    ("bidi-stream-json-array", "POST", "/chat", [{"title": "a"}, {"title": "b"}], "application/json"),
+    ("upload-raw-body", "POST", "/upload", bytes(range(256)), "application/octet-stream"),
+    ("download-http-body", "GET", "/download/1", None, None),
+    ("download-fails", "GET", "/download/404", None, None),
+    ("response-body-http-body", "GET", "/cover/1", None, None),
+    ("unknown-path-get", "GET", "/nope", None, None),
+    ("unknown-path-post", "POST", "/nope", {}, "application/json"),
+    ("unbound-method-put", "PUT", "/shelves", {}, "application/json"),
+    ("grpc-method-path", "POST", f"/{SERVICE}/GetShelf", {"shelf": "1"}, "application/json"),
+]
+
+# The options of item 8 that change answers, each in its own Envoy: Envoy's
+# option names, given to both filters alike, and the cases they touch.
+OPTIONS = {
+    "defaults": ({}, [c[0] for c in CASES]),
+    "print-options": ({"print_options": {"preserve_proto_field_names": True,
+                                         "always_print_primitive_fields": True,
+                                         "always_print_enums_as_ints": True}},
+                      ["list-shelves", "get-shelf", "get-book", "create-book", "search-scalars", "search-nested",
+                       "search-repeated-enum", "search-json-name", "search-wrapper", "stream-books",
+                       "fail-with-details", "client-stream-json-array", "response-body-http-body"]),
+    "unescape-options": ({"url_unescape_spec": "ALL_CHARACTERS", "query_param_unescape_plus": True},
+                         ["search-plus", "search-percent", "lookup-double-star", "lookup-encoded-slash",
+                          "lookup-reserved-escapes", "lookup-unreserved-escapes", "lookup-one-segment-escapes",
+                          "lookup-docs-pattern"]),
+}
+
+# Where the two answer differently on purpose, or where this filter cannot
+# do what Envoy does: (options, case id) -> why. Each is in the README's
+# table "Coming from Envoy's grpc_json_transcoder".
+DIFFERENCES = {
+    ("defaults", "create-shelf-unknown-field"):
+        "an unknown JSON field is a 400 unless ignore_unknown_fields; Envoy drops it and calls the method",
+    ("defaults", "put-book-body-and-path-collide"):
+        "where the body and the path set one field, the path wins (what a route rule or RBAC checked on the "
+        "path is what the upstream gets); in Envoy the body wins",
+    ("defaults", "stream-fails-after-books"):
+        "a stream that fails after messages ends its array with {\"error\": ...} and, gathered, answers the "
+        "error's HTTP status; Envoy answers 200 and an array that looks complete",
+    ("defaults", "client-stream-ndjson"):
+        "a client stream also reads newline-delimited JSON messages (as a callout does); Envoy only an array",
+    ("defaults", "grpc-method-path"):
+        "every method answers at POST /pkg.Service/Method; Envoy's auto_mapping maps only the methods "
+        "without a google.api.http binding",
+}
+
+
+class Envoys:
+    """One Envoy per option set, both filters in it; the cases run grouped
+    by option set, so one runs at a time."""
+
+    def __init__(self, descriptors, server):
+        self.descriptors, self.server = descriptors, server
+        with open(descriptors, "rb") as f:
+            self.descriptor_bin = base64.b64encode(f.read()).decode()
+        self.current = None
+
+    def get(self, options):
+        if self.current is not None and self.current.options != options:
+            self.stop()
+        if self.current is None:
+            self.current = self.start(options)
+        return self.current
+
+    def start(self, options):
+        # What this filter always does (the README's table): every method at
+        # its gRPC path, errors as google.rpc.Status, unknown methods and
+        # query parameters refused.
+        common = {"services": [SERVICE], "auto_mapping": True, "convert_grpc_status": True,
+                  "request_validation_options": {"reject_unknown_method": True,
+                                                 "reject_unknown_query_parameters": True},
+                  **OPTIONS[options][0]}
+        native = {"name": "envoy.filters.http.grpc_json_transcoder", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_json_transcoder.v3.GrpcJsonTranscoder",
+            "proto_descriptor": self.descriptors, **common}}
+        # The same options, in Envoy's names, and the same descriptor set;
+        # Envoy's streaming (one JSON array) is "array" here.
+        ours = {"proto_descriptor_bin": self.descriptor_bin, "stream_format": "array", **common}
+        proxy = Envoy(None, [("/", "bookstore", self.server.port)], http_filters=[wasm_filter(ours)],
+                      more_filters=[[native]])
+        proxy.server, proxy.options = self.server, options
+        return proxy
+
+    def stop(self):
+        if self.current is not None:
+            self.current.stop()
+            self.current = None
+
+
+TEXT_ERRORS = []
+
+
+@pytest.fixture(scope="module")
+def envoys():
+    directory = tempfile.mkdtemp(prefix="grpc-wasm-differential-")
+    path = descriptor_set(directory)
+    server = ShelvesServer(path)
+    pool = Envoys(path, server)
+    yield pool
+    pool.stop()
+    server.stop()
+    print(f"\n{len(RUN)} cases in {len(OPTIONS)} option sets; {len(DIFFERENCES)} listed differences; "
+          f"{len(TEXT_ERRORS)} where Envoy's own error is text/plain and the filter's a google.rpc.Status")
+
+
+def exchange(port, case, method, path, body, content_type, via):
+    """(status, Content-Type, body as a JSON value or raw bytes)."""
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+    headers = {"x-case": case, "x-via": via}
+    if content_type:
+        headers["content-type"] = content_type
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    conn.request(method, path, body, headers)
+    response = conn.getresponse()
+    raw = response.read()
+    conn.close()
+    kind = response.getheader("content-type")
+    value = raw
+    if kind and kind.startswith("application/json"):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            pass
+    return response.status, kind, value
+
+
+def answers(envoy, case, method, path, body, content_type):
+    """Each filter's answer and what the upstream received for it."""
+    out = {}
+    for via, port in (("wasm", envoy.port), ("native", envoy.more_ports[0])):
+        status, kind, value = exchange(port, case, method, path, body, content_type, via)
+        out[via] = {"status": status, "content-type": kind, "body": value,
+                    "upstream": envoy.server.received.get((case, via), [])}
+    return out
+
+
+def own_error_as_text(native, wasm):
+    """Envoy's own error is text/plain; the filter's is google.rpc.Status JSON, same status."""
+    return (native["status"] >= 400 and (native["content-type"] or "").startswith("text/plain")
+            and native["status"] == wasm["status"] and wasm["content-type"] == "application/json"
+            and isinstance(wasm["body"], dict) and {"code", "message"} <= set(wasm["body"])
+            and native["upstream"] == wasm["upstream"])
+
+
+def without_empty_details(value):
+    """The filter's errors always print `details` (as grpc-gateway's do);
+    Envoy's omit it when empty, as proto3 JSON omits an empty list."""
+    if isinstance(value, dict) and value.get("details") == [] and {"code", "message"} <= set(value):
+        return {k: v for k, v in value.items() if k != "details"}
+    return value
+
+
+def differing(native, wasm):
+    wasm = {**wasm, "body": without_empty_details(wasm["body"])}
+    return sorted(k for k in native if native[k] != wasm[k])
+
+
+RUN = [(options, case) for options, (_, ids) in OPTIONS.items() for case in ids]
+BY_ID = {c[0]: c for c in CASES}
+
+
+@pytest.mark.parametrize("options,case", RUN, ids=[f"{o}/{c}" for o, c in RUN])
+def test_the_same_answer_as_envoys_transcoder(envoys, options, case):
+    envoy = envoys.get(options)
+    _, method, path, body, content_type = BY_ID[case]
+    got = answers(envoy, f"{options}/{case}", method, path, body, content_type)
+    native, wasm = got["native"], got["wasm"]
+    if own_error_as_text(native, wasm):
+        TEXT_ERRORS.append(f"{options}/{case}")
+        parts = []
+    else:
+        parts = differing(native, wasm)
+    report = json.dumps(got, indent=1, default=repr)[:4000]
+    listed = DIFFERENCES.get((options, case))
+    if listed:
+        assert parts, f"{case} is listed as a difference ({listed}) but both answer the same: {report}"
+    else:
+        assert not parts, f"{case}: {', '.join(parts)} differ:\n{report}"
