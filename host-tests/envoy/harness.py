@@ -151,6 +151,8 @@ class Envoy:
                 self.start(plugin_config, clusters, http_filters, buffer_limit)
                 return
             except RuntimeError:
+                # A start that timed out leaves its Envoy running.
+                self.stop()
                 if attempt == 2 or "Address already in use" not in self.log():
                     raise
 

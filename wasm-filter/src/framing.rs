@@ -12,7 +12,7 @@ use flate2::{read::GzDecoder, write::GzEncoder};
 /// The default limit on one message, after decompression: 4 MiB, as in gRPC.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
 
-const HEADER_LEN: usize = 5;
+pub(crate) const HEADER_LEN: usize = 5;
 
 /// The `grpc-accept-encoding` every client of the core sends: what
 /// [`Compression`] inflates besides identity, which gRPC implies.

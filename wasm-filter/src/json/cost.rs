@@ -132,4 +132,46 @@ message Text { string s = 1; bytes b = 2; }
         let json = print("cost.Times", &times).unwrap();
         assert!(json.len() <= max_json_bytes(times.len()), "{}", json.len());
     }
+
+    /// Timestamps whose JSON passes what the printer keeps (5.75 bytes per
+    /// wire byte): the first pass only counts them, the second prints them.
+    #[test]
+    fn timestamps_only_counted_at_first_print_as_the_tree_prints_them() {
+        let desc = registry().message("cost.Times").unwrap();
+        let options = JsonOptions::default();
+        let tree = |bytes: &[u8]| {
+            let message = crate::json::decode_message(&desc, bytes).unwrap();
+            crate::json::message_to_json(&message, &options).map_err(|e| e.to_string())
+        };
+        // One second, one with nanos (a fraction), one negative: each
+        // element's length differs, past the threshold and before it.
+        let mut times = Vec::new();
+        for i in 0..40_000u32 {
+            let element: &[u8] = match i % 8 {
+                0..=5 => &[0x0a, 0x02, 0x08, 0x01],
+                6 => &[0x0a, 0x05, 0x08, 0x02, 0x10, 0xe8, 0x07],
+                _ => &[
+                    0x0a, 0x0b, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+                ],
+            };
+            times.extend_from_slice(element);
+        }
+        let json = print("cost.Times", &times).unwrap();
+        assert!(
+            json.len() > 3 * times.len() + (64 << 10),
+            "kept whole: {}",
+            json.len()
+        );
+        // Compared whole, reported short: the JSON is a megabyte.
+        assert!(json == tree(&times).unwrap(), "the two printers differ");
+        // Out of range past the threshold: the same refusal as the tree's.
+        let mut bad = times.clone();
+        // 2^40 seconds: year 36812.
+        bad.extend_from_slice(&[0x0a, 0x07, 0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20]);
+        let err = print("cost.Times", &bad)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(Err(err), tree(&bad).map(|_| ()));
+    }
 }

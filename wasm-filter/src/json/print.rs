@@ -353,7 +353,7 @@ impl<'a> Printer<'a> {
 
     fn float64(&mut self, f: f64) {
         if f.is_finite() {
-            self.out.push_str(ryu::Buffer::new().format_finite(f));
+            self.shortest(ryu::Buffer::new().format_finite(f));
         } else {
             self.non_finite(f.is_nan(), f.is_sign_negative());
         }
@@ -363,10 +363,16 @@ impl<'a> Printer<'a> {
     /// runtimes print float fields.
     fn float32(&mut self, f: f32) {
         if f.is_finite() {
-            self.out.push_str(ryu::Buffer::new().format_finite(f));
+            self.shortest(ryu::Buffer::new().format_finite(f));
         } else {
             self.non_finite(f.is_nan(), f.is_sign_negative());
         }
+    }
+
+    /// ryu's text without the `.0` it gives whole numbers: Google's
+    /// printers (Envoy's transcoder among them) write `2`, not `2.0`.
+    fn shortest(&mut self, text: &str) {
+        self.out.push_str(text.strip_suffix(".0").unwrap_or(text));
     }
 
     fn non_finite(&mut self, nan: bool, negative: bool) {

@@ -42,7 +42,12 @@ pub struct Call {
     token: u32,
     /// Messages gathered for the final reply (hosts without delivery).
     messages: Vec<String>,
+    /// The response messages' protobuf bytes so far, which
+    /// `max_response_bytes` bounds (as Envoy's max_response_body_size
+    /// bounds the gRPC body it buffers).
     message_bytes: usize,
+    /// What the call holds of them for the reply (their JSON, or data).
+    held_bytes: usize,
     /// The gathered messages' share of what the VM holds of responses.
     held: Held,
     initial: HeaderMap,
@@ -296,7 +301,7 @@ pub fn on_message(
     if !call.unary_stream && deliver(call, context_id, &json) {
         return None;
     }
-    if let Some(reply) = gather(config, call, json.len()) {
+    if let Some(reply) = gather(config, call, size, json.len()) {
         return Some(reply);
     }
     call.messages.push(json);
@@ -333,7 +338,7 @@ fn on_raw_message(
     }
     // The type is held too (the first message's, at most 1 KiB).
     let added = body.data.len() + call.raw.as_ref().map_or(body.content_type.len(), |_| 0);
-    if let Some(reply) = gather(config, call, added) {
+    if let Some(reply) = gather(config, call, bytes.len(), added) {
         return Some(reply);
     }
     match &mut call.raw {
@@ -355,17 +360,18 @@ fn raw_response(route: &Route) -> Option<At> {
     route.response_http_body().filter(|_| !host::is_shim())
 }
 
-/// Counts `added` bytes more gathered for the final reply against the
-/// response limit and the VM's budget; the reply that ends the call when
-/// either is passed.
-fn gather(config: &FilterConfig, call: &mut Call, added: usize) -> Option<Reply> {
-    call.message_bytes += added;
+/// Counts a message of `wire` protobuf bytes against the response limit
+/// and the `added` bytes gathered of it for the final reply against the
+/// VM's budget; the reply that ends the call when either is passed.
+fn gather(config: &FilterConfig, call: &mut Call, wire: usize, added: usize) -> Option<Reply> {
+    call.message_bytes = call.message_bytes.saturating_add(wire);
+    call.held_bytes = call.held_bytes.saturating_add(added);
     if call.message_bytes > config.max_response_bytes {
         return Some(over_limit(config, call, call.message_bytes));
     }
     if let Err(over) = call
         .held
-        .set(call.message_bytes, config.max_held_response_bytes)
+        .set(call.held_bytes, config.max_held_response_bytes)
     {
         let status = transcoder::over_budget_status(over.others, over.budget);
         return Some(fail(config, call, status));
@@ -388,6 +394,7 @@ fn over_limit(config: &FilterConfig, call: &mut Call, size: usize) -> Reply {
 fn drop_messages(call: &mut Call) -> Vec<String> {
     call.held.release();
     call.message_bytes = 0;
+    call.held_bytes = 0;
     call.raw = None;
     std::mem::take(&mut call.messages)
 }

@@ -409,11 +409,11 @@ fn check_fields(binding: &Binding) -> Result<(), String> {
 }
 
 /// The request message as protobuf: the body (the whole message, or the
-/// body field), then what the request line gives (the path variables and,
-/// unless the body is `*`, the query parameters) as a second encoding of
-/// the message. A parser merges the two field by field, so the request
-/// line wins where both set a field. The body is never held as anything
-/// but its JSON and its protobuf (issue 26).
+/// body field), then what the request line gives (the path variables and
+/// the query parameters) as a second encoding of the message. A parser
+/// merges the two field by field, so the request line wins where both set
+/// a field. The body is never held as anything but its JSON and its
+/// protobuf (issue 26).
 pub fn request_message(
     binding: &Binding,
     vars: PathVars,
@@ -421,10 +421,22 @@ pub fn request_message(
     body: (&[u8], Option<&str>),
     options: &JsonOptions,
 ) -> Result<Vec<u8>, String> {
+    let mut message = body_message(binding, body, options)?;
+    message.extend_from_slice(&line_message(binding, vars, query, options)?);
+    Ok(message)
+}
+
+/// The body's part of [`request_message`] (`body`: its bytes and
+/// Content-Type).
+pub fn body_message(
+    binding: &Binding,
+    body: (&[u8], Option<&str>),
+    options: &JsonOptions,
+) -> Result<Vec<u8>, String> {
     let (body, content_type) = body;
     let input = binding.method.input_type();
     let empty = body.iter().all(u8::is_ascii_whitespace);
-    let mut message = match (binding.request_http_body, binding.body.as_str()) {
+    match (binding.request_http_body, binding.body.as_str()) {
         // Raw, whatever it holds.
         (Some(at), _) => Ok(http_body::encode(
             at,
@@ -443,18 +455,30 @@ pub fn request_message(
         (None, "*") => input.json_to_protobuf(body, options),
         (None, field) => input.field_json_to_protobuf(field, body, options),
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+/// The request line's part of [`request_message`]: the path variables and
+/// the query parameters, encoded once (a client stream appends it to each
+/// of its messages).
+pub fn line_message(
+    binding: &Binding,
+    vars: PathVars,
+    query: &str,
+    options: &JsonOptions,
+) -> Result<Vec<u8>, String> {
     let mut line = Value::Object(Map::new());
     fill_from_request_line(&mut line, binding, vars, query)?;
-    if line.as_object().is_some_and(|fields| !fields.is_empty()) {
-        let json = serde_json::to_vec(&line).map_err(|e| e.to_string())?;
-        // Defaults included: a path's 0 must replace the body's 42.
-        let encoded = input
-            .json_to_protobuf_explicit(&json, options)
-            .map_err(|e| e.to_string())?;
-        message.extend_from_slice(&encoded);
+    if line.as_object().is_none_or(|fields| fields.is_empty()) {
+        return Ok(Vec::new());
     }
-    Ok(message)
+    let json = serde_json::to_vec(&line).map_err(|e| e.to_string())?;
+    // Defaults included: a path's 0 must replace the body's 42.
+    binding
+        .method
+        .input_type()
+        .json_to_protobuf_explicit(&json, options)
+        .map_err(|e| e.to_string())
 }
 
 /// Checks what the request line gives (path variables, query parameters)
@@ -464,9 +488,11 @@ pub fn check_request_line(binding: &Binding, vars: PathVars, query: &str) -> Res
     fill_from_request_line(&mut Value::Object(Map::new()), binding, vars, query)
 }
 
+/// A body field (by its name or its JSON name) of message type.
 fn is_message_field(input: &MessageDescriptor, name: &str) -> bool {
     input
         .get_field_by_name(name)
+        .or_else(|| input.get_field_by_json_name(name))
         .is_some_and(|f| !f.is_list() && !f.is_map() && matches!(f.kind(), Kind::Message(_)))
 }
 
@@ -479,8 +505,10 @@ fn fill_from_request_line(
     query: &str,
 ) -> Result<(), String> {
     let input = binding.method.input();
+    let mut bound = Vec::with_capacity(vars.len());
     for (path, value) in vars {
         let typed = typed_scalar(&input, &path, value)?;
+        bound.push(numbers_on(&input, &path));
         set(root, &path, typed);
     }
     // Even where the body is the whole message: http.proto leaves no field
@@ -489,6 +517,19 @@ fn fill_from_request_line(
     for (key, value) in query_pairs(query) {
         let path = query_field_path(&key)?;
         let typed = typed_scalar(&input, &path, value)?;
+        // Envoy lets the query replace what the path bound; a rule that
+        // checked the path (RBAC, a route) would then not have checked
+        // what the upstream gets.
+        let numbers = numbers_on(&input, &path);
+        if bound
+            .iter()
+            .any(|b| b.starts_with(&numbers) || numbers.starts_with(b))
+        {
+            return Err(format!(
+                "query parameter '{key}' sets {}, which the path binds",
+                path.join(".")
+            ));
+        }
         if is_repeated(&input, &path) {
             push(root, &path, typed);
         } else {
@@ -530,8 +571,17 @@ fn field_kind(
     input: &MessageDescriptor,
     path: &[String],
 ) -> Option<prost_reflect::FieldDescriptor> {
+    fields_on(input, path)?.pop()
+}
+
+/// The fields a dotted path goes through (each segment a field's name or
+/// JSON name), the last one the field it names.
+fn fields_on(
+    input: &MessageDescriptor,
+    path: &[String],
+) -> Option<Vec<prost_reflect::FieldDescriptor>> {
     let mut desc = input.clone();
-    let mut found = None;
+    let mut fields = Vec::with_capacity(path.len());
     for (i, name) in path.iter().enumerate() {
         let field = desc
             .get_field_by_name(name)
@@ -542,9 +592,19 @@ fn field_kind(
             };
             desc = inner;
         }
-        found = Some(field);
+        fields.push(field);
     }
-    found
+    Some(fields)
+}
+
+/// The field numbers along a path, to compare paths spelled by proto or
+/// JSON names.
+fn numbers_on(input: &MessageDescriptor, path: &[String]) -> Vec<u32> {
+    fields_on(input, path)
+        .unwrap_or_default()
+        .iter()
+        .map(|f| f.number())
+        .collect()
 }
 
 fn is_repeated(input: &MessageDescriptor, path: &[String]) -> bool {
@@ -842,6 +902,13 @@ service S {
             request(&create, "/v1/shelves/7/books", "", br#"{"title":"T"}"#).unwrap(),
             r#"{"shelf":"7","book":{"title":"T"}}"#
         );
+        // The query may not replace what the path bound, by either name.
+        for query in ["shelf=8", "shelf=7"] {
+            assert_eq!(
+                request(&create, "/v1/shelves/7/books", query, b"").unwrap_err(),
+                "query parameter 'shelf' sets shelf, which the path binds"
+            );
+        }
         // An empty body still sets a message body field, as Envoy reads it.
         assert_eq!(
             request(&create, "/v1/shelves/7/books", "", b"").unwrap(),

@@ -6,7 +6,7 @@ use crate::code::Code;
 use crate::descriptors::{Method, StreamingKind};
 use crate::details::status_to_json;
 use crate::error::Error;
-use crate::framing::{encode_frame_into, Compression, FrameDecoder};
+use crate::framing::{encode_frame_into, Compression, FrameDecoder, HEADER_LEN};
 use crate::json::JsonOptions;
 use crate::status::Status;
 
@@ -14,7 +14,8 @@ use super::callout::{check_whole, split_messages};
 use super::config::{FilterConfig, StreamFormat};
 use super::http_body::{At, RawBody};
 use super::http_rule::{
-    check_request_line as check_line, path_verb, request_message, response_part, Binding, PathVars,
+    body_message, check_request_line as check_line, line_message, path_verb, request_message,
+    response_part, Binding, PathVars,
 };
 
 /// A response the filter writes itself.
@@ -263,28 +264,56 @@ fn not_found(config: &FilterConfig, path: &str) -> Plan {
 /// stream one per message of the body (see [`each_message`]).
 pub fn encode_request(config: &FilterConfig, route: &Route, body: &[u8]) -> Result<Vec<u8>, Reply> {
     let mut frames = Vec::new();
-    // Uncompressed: the filter never compresses, which also keeps the
-    // deflate encoder out of the module.
-    let mut frame = |message: &[u8]| {
-        let message = encode_message(config, route, message)?;
-        encode_frame_into(&message, &mut frames).map_err(|e| {
-            Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500)
-        })
-    };
-    if streams_requests(route) {
-        if body.len() > config.max_request_bytes {
-            return Err(too_large(
-                config,
-                "request",
-                body.len(),
-                config.max_request_bytes,
-            ));
-        }
-        each_message(body, &mut frame).map_err(|e| e.reply(config))?;
-    } else {
-        frame(body)?;
+    if !streams_requests(route) {
+        let message = encode_message(config, route, body)?;
+        frame_into(config, &message, &mut frames)?;
+        return Ok(frames);
     }
+    check_request_size(config, body)?;
+    let options = route.json(config);
+    // The request line's fields, read once, go with every message.
+    let line = match &route.binding {
+        Some((binding, vars, query)) => line_message(binding, vars.clone(), query, options)
+            .map_err(|message| bad_request(config, message))?,
+        None => Vec::new(),
+    };
+    let mut frame = |value: &[u8]| {
+        let mut message = match &route.binding {
+            Some((binding, _, _)) => body_message(binding, (value, None), options),
+            None => route
+                .method
+                .input_type()
+                .json_to_protobuf(value, options)
+                .map_err(|e| e.to_string()),
+        }
+        .map_err(|message| bad_request(config, message))?;
+        message.extend_from_slice(&line);
+        // The messages together stay within the body's limit: tiny JSON
+        // values (`{}`), each given the request line's fields, would
+        // otherwise grow without bound.
+        let size = frames.len().saturating_add(HEADER_LEN + message.len());
+        if size > config.max_request_bytes {
+            let status = Status::new(
+                Code::ResourceExhausted,
+                format!(
+                    "a client stream's messages come to more than max_request_bytes ({} bytes) of protobuf",
+                    config.max_request_bytes
+                ),
+            );
+            return Err(Reply::error_with_http(config, &status, 413));
+        }
+        frame_into(config, &message, &mut frames)
+    };
+    each_message(body, &mut frame).map_err(|e| e.reply(config))?;
     Ok(frames)
+}
+
+/// Appends `message` as one uncompressed gRPC frame: the filter never
+/// compresses, which also keeps the deflate encoder out of the module.
+fn frame_into(config: &FilterConfig, message: &[u8], frames: &mut Vec<u8>) -> Result<(), Reply> {
+    encode_frame_into(message, frames).map_err(|e| {
+        Reply::error_with_http(config, &Status::new(Code::Internal, e.to_string()), 500)
+    })
 }
 
 /// Does the request body carry a stream of messages (client or bidi streaming)?
@@ -371,8 +400,8 @@ fn array_elements(
     }
 }
 
-/// The request body as the bare protobuf message (callouts: the host frames it).
-pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Result<Vec<u8>, Reply> {
+/// 413 for a request body over `max_request_bytes`.
+fn check_request_size(config: &FilterConfig, body: &[u8]) -> Result<(), Reply> {
     if body.len() > config.max_request_bytes {
         return Err(too_large(
             config,
@@ -381,6 +410,12 @@ pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
             config.max_request_bytes,
         ));
     }
+    Ok(())
+}
+
+/// The request body as the bare protobuf message (callouts: the host frames it).
+pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Result<Vec<u8>, Reply> {
+    check_request_size(config, body)?;
     let input = route.method.input_type();
     let options = route.json(config);
     let message = match &route.binding {
@@ -440,6 +475,28 @@ pub fn reply_from_messages(
         route.method.streaming(),
         StreamingKind::ServerStreaming | StreamingKind::Bidirectional
     );
+    // The filter's own call in transcoding mode (Envoy, a bodiless
+    // binding) answers with the lines or events a stream would have sent;
+    // a callout answers one array, as its README says.
+    if streaming
+        && config.callout.is_none()
+        && config.stream_format != StreamFormat::Array
+        && (status.is_ok() || !messages.is_empty())
+    {
+        let mut text = String::new();
+        for message in &messages {
+            push_event(config, &mut text, None, message);
+        }
+        text.push_str(&stream_end(config, status));
+        return Reply {
+            http_status: status.code.to_http_status(),
+            code: status.code,
+            ..Reply::raw(RawBody {
+                content_type: stream_content_type(config).to_string(),
+                data: text.into_bytes(),
+            })
+        };
+    }
     if !status.is_ok() {
         if streaming && !messages.is_empty() {
             messages.push(format!(
@@ -545,10 +602,13 @@ pub fn decode_response(
     }
 }
 
-/// Whether this route's response goes out message by message.
+/// Whether this route's response goes out message by message (server and
+/// bidi streams).
 pub fn streams_response(config: &FilterConfig, route: &Route) -> bool {
-    route.method.streaming() == StreamingKind::ServerStreaming
-        && config.stream_format != StreamFormat::Array
+    matches!(
+        route.method.streaming(),
+        StreamingKind::ServerStreaming | StreamingKind::Bidirectional
+    ) && config.stream_format != StreamFormat::Array
 }
 
 /// The content type of a streamed response.
@@ -745,6 +805,31 @@ mod tests {
             let error: serde_json::Value = serde_json::from_str(&r.body).unwrap();
             assert_eq!(error["message"], message, "{}", r.body);
         }
+        // Together the frames stay within max_request_bytes (64 here): 21
+        // empty messages take 64 bytes of JSON and would take 105 of frames.
+        let small = config();
+        let stream = transcode(plan(
+            &small,
+            "POST",
+            "/routeguide.RouteGuide/RecordRoute",
+            None,
+        ));
+        let tiny = format!("[{}{{}}]", "{},".repeat(11));
+        assert_eq!(
+            encode_request(&small, &stream, tiny.as_bytes())
+                .unwrap()
+                .len(),
+            12 * 5
+        );
+        let many = format!("[{}{{}}]", "{},".repeat(20));
+        let r = encode_request(&small, &stream, many.as_bytes()).unwrap_err();
+        assert_eq!(
+            (r.http_status, r.body.as_str()),
+            (
+                413,
+                r#"{"code":8,"message":"a client stream's messages come to more than max_request_bytes (64 bytes) of protobuf","details":[]}"#
+            )
+        );
     }
 
     #[test]
