@@ -284,9 +284,35 @@ pub fn check_whole(rest: &[u8]) -> Result<(), String> {
 /// bytes they used. An incomplete last value waits for more bytes; a
 /// malformed one is an error.
 pub fn split_messages(buf: &[u8]) -> Result<(Vec<&[u8]>, usize), String> {
-    let mut values = serde_json::Deserializer::from_slice(buf).into_iter::<IgnoredAny>();
     let mut out = Vec::new();
-    let mut start = 0;
+    let used = each_value(buf, |value| {
+        out.push(value);
+        Ok::<(), String>(())
+    })
+    .map_err(|e| match e {
+        ValueError::Json(message) | ValueError::Each(message) => message,
+    })?;
+    Ok((out, used))
+}
+
+/// Why [`each_value`] stopped.
+pub enum ValueError<E> {
+    /// The JSON is malformed.
+    Json(String),
+    /// What `each` answered.
+    Each(E),
+}
+
+/// [`split_messages`] without gathering: calls `each` with every complete
+/// value as it is read (a whole body of tiny values would otherwise be
+/// held as a slice each, several times its own size), and returns how
+/// many bytes they used.
+pub fn each_value<'a, E>(
+    buf: &'a [u8],
+    mut each: impl FnMut(&'a [u8]) -> Result<(), E>,
+) -> Result<usize, ValueError<E>> {
+    let mut values = serde_json::Deserializer::from_slice(buf).into_iter::<IgnoredAny>();
+    let (mut start, mut count) = (0, 0);
     loop {
         // Whitespace between values is skipped by the deserializer.
         let before = buf[start..]
@@ -295,14 +321,20 @@ pub fn split_messages(buf: &[u8]) -> Result<(Vec<&[u8]>, usize), String> {
             .count()
             + start;
         match values.next() {
-            None => return Ok((out, buf.len())),
+            None => return Ok(buf.len()),
             Some(Ok(IgnoredAny)) => {
                 let end = values.byte_offset();
-                out.push(&buf[before..end]);
+                each(&buf[before..end]).map_err(ValueError::Each)?;
+                count += 1;
                 start = end;
             }
-            Some(Err(e)) if e.is_eof() => return Ok((out, start)),
-            Some(Err(e)) => return Err(format!("invalid JSON in message {}: {e}", out.len() + 1)),
+            Some(Err(e)) if e.is_eof() => return Ok(start),
+            Some(Err(e)) => {
+                return Err(ValueError::Json(format!(
+                    "invalid JSON in message {}: {e}",
+                    count + 1
+                )))
+            }
         }
     }
 }

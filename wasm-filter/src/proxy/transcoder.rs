@@ -10,7 +10,7 @@ use crate::framing::{encode_frame_into, Compression, FrameDecoder, HEADER_LEN};
 use crate::json::JsonOptions;
 use crate::status::Status;
 
-use super::callout::{check_whole, split_messages};
+use super::callout::{check_whole, each_value, ValueError};
 use super::config::{FilterConfig, StreamFormat};
 use super::http_body::{At, RawBody};
 use super::http_rule::{
@@ -353,12 +353,11 @@ fn each_message(
     if first.is_some_and(|at| body[at] == b'[') {
         return array_elements(body, each);
     }
-    let (values, used) = split_messages(body).map_err(StreamBodyError::Json)?;
-    check_whole(&body[used..]).map_err(StreamBodyError::Json)?;
-    for value in values {
-        each(value).map_err(StreamBodyError::Message)?;
-    }
-    Ok(())
+    let used = each_value(body, each).map_err(|e| match e {
+        ValueError::Json(message) => StreamBodyError::Json(message),
+        ValueError::Each(reply) => StreamBodyError::Message(reply),
+    })?;
+    check_whole(&body[used..]).map_err(StreamBodyError::Json)
 }
 
 /// The elements of the JSON array `body`, each as its own text (serde_json
