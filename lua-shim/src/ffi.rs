@@ -280,7 +280,7 @@ pub extern "C" fn grpc_wasm_set_max_queued_bytes(bytes: i64) -> i32 {
         let bytes = usize::try_from(bytes)
             .ok()
             .filter(|b| *b > 0)
-            .unwrap_or(crate::client::DEFAULT_MAX_QUEUED_BYTES);
+            .unwrap_or(crate::limits::DEFAULT_MAX_QUEUED_BYTES);
         p.client.set_max_queued_bytes(bytes);
         Ok(0)
     })

@@ -12,6 +12,7 @@
 //! - [`wasm`]: the WASI subset and a typed client of the core's own exports.
 
 pub mod call;
+pub mod limits;
 mod sync;
 pub mod transport;
 

@@ -73,9 +73,7 @@ fn malloc_copy(body: &[u8]) -> Option<*mut c_char> {
     }
 }
 
-/// How long a `next` without a `timeout` may wait: the module's default
-/// deadline (10 s) and a second of slack.
-const DEFAULT_WAIT: Duration = Duration::from_millis(11_000);
+use crate::limits::DEFAULT_WAIT;
 const WAIT_EXPIRED: &[u8] = b"timeout waiting for the call's next event";
 
 /// A `next` task waiting for an event of its call, until `until`.

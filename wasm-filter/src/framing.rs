@@ -9,8 +9,7 @@ use std::io::Read;
 
 use flate2::{read::GzDecoder, write::GzEncoder};
 
-/// The default limit on one message, after decompression: 4 MiB, as in gRPC.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 4 * 1024 * 1024;
+use crate::limits::DEFAULT_MAX_MESSAGE_BYTES;
 
 pub(crate) const HEADER_LEN: usize = 5;
 
@@ -144,7 +143,7 @@ pub struct FrameDecoder {
 
 impl Default for FrameDecoder {
     fn default() -> Self {
-        FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, Compression::Identity)
+        FrameDecoder::new(DEFAULT_MAX_MESSAGE_BYTES, Compression::Identity)
     }
 }
 
@@ -354,7 +353,7 @@ mod tests {
         let message = b"hello hello hello hello".repeat(10);
         let wire = encode_frame(&message, Compression::Gzip).unwrap();
         assert_eq!(wire[0], 1);
-        let mut d = FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, Compression::Gzip);
+        let mut d = FrameDecoder::new(DEFAULT_MAX_MESSAGE_BYTES, Compression::Gzip);
         d.push(&wire);
         assert_eq!(d.next_message().unwrap(), Some(message.clone()));
 
@@ -462,7 +461,7 @@ mod properties {
             for m in &messages {
                 wire.extend(encode_frame(m, compression).unwrap());
             }
-            let mut decoder = FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, compression);
+            let mut decoder = FrameDecoder::new(DEFAULT_MAX_MESSAGE_BYTES, compression);
             let mut got = Vec::new();
             let points = split_points(wire.len(), &cuts);
             for pair in points.windows(2) {

@@ -1,6 +1,8 @@
 //! The bounds the core puts on what a peer controls, in one place: every
 //! module that walks nested or repeated input takes its limit from here, so
-//! that the README's "Limits and bad input" table has one source.
+//! that the README's "Limits and bad input" table has one source. The
+//! shim's bounds on connections and Lua callers (not on messages) are in
+//! `lua-shim/src/limits.rs`.
 
 use std::cell::Cell;
 
@@ -45,6 +47,66 @@ pub const MAX_JSON_PER_BYTE: usize = 8;
 /// then printed again into a string of its size (see `json::cost`). Most
 /// messages print to less, and only once.
 pub const KEPT_JSON_PER_BYTE: usize = 3;
+
+/// The JSON slack beside [`MAX_JSON_PER_BYTE`] and [`KEPT_JSON_PER_BYTE`]:
+/// 64 KiB, so that a small message's JSON is never cut by its ratio; also
+/// the room a printer keeps ahead of its JSON before it grows.
+pub const JSON_SLACK_BYTES: usize = 64 << 10;
+
+/// How deep prost's decoder lets messages nest below the one it decodes:
+/// prost's own recursion limit, mirrored by the wire printer, which must
+/// refuse what prost refuses. The same 100 as [`MAX_NESTING`], counted
+/// prost's way (a map entry lies at its map's level).
+pub const PROST_DECODE_LEVELS: usize = 100;
+
+/// How many `Any`s that give `"@type"` after other keys may nest, each read
+/// again from the raw JSON of those keys. README: the row "an `Any` in a
+/// request whose `"@type"` comes after other keys".
+pub const MAX_ANY_REREADS: usize = 8;
+
+/// How many keys an `Any` may give before its `"@type"`: each is kept (40
+/// bytes natively) until the type is known. README: the same row.
+pub const MAX_KEYS_BEFORE_TYPE: usize = 1024;
+
+/// The default limit on one message and on a body (`max_request_bytes`,
+/// `max_response_bytes`; in the shim, `max_queued_bytes` and a unary
+/// answer's messages together): 4 MiB, as in gRPC. README: the request,
+/// response and shim rows.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+/// A unary response message larger than this is carried by the module,
+/// within `max_held_response_bytes`, rather than held in the host's
+/// buffer. README: the row "what the module holds of responses".
+pub const LARGE_MESSAGE_BYTES: u64 = 64 << 10;
+
+/// The deadline of a callout whose client and configuration set none
+/// (`callout.timeout_ms`): 10 s.
+pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+
+/// The longest deadline a client's `grpc-timeout` may ask for by default
+/// (`callout.max_timeout_ms`): five minutes, so that a client cannot park
+/// calls (and their memory) in the proxy for hours. README: the row "a
+/// client's `grpc-timeout`".
+pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 300_000;
+
+/// The one period of every root's ticks: they enforce callout deadlines
+/// and pace configuration fetches, so a deadline ends at most this late.
+pub const TICK_MS: u32 = 50;
+
+/// The largest document a configuration fetch may bring (a descriptor set
+/// or `.proto` by URL): it is read into the module whole.
+pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
+
+/// The first wait before a failed configuration fetch is tried again;
+/// each failure doubles it, up to [`MAX_FETCH_BACKOFF_MS`].
+pub const FIRST_FETCH_BACKOFF_MS: u64 = 1_000;
+
+/// The longest wait between tries of a failing configuration fetch.
+pub const MAX_FETCH_BACKOFF_MS: u64 = 30_000;
+
+/// The longest `content_type` an `HttpBody` answer may carry: it is sent as
+/// a header, and hosts refuse or cut longer header blocks.
+pub const MAX_CONTENT_TYPE_BYTES: usize = 1024;
 
 /// The error text for input that nests deeper than [`MAX_NESTING`].
 pub fn nesting_error() -> String {

@@ -39,11 +39,6 @@ use protos::ProtoSet;
 /// `callout.upstream_header`).
 const UPSTREAM_HEADER: &str = "x-grpc-wasm-upstream";
 
-/// The response bytes (JSON) a call may hold that its caller has not taken
-/// (`max_queued_bytes`): past it, its stream is not read until the caller
-/// takes some, and HTTP/2 flow control holds the server.
-pub const DEFAULT_MAX_QUEUED_BYTES: usize = 4 << 20;
-
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error(transparent)]
@@ -206,7 +201,7 @@ impl Client {
                 changing: Mutex::new(()),
                 ticking: AtomicBool::new(false),
                 wake,
-                max_queued: AtomicUsize::new(DEFAULT_MAX_QUEUED_BYTES),
+                max_queued: AtomicUsize::new(crate::limits::DEFAULT_MAX_QUEUED_BYTES),
                 sink: sink(weak.clone()),
             }),
         };

@@ -19,6 +19,7 @@ use state::{HostState, HttpContext};
 
 use crate::call::{GrpcEvent, HeaderBlock};
 
+use crate::limits::{CONTEXT_ID_PROBES, MAX_CONTEXT_ID};
 use crate::wasm::instance::{export, instantiate, load, trap};
 use crate::wasm::wasi;
 pub use crate::wasm::HostError;
@@ -226,9 +227,9 @@ impl ProxyHost {
     /// never one the module still runs or the caller still holds (`busy`).
     /// After `i32::MAX` the ids start over.
     pub fn reserve_id(&mut self, busy: impl Fn(u32) -> bool) -> Result<u32, HostError> {
-        for _ in 0..ID_PROBES {
+        for _ in 0..CONTEXT_ID_PROBES {
             self.next_context = match self.next_context {
-                n if (ROOT_ID + 1..MAX_ID).contains(&n) => n + 1,
+                n if (ROOT_ID + 1..MAX_CONTEXT_ID).contains(&n) => n + 1,
                 _ => ROOT_ID + 1,
             };
             let id = self.next_context;
@@ -236,7 +237,7 @@ impl ProxyHost {
                 return Ok(id);
             }
         }
-        Err(HostError::Busy(ID_PROBES))
+        Err(HostError::Busy(CONTEXT_ID_PROBES))
     }
 
     /// Makes `last` the id [`ProxyHost::reserve_id`] counts on from (tests
@@ -427,11 +428,6 @@ impl ProxyHost {
         }
     }
 }
-
-/// The largest context id: the C ABI hands ids out as `i32`.
-const MAX_ID: u32 = i32::MAX as u32;
-/// Ids tried before giving up: more calls than that in flight is a leak.
-const ID_PROBES: u32 = 1 << 20;
 
 /// What a proxy answers for a request no route takes: a bare 404. (The
 /// module itself answers paths it cannot read when a shim configures it;

@@ -65,13 +65,6 @@ pub trait RunningCall: Send {
 /// on the connection. Memory stays bounded by the streams' own windows.
 pub(crate) const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
-/// Streams this side reset that h2 remembers, for a second, so as to ignore
-/// the frames still in flight for them; a few hundred bytes each. At h2's
-/// default of 50, the 51st cancel within a second is forgotten at once and
-/// each of its late frames costs a RST_STREAM, of which h2 allows 1,024 in
-/// a connection's life before it ends the connection (ENHANCE_YOUR_CALM).
-pub(crate) const REMEMBERED_RESETS: usize = 4096;
-
 /// How a connection finds out that its server is gone: a server that does
 /// not answer our HTTP/2 handshake within `handshake`, or a PING within
 /// `timeout`, ends the connection (its calls fail UNAVAILABLE) and the next
@@ -89,9 +82,9 @@ pub struct Keepalive {
 impl Default for Keepalive {
     fn default() -> Self {
         Keepalive {
-            interval: Duration::from_secs(30),
-            timeout: Duration::from_secs(10),
-            handshake: Duration::from_secs(10),
+            interval: crate::limits::KEEPALIVE_INTERVAL,
+            timeout: crate::limits::KEEPALIVE_TIMEOUT,
+            handshake: crate::limits::HANDSHAKE_TIMEOUT,
         }
     }
 }

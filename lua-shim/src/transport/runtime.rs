@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use grpc_wasm::framing::{Compression, FrameError, DEFAULT_MAX_MESSAGE_SIZE};
+use grpc_wasm::framing::{Compression, FrameError};
+use grpc_wasm::limits::DEFAULT_MAX_MESSAGE_BYTES;
 use grpc_wasm::{Code, Status};
 use http_body_util::StreamBody;
 use tokio::sync::mpsc;
@@ -23,7 +24,7 @@ use super::codec::RawCodec;
 use super::exchange::{self, origin, Origin};
 use super::{
     h2_failure, tls, CallTransport, Gate, Keepalive, NewCall, RunningCall, Sink, Started,
-    TlsOptions, TransportError, CONNECTION_WINDOW, REMEMBERED_RESETS,
+    TlsOptions, TransportError, CONNECTION_WINDOW,
 };
 use crate::call::events::{self, close, close_as};
 use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced};
@@ -47,7 +48,7 @@ pub fn connect(
         .keep_alive_timeout(keepalive.timeout)
         .keep_alive_while_idle(false)
         .initial_connection_window_size(CONNECTION_WINDOW)
-        .http2_max_concurrent_reset_streams(REMEMBERED_RESETS)
+        .http2_max_concurrent_reset_streams(crate::limits::REMEMBERED_RESETS)
         .tcp_nodelay(true);
     if tls.enabled() {
         let mut config = ClientTlsConfig::new();
@@ -185,7 +186,7 @@ where
             body,
             status_code,
             encoding,
-            Some(DEFAULT_MAX_MESSAGE_SIZE),
+            Some(DEFAULT_MAX_MESSAGE_BYTES),
         ),
     };
     Ok((MetadataMap::from_headers(parts.headers), messages))
@@ -271,9 +272,9 @@ pub fn unary(
                 // As on the wire transport: a server sending message after
                 // message must not have them all held until its trailers.
                 total += message.len();
-                if total > DEFAULT_MAX_MESSAGE_SIZE {
+                if total > DEFAULT_MAX_MESSAGE_BYTES {
                     let too_much = FrameError::TotalTooLarge {
-                        limit: DEFAULT_MAX_MESSAGE_SIZE,
+                        limit: DEFAULT_MAX_MESSAGE_BYTES,
                     };
                     return Err(tonic::Status::resource_exhausted(too_much.to_string()));
                 }

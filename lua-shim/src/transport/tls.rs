@@ -76,7 +76,7 @@ impl ClientTls {
         // server can send nothing that needs an
         // answer yet), and after it the pipe bounds what waits: the same
         // bound holds here, so that nothing is unbounded before it either.
-        tls.set_buffer_limit(Some(super::wire::MAX_UNSENT));
+        tls.set_buffer_limit(Some(crate::limits::MAX_UNSENT));
         Ok(tls)
     }
 }

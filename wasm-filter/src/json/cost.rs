@@ -10,14 +10,14 @@
 //! bytes per field occurrence, instead of decoding a tree of `Value`s that
 //! cost tens of times the wire size.
 
-use crate::limits::{KEPT_JSON_PER_BYTE, MAX_JSON_PER_BYTE};
+use crate::limits::{JSON_SLACK_BYTES, KEPT_JSON_PER_BYTE, MAX_JSON_PER_BYTE};
 
 /// The JSON a message of `wire` bytes may print to: [`MAX_JSON_PER_BYTE`]
 /// per wire byte and 64 KiB more, which base64, enum names of ordinary
 /// length and timestamps stay within.
 pub fn max_json_bytes(wire: usize) -> usize {
     wire.saturating_mul(MAX_JSON_PER_BYTE)
-        .saturating_add(64 << 10)
+        .saturating_add(JSON_SLACK_BYTES)
 }
 
 /// The JSON a printer keeps while it grows, for a message of `wire`
@@ -26,7 +26,7 @@ pub fn max_json_bytes(wire: usize) -> usize {
 /// [`max_json_bytes`] once more at its exact size.
 pub fn kept_json_bytes(wire: usize) -> usize {
     wire.saturating_mul(KEPT_JSON_PER_BYTE)
-        .saturating_add(64 << 10)
+        .saturating_add(JSON_SLACK_BYTES)
 }
 
 #[cfg(test)]

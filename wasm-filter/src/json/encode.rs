@@ -37,7 +37,7 @@ use super::parse::{
 use super::token::{skip_array, skip_object, Key, Token};
 use super::{wkt, JsonOptions, WellKnown};
 use crate::error::Error;
-use crate::limits::Depth;
+use crate::limits::{Depth, MAX_ANY_REREADS, MAX_KEYS_BEFORE_TYPE};
 
 /// Encodes the JSON text `json` as a message of type `desc`.
 pub(super) fn encode(
@@ -919,14 +919,6 @@ impl Encoder {
         Ok(())
     }
 }
-
-/// How many Anys that give `@type` after other keys may nest, each read
-/// again from the raw JSON of those keys.
-const MAX_ANY_REREADS: usize = 8;
-
-/// How many keys an Any may give before its `@type`: each is kept (40
-/// bytes natively) until the type is known.
-const MAX_KEYS_BEFORE_TYPE: usize = 1024;
 
 /// An Any's entries once its `@type` is known: those that came before it,
 /// read again from their raw JSON, then the rest of the object as it comes.

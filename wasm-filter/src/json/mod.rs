@@ -254,7 +254,7 @@ fn print_within_cost(
         drop(std::mem::take(&mut printer.out));
         let mut out = String::new();
         if out
-            .try_reserve_exact(len.saturating_add(print::ROOM))
+            .try_reserve_exact(len.saturating_add(crate::limits::JSON_SLACK_BYTES))
             .is_err()
         {
             return Some(Err(too_costly(desc, wire_len, limit)));

@@ -14,7 +14,7 @@ use super::layout::Layouts;
 use super::parse::any_type;
 use super::wkt;
 use super::{JsonOptions, WellKnown};
-use crate::limits::Depth;
+use crate::limits::{Depth, JSON_SLACK_BYTES};
 
 pub(crate) struct Printer<'a> {
     pub(crate) options: &'a JsonOptions,
@@ -43,10 +43,6 @@ pub(crate) struct Printer<'a> {
 }
 
 type Result = std::result::Result<(), String>;
-
-/// The room a printer keeps ahead of its JSON (see
-/// [`Printer::check_limit`]).
-pub(super) const ROOM: usize = 64 << 10;
 
 impl<'a> Printer<'a> {
     pub(crate) fn new(options: &'a JsonOptions, capacity: usize) -> Self {
@@ -117,7 +113,7 @@ impl<'a> Printer<'a> {
         // (unless the string grew by itself, which only checks again early).
         let room = match self.limit {
             usize::MAX => usize::MAX,
-            _ => self.out.capacity().saturating_sub(ROOM),
+            _ => self.out.capacity().saturating_sub(JSON_SLACK_BYTES),
         };
         self.quiet_until = self.keep.min(self.limit - self.dropped).min(room);
         Ok(())
@@ -162,9 +158,9 @@ impl<'a> Printer<'a> {
     /// JSON by all of it at once would copy what is kept beside it.
     fn keeps(&mut self, len: usize) -> bool {
         if self.keep == usize::MAX || self.out.len().saturating_add(len) <= self.keep {
-            if len > ROOM {
+            if len > JSON_SLACK_BYTES {
                 // With room after it: what follows must not double it.
-                self.out.reserve_exact(len.saturating_add(ROOM));
+                self.out.reserve_exact(len.saturating_add(JSON_SLACK_BYTES));
             }
             return true;
         }
@@ -183,10 +179,10 @@ impl<'a> Printer<'a> {
     /// a byte doubles, and a refused message held 24 times its wire size.
     fn grow_within_limit(&mut self) {
         let (len, capacity) = (self.out.len(), self.out.capacity());
-        if capacity - len >= ROOM || self.limit == usize::MAX {
+        if capacity - len >= JSON_SLACK_BYTES || self.limit == usize::MAX {
             return;
         }
-        let most = self.limit.min(self.keep).saturating_add(ROOM);
+        let most = self.limit.min(self.keep).saturating_add(JSON_SLACK_BYTES);
         let doubled = capacity.saturating_mul(2);
         // Near the limit, straight to it: one more small step would copy
         // the whole string again.
@@ -195,7 +191,7 @@ impl<'a> Printer<'a> {
         } else {
             doubled
         }
-        .max(len + ROOM);
+        .max(len + JSON_SLACK_BYTES);
         self.out.reserve_exact(target - len);
     }
 

@@ -25,6 +25,7 @@ use super::layout::{Layout, Layouts, Shape};
 use super::parse::any_type;
 use super::print::Printer;
 use super::{wkt, WellKnown};
+use crate::limits::PROST_DECODE_LEVELS;
 
 /// Why printing stopped: boxed, so that a `Result<(), Stop>` is one word.
 /// Every value printed returns one, and a wider error was written to and
@@ -348,7 +349,7 @@ fn validate(
     mut bytes: &[u8],
     level: usize,
 ) -> Result {
-    if level > DECODE_LEVELS {
+    if level > PROST_DECODE_LEVELS {
         return Err(Stop::decode("recursion limit reached".into()));
     }
     let layout = layouts.of(desc);
@@ -400,13 +401,10 @@ fn next_field<'a>(
     Ok(Some((position, wire_type, raw)))
 }
 
-/// How deep prost's decoder lets messages nest below the one it decodes.
-const DECODE_LEVELS: usize = 100;
-
 /// What prost's recursion budget is for the fields of a message `level`
 /// deep (its `DecodeContext` there).
 fn budget(level: usize) -> usize {
-    DECODE_LEVELS.saturating_sub(level)
+    PROST_DECODE_LEVELS.saturating_sub(level)
 }
 
 /// Skips an unknown field of a message as prost-reflect decodes one: only

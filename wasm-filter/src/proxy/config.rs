@@ -43,8 +43,7 @@ use crate::descriptors::Method;
 use crate::json::JsonOptions;
 use crate::{Metadata, MetadataValue, Registry};
 
-const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
-const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+use crate::limits::{DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -152,11 +151,6 @@ fn default_max_timeout_ms() -> u64 {
     DEFAULT_MAX_TIMEOUT_MS
 }
 
-/// The longest deadline a client's `grpc-timeout` may ask for by default:
-/// five minutes, so that a client cannot park calls (and their memory) in
-/// the proxy for hours.
-pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 300_000;
-
 /// How the filter calls the method itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Callout {
@@ -217,7 +211,7 @@ fn yes() -> bool {
 }
 
 fn default_max_body() -> usize {
-    DEFAULT_MAX_BODY
+    DEFAULT_MAX_MESSAGE_BYTES
 }
 
 /// A checked configuration, ready for requests.

@@ -16,11 +16,7 @@ use super::host::{self, *};
 use super::id_map::IdMap;
 use super::transcoder::Reply;
 
-const FIRST_BACKOFF_MS: u64 = 1_000;
-const MAX_BACKOFF_MS: u64 = 30_000;
-/// A configuration document larger than this is refused: it is read into
-/// the module whole.
-const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+use crate::limits::{FIRST_FETCH_BACKOFF_MS, MAX_DOCUMENT_BYTES, MAX_FETCH_BACKOFF_MS};
 
 struct Loading {
     inline: Vec<u8>,
@@ -48,7 +44,7 @@ pub fn start(root_id: u32, inline: Vec<u8>, fetch: Fetch) {
                 fetch,
                 token: None,
                 retry_at_ns: 0,
-                backoff_ms: FIRST_BACKOFF_MS,
+                backoff_ms: FIRST_FETCH_BACKOFF_MS,
             },
         )
     });
@@ -207,5 +203,5 @@ fn failed(state: &mut Loading, reason: String) {
         ),
     );
     state.retry_at_ns = now_nanos().saturating_add(state.backoff_ms * 1_000_000);
-    state.backoff_ms = (state.backoff_ms * 2).min(MAX_BACKOFF_MS);
+    state.backoff_ms = (state.backoff_ms * 2).min(MAX_FETCH_BACKOFF_MS);
 }

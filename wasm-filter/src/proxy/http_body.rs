@@ -140,9 +140,7 @@ pub fn decode(at: At, mut bytes: &[u8]) -> Result<RawBody, String> {
     })
 }
 
-/// The longest `content_type` an HttpBody answer may carry: it is sent as
-/// a header, and hosts refuse or cut longer header blocks.
-pub const MAX_CONTENT_TYPE_BYTES: usize = 1024;
+use crate::limits::MAX_CONTENT_TYPE_BYTES;
 
 fn is_header_value(value: &[u8]) -> bool {
     value.len() <= MAX_CONTENT_TYPE_BYTES

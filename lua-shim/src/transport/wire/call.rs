@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use grpc_wasm::framing::{Compression, FrameDecoder, DEFAULT_MAX_MESSAGE_SIZE};
+use grpc_wasm::framing::{Compression, FrameDecoder};
+use grpc_wasm::limits::DEFAULT_MAX_MESSAGE_BYTES;
 use grpc_wasm::{Code, Status};
 use h2::client::SendRequest;
 
@@ -205,12 +206,12 @@ async fn run_call(
         Ok(encoding) => encoding,
         Err(why) => return vec![close_as(Code::Unimplemented, &why)],
     };
-    let mut decoder = FrameDecoder::new(DEFAULT_MAX_MESSAGE_SIZE, encoding);
+    let mut decoder = FrameDecoder::new(DEFAULT_MAX_MESSAGE_BYTES, encoding);
     if unary {
         // A unary answer is one message; without a cap on the sum, a server
         // sending frame after frame would have them all held here until the
         // trailers, and the worker would run out of memory first.
-        decoder.limit_total(DEFAULT_MAX_MESSAGE_SIZE);
+        decoder.limit_total(DEFAULT_MAX_MESSAGE_BYTES);
     }
     let initial = if unary {
         Some(initial)
@@ -241,7 +242,7 @@ async fn run_call(
             // filter (`transcoder::stream_piece`): the gate closes only once
             // the caller's queue is full, after this drive, and a gzip frame
             // of a few KiB may inflate to 4 MiB.
-            decoder.limit_total(DEFAULT_MAX_MESSAGE_SIZE);
+            decoder.limit_total(DEFAULT_MAX_MESSAGE_BYTES);
         }
         let mut complete = Vec::new();
         loop {

@@ -13,8 +13,6 @@ mod call;
 mod executor;
 mod pipe;
 
-pub(crate) use pipe::MAX_UNSENT;
-
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -34,7 +32,6 @@ use super::gate::Gate;
 use super::tls::ClientTls;
 use super::{
     CallTransport, Keepalive, NewCall, RunningCall, Started, TransportError, CONNECTION_WINDOW,
-    REMEMBERED_RESETS,
 };
 use crate::call::events::{self, close_as};
 use crate::call::GrpcTarget;
@@ -144,7 +141,7 @@ impl Wire {
         // conn's cancels and deadlines make in a second.
         let mut handshake = Box::pin(
             h2::client::Builder::new()
-                .max_concurrent_reset_streams(REMEMBERED_RESETS)
+                .max_concurrent_reset_streams(crate::limits::REMEMBERED_RESETS)
                 .initial_connection_window_size(CONNECTION_WINDOW)
                 .handshake::<_, Bytes>(io),
         );
@@ -697,7 +694,7 @@ mod tests {
         let mut ping = vec![0, 0, 8, PING, 0, 0, 0, 0, 0];
         ping.extend_from_slice(&[7; 8]);
         let flood = ping.repeat(4096);
-        let acks_per_bound = pipe::MAX_UNSENT / ping.len() + 1;
+        let acks_per_bound = crate::limits::MAX_UNSENT / ping.len() + 1;
         let mut produced = Vec::new();
         for _ in 0..acks_per_bound / 4096 + 2 {
             produced = wire.input(&flood);
@@ -708,7 +705,7 @@ mod tests {
         let expected = format!("the connection failed: {}", pipe::unread());
         assert_eq!(only_close(&produced, 3), (14, expected));
         assert!(wire.is_over());
-        assert!(wire.take_output().len() <= pipe::MAX_UNSENT);
+        assert!(wire.take_output().len() <= crate::limits::MAX_UNSENT);
     }
 
     #[test]

@@ -15,16 +15,7 @@ use crate::sync::lock;
 /// Why a TLS connection fails when its server goes on after closing it.
 pub(super) const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
 
-/// The most bytes that may wait for the socket. h2 writes DATA only within
-/// the server's flow-control windows, but the answers the protocol owes
-/// (PING and SETTINGS acks) have no window: a server that floods PINGs
-/// and reads nothing grew a worker to 603 MB in 9 s (issue 26). Past this
-/// the connection fails, and its calls with UNAVAILABLE and [`unread`]'s
-/// words. Callers that send faster than the socket writes wait well
-/// before it (`Client::send_backlog` counts these bytes), so it is reached
-/// by a server that reads nothing, not by a large upload; 64 MiB leaves a
-/// burst of large unary calls on a wide-windowed connection its room.
-pub(crate) const MAX_UNSENT: usize = 64 << 20;
+use crate::limits::MAX_UNSENT;
 
 /// Why a connection whose server reads nothing of it failed.
 pub(super) fn unread() -> String {

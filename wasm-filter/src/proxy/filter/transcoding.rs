@@ -15,12 +15,13 @@ use std::rc::Rc;
 
 use crate::code::Code;
 use crate::framing::{self, Compression, FrameDecoder, FrameError};
+use crate::limits::LARGE_MESSAGE_BYTES;
 use crate::status::Status;
 
 use super::super::contract::{BufferType, LogLevel, MapType};
 use super::super::host::{self, *};
 use super::super::transcoder::{self, Reply, Route};
-use super::host_kind::{host_kind, HostKind};
+use super::host_kind::host_kind;
 use super::reply::{answer, answer_response, internal, CONTINUE, PAUSE};
 use super::stream::{Phase, Stream};
 
@@ -52,7 +53,7 @@ pub(super) fn request_headers(
         };
         return answer(stream, &Reply::error(&stream.config, &status));
     }
-    if host_kind() == HostKind::NgxWasmModule && headers.get(ORIGINAL_PATH_HEADER).is_some() {
+    if host_kind().forwards_replaced_headers() && headers.get(ORIGINAL_PATH_HEADER).is_some() {
         // nginx forwards every copy of a header, those that
         // ngx_wasm_module removed or replaced included: the
         // filter's own header cannot be made true there.
@@ -163,7 +164,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
     match transcoder::encode_request(&stream.config, &route, &body) {
         // Some hosts cut the new body to `size`: pass the larger length.
         Ok(frame) => match set_buffer(BufferType::HttpRequestBody, size.max(frame.len()), &frame) {
-            Ok(()) if host_kind() == HostKind::NgxWasmModule => {
+            Ok(()) if host_kind().keeps_old_content_length() => {
                 let length = frame.len().to_string();
                 if set_header(MapType::HttpRequestHeaders, "content-length", &length).is_err() {
                     log(
@@ -286,8 +287,8 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
     // ngx_wasm_module holds a body once, in buffers of fixed size: a
     // second chunk before the end means they are full (and a second
     // pause would be ignored, letting gRPC bytes through).
-    let ngx = host_kind() == HostKind::NgxWasmModule;
-    let host_gave_up = ngx && !end_of_stream && matches!(stream.phase, Phase::Holding(_));
+    let fixed_buffers = host_kind().holds_body_in_fixed_buffers();
+    let host_gave_up = fixed_buffers && !end_of_stream && matches!(stream.phase, Phase::Holding(_));
     let carried = match &stream.phase {
         Phase::Carrying(held) => held.len(),
         _ => 0,
@@ -309,7 +310,7 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
             return carry_large_response(stream, size);
         }
         let mut seen = None;
-        if !ngx && stream.route.as_deref().is_some_and(answers_one_message) {
+        if !fixed_buffers && stream.route.as_deref().is_some_and(answers_one_message) {
             let first_chunk = matches!(stream.phase, Phase::Open);
             let head = read_head(size, first_chunk);
             if first_frame_len(&head).is_some_and(|len| len > LARGE_MESSAGE_BYTES) {
@@ -396,7 +397,7 @@ fn trailers_of_response(stream: &mut Stream) -> u32 {
 /// Transfer-Encoding has no body; in HTTP/2 one without Content-Length may
 /// still have one, unless its method is one that carries none by custom.
 fn has_no_body(headers: &HeaderMap) -> bool {
-    if host_kind() != HostKind::NgxWasmModule {
+    if !host_kind().announces_absent_bodies() {
         return false;
     }
     match headers.get("content-length") {
@@ -419,11 +420,9 @@ fn rewrite_request_headers(
     original_path: &str,
     grpc_path: &str,
 ) -> Result<(), HostStatus> {
-    let ngx = host_kind() == HostKind::NgxWasmModule;
-    // ngx_wasm_module keeps the query string of a `:path` set without one
-    // (and nginx's grpc_pass would send it on); an empty query clears it.
+    // nginx's grpc_pass would send a kept query string on.
     let cleared;
-    let grpc_path = if ngx && original_path.contains('?') {
+    let grpc_path = if host_kind().keeps_query_of_new_path() && original_path.contains('?') {
         cleared = format!("{grpc_path}?");
         cleared.as_str()
     } else {
@@ -445,7 +444,7 @@ fn rewrite_request_headers(
     // ngx_wasm_module takes a removed Content-Length out of the header list
     // but nginx still sends its value: there the body callback sets the new
     // length instead.
-    if !ngx {
+    if !host_kind().keeps_old_content_length() {
         remove.push("content-length");
     }
     let set = if original_path == grpc_path {
@@ -500,7 +499,7 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
 fn replace_response_chunk(size: usize, text: &[u8], end_of_stream: bool) -> Result<(), HostStatus> {
     let text = match text {
         [] if size == 0 => return Ok(()),
-        [] if end_of_stream && host_kind() == HostKind::NgxWasmModule => b"\n",
+        [] if end_of_stream && host_kind().drops_emptied_last_chunk() => b"\n",
         text => text,
     };
     // Some hosts cut the new body to the size argument: pass the larger.
@@ -515,9 +514,6 @@ fn remove_status(trailers: &HeaderMap) {
         &["grpc-status", "grpc-message", "grpc-status-details-bin"],
     );
 }
-/// A unary message larger than this is carried by the module rather than
-/// held in the host's buffer (see `carry_large_response`).
-const LARGE_MESSAGE_BYTES: u64 = 64 * 1024;
 
 /// The length of the first gRPC frame in `body`, once its header is there.
 fn first_frame_len(body: &[u8]) -> Option<u64> {

@@ -193,9 +193,7 @@ impl HeaderMap {
     }
 }
 
-/// The one period of every root's ticks: they enforce callout deadlines
-/// and pace configuration fetches.
-pub const TICK_MS: u32 = 50;
+use crate::limits::TICK_MS;
 
 thread_local! {
     /// Roots whose ticks run. ngx_wasm_module traps when a period is set
