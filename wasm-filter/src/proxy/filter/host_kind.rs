@@ -20,27 +20,89 @@ pub(super) enum HostKind {
     Other,
 }
 
+/// What each host does that a filter must work around, by name: the
+/// filter asks for a capability, never for a host.
 impl HostKind {
-    pub(super) fn has_grpc_calls(self) -> bool {
-        self != HostKind::NgxWasmModule
+    fn is_ngx_wasm_module(self) -> bool {
+        self == HostKind::NgxWasmModule
     }
 
+    /// Whether `proxy_grpc_call` does anything (ngx_wasm_module's does not).
+    pub(super) fn has_grpc_calls(self) -> bool {
+        !self.is_ngx_wasm_module()
+    }
+
+    /// Whether the host calls the filter with the response trailers.
     pub(super) fn calls_trailers(self) -> bool {
-        self != HostKind::NgxWasmModule
+        !self.is_ngx_wasm_module()
     }
 
     /// Whether a filter may give a request a body from its request
     /// headers callback (ngx_wasm_module allows `proxy_set_buffer_bytes`
     /// on the request body there; Envoy has no body buffer yet).
     pub(super) fn sets_request_body_at_headers(self) -> bool {
-        self == HostKind::NgxWasmModule
+        self.is_ngx_wasm_module()
     }
 
     /// Whether `:path` is the path decoded (ngx_wasm_module gives nginx's
     /// `$uri`: `%3A` is already `:`), the client's being the property
     /// `request.path` (`$request_uri`).
     pub(super) fn decodes_path(self) -> bool {
-        self == HostKind::NgxWasmModule
+        self.is_ngx_wasm_module()
+    }
+
+    /// Whether the upstream gets every copy of a request header, those the
+    /// filter removed or replaced included (nginx): a header only the
+    /// filter may set must be refused from clients there.
+    pub(super) fn forwards_replaced_headers(self) -> bool {
+        self.is_ngx_wasm_module()
+    }
+
+    /// Whether a request body the filter replaces keeps its old
+    /// `content-length` unless the filter sets the new one.
+    pub(super) fn keeps_old_content_length(self) -> bool {
+        self.is_ngx_wasm_module()
+    }
+
+    /// Whether the host holds a response body once, in buffers of fixed
+    /// size: a second chunk before the end means they are full (a second
+    /// pause would be ignored, letting gRPC bytes through), so the filter
+    /// cannot carry a large message itself either.
+    pub(super) fn holds_body_in_fixed_buffers(self) -> bool {
+        self.is_ngx_wasm_module()
+    }
+
+    /// Whether the host says a body follows every request's headers, and
+    /// then never calls the body callback when none does: the headers
+    /// must tell.
+    pub(super) fn announces_absent_bodies(self) -> bool {
+        self.is_ngx_wasm_module()
+    }
+
+    /// Whether a `:path` set without a query string keeps the old one (an
+    /// empty query clears it).
+    pub(super) fn keeps_query_of_new_path(self) -> bool {
+        self.is_ngx_wasm_module()
+    }
+
+    /// Whether a response chunk replaced by nothing is dropped together
+    /// with its end-of-body mark, so that the response never ends.
+    pub(super) fn drops_emptied_last_chunk(self) -> bool {
+        self.is_ngx_wasm_module()
+    }
+
+    /// Whether a local reply's details become the HTTP status line's
+    /// reason phrase (ngx_wasm_module; Envoy logs them as response code
+    /// details).
+    pub(super) fn details_are_reason_phrase(self) -> bool {
+        self.is_ngx_wasm_module()
+    }
+
+    /// Whether a local reply sent from the response-headers callback keeps
+    /// the upstream's headers (and, after nginx's own error pages, sends
+    /// nothing), so the filter must rewrite the headers and body instead.
+    pub(super) fn replies_keep_response_headers(self) -> bool {
+        self.is_ngx_wasm_module()
     }
 }
 
@@ -84,4 +146,79 @@ pub(super) fn check_host(config: FilterConfig) -> Result<FilterConfig, String> {
         return Err("callout.upstream_header: only for the OpenResty shim, whose callers are trusted; in this host any HTTP client could pick the upstream cluster".into());
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::proxy::contract::{HOST_PROPERTY, SHIM_HOST};
+    use crate::proxy::host::install;
+    use crate::proxy::host::mock::MockHost;
+
+    /// The host as the filter learns it, from a mock host with `property`.
+    fn learnt(property: Option<(&[u8], &[u8])>) -> HostKind {
+        let host = Rc::new(MockHost::default());
+        if let Some((key, value)) = property {
+            let mut state = host.state.borrow_mut();
+            state.properties.insert(key.to_vec(), value.to_vec());
+        }
+        install(host);
+        HOST_KIND.with(|k| k.set(None));
+        host_is_shim();
+        host_kind()
+    }
+
+    /// Every capability, in a fixed order, for a table per host.
+    fn capabilities(kind: HostKind) -> [(&'static str, bool); 12] {
+        [
+            ("has_grpc_calls", kind.has_grpc_calls()),
+            ("calls_trailers", kind.calls_trailers()),
+            (
+                "sets_request_body_at_headers",
+                kind.sets_request_body_at_headers(),
+            ),
+            ("decodes_path", kind.decodes_path()),
+            (
+                "forwards_replaced_headers",
+                kind.forwards_replaced_headers(),
+            ),
+            ("keeps_old_content_length", kind.keeps_old_content_length()),
+            (
+                "holds_body_in_fixed_buffers",
+                kind.holds_body_in_fixed_buffers(),
+            ),
+            ("announces_absent_bodies", kind.announces_absent_bodies()),
+            ("keeps_query_of_new_path", kind.keeps_query_of_new_path()),
+            ("drops_emptied_last_chunk", kind.drops_emptied_last_chunk()),
+            (
+                "details_are_reason_phrase",
+                kind.details_are_reason_phrase(),
+            ),
+            (
+                "replies_keep_response_headers",
+                kind.replies_keep_response_headers(),
+            ),
+        ]
+    }
+
+    #[test]
+    fn each_host_is_learnt_from_its_properties_with_its_capabilities() {
+        let envoy = learnt(None);
+        assert_eq!(envoy, HostKind::Other);
+        let ngx = learnt(Some((b"ngx\0hostname", b"test")));
+        assert_eq!(ngx, HostKind::NgxWasmModule);
+        let shim = learnt(Some((HOST_PROPERTY.as_bytes(), SHIM_HOST)));
+        assert_eq!(shim, HostKind::Shim);
+        for (name, has) in capabilities(envoy) {
+            let expected = matches!(name, "has_grpc_calls" | "calls_trailers");
+            assert_eq!(has, expected, "Envoy: {name}");
+        }
+        assert_eq!(capabilities(shim), capabilities(envoy));
+        for (name, has) in capabilities(ngx) {
+            let expected = !matches!(name, "has_grpc_calls" | "calls_trailers");
+            assert_eq!(has, expected, "ngx_wasm_module: {name}");
+        }
+    }
 }

@@ -7,7 +7,7 @@ use super::super::config::FilterConfig;
 use super::super::contract::{Action, LogLevel, MapType};
 use super::super::host::*;
 use super::super::transcoder::Reply;
-use super::host_kind::{host_kind, HostKind};
+use super::host_kind::host_kind;
 use super::stream::{Phase, Stream};
 
 pub(super) const CONTINUE: u32 = Action::Continue as u32;
@@ -53,7 +53,7 @@ pub(super) fn send_error(reply: &Reply) -> u32 {
 /// response-headers callback, the whole status line), so it gets none and
 /// nginx writes the standard phrase.
 pub(super) fn reply_details() -> &'static str {
-    if host_kind() == HostKind::NgxWasmModule {
+    if host_kind().details_are_reason_phrase() {
         ""
     } else {
         "grpc_wasm"
@@ -62,7 +62,7 @@ pub(super) fn reply_details() -> &'static str {
 
 /// A reply from the response-headers callback.
 pub(super) fn answer_response(stream: &mut Stream, reply: &Reply, headers: &HeaderMap) -> u32 {
-    if host_kind() != HostKind::NgxWasmModule {
+    if !host_kind().replies_keep_response_headers() {
         return answer(stream, reply);
     }
     // ngx_wasm_module's local reply from this callback keeps the upstream's

@@ -1088,3 +1088,69 @@ fn envoy_a_failed_unary_callout_keeps_the_details_of_its_trailers() {
         )
     );
 }
+
+/// The host is learnt once per VM (a thread here): each host its own.
+fn in_a_vm_of_its_own<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(f)
+        .join()
+        .expect("the test's VM panicked")
+}
+
+#[test]
+fn ngx_wasm_module_refuses_the_filters_own_header_from_a_client_envoy_drops_it() {
+    const OWN: [(&str, &str); 1] = [("x-grpc-wasm-original-path", "/somewhere")];
+    let (status, body) = in_a_vm_of_its_own(|| {
+        let host = transcoding(true);
+        // nginx would forward the client's copy beside the filter's.
+        request_headers(&host, &OWN, false);
+        the_reply(&host)
+    });
+    assert_eq!(
+        (status, body["code"].clone(), body["message"].clone()),
+        (
+            400,
+            json!(3),
+            json!("x-grpc-wasm-original-path is set by the filter, not by clients")
+        )
+    );
+    let (action, header) = in_a_vm_of_its_own(|| {
+        let host = transcoding(false);
+        let action = request_headers(&host, &OWN, false);
+        (
+            action,
+            host.map_value(MapType::HttpRequestHeaders, "x-grpc-wasm-original-path"),
+        )
+    });
+    assert_eq!((action, header), (CONTINUE, None));
+}
+
+#[test]
+fn ngx_wasm_module_clears_the_query_of_the_grpc_path_envoy_needs_not() {
+    let path = |ngx| {
+        in_a_vm_of_its_own(move || {
+            let host = transcoding(ngx);
+            let headers = [
+                (":method", "POST"),
+                (":path", "/helloworld.Greeter/SayHello?trace=1"),
+                (":authority", "test"),
+                ("content-type", "application/json"),
+            ];
+            host.set_map(MapType::HttpRequestHeaders, &headers);
+            let action = proxy_on_request_headers(HTTP, headers.len() as u32, 0);
+            let path = host.map_value(MapType::HttpRequestHeaders, ":path");
+            (
+                action,
+                String::from_utf8(path.unwrap_or_default()).unwrap_or_default(),
+            )
+        })
+    };
+    // A `:path` set without a query keeps the old one there.
+    assert_eq!(
+        path(true),
+        (CONTINUE, "/helloworld.Greeter/SayHello?".to_string())
+    );
+    assert_eq!(
+        path(false),
+        (CONTINUE, "/helloworld.Greeter/SayHello".to_string())
+    );
+}
