@@ -541,7 +541,8 @@ pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
 }
 
 /// Starts a call. `body` NULL: a stream whose messages follow. `metadata`
-/// is `key\0value\0` pairs; `json_options` (may be NULL) a comma-separated
+/// is its keys and values in turn, each as its length in decimal, `:` and
+/// its bytes (see [`split_pairs`]); `json_options` (may be NULL) a comma-separated
 /// list (`emit_defaults,int64_as_number,...`); `compression` (may be NULL:
 /// none) `gzip` or `identity`. Returns the call id (> 0).
 ///
@@ -578,7 +579,7 @@ pub unsafe extern "C" fn grpc_wasm_start(
         let compression = compression.as_deref().map(compression_named).transpose()?;
         let options = CallOptions {
             timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
-            metadata: split_pairs(metadata),
+            metadata: split_pairs(metadata)?,
             json_options,
             compression: compression.unwrap_or_default(),
         };
@@ -590,15 +591,31 @@ pub unsafe extern "C" fn grpc_wasm_start(
     })
 }
 
-fn split_pairs(raw: &[u8]) -> Vec<(String, String)> {
-    let parts: Vec<String> = raw
-        .split(|b| *b == 0)
-        .map(|p| String::from_utf8_lossy(p).into_owned())
-        .collect();
-    parts
-        .chunks_exact(2)
-        .map(|kv| (kv[0].clone(), kv[1].clone()))
-        .collect()
+/// Metadata as `resty.ffi.grpc` passes it: keys and values in turn, each
+/// as its length in decimal, `:` and its bytes. Lengths, not separators,
+/// so that no byte of a value can start an entry of its own: the value is
+/// what the metadata rule (`grpc_wasm::metadata::check_entry`) then sees.
+fn split_pairs(mut raw: &[u8]) -> Result<Vec<(String, String)>, &'static str> {
+    let mut pairs = Vec::new();
+    while !raw.is_empty() {
+        let key = length_prefixed(&mut raw)?;
+        pairs.push((key, length_prefixed(&mut raw)?));
+    }
+    Ok(pairs)
+}
+
+/// One `<length>:<bytes>` part of [`split_pairs`]'s input, taken off `raw`.
+fn length_prefixed(raw: &mut &[u8]) -> Result<String, &'static str> {
+    const MALFORMED: &str = "metadata: malformed length-prefixed pairs";
+    let colon = raw.iter().position(|b| *b == b':').ok_or(MALFORMED)?;
+    let len: usize = std::str::from_utf8(&raw[..colon])
+        .ok()
+        .and_then(|digits| digits.parse().ok())
+        .ok_or(MALFORMED)?;
+    let rest = &raw[colon + 1..];
+    let part = rest.get(..len).ok_or(MALFORMED)?;
+    *raw = &rest[len..];
+    Ok(String::from_utf8_lossy(part).into_owned())
 }
 
 /// # Safety
@@ -723,4 +740,45 @@ pub extern "C" fn grpc_wasm_close(id: u32) {
         p.client.close(id);
         Ok(0)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn metadata_values_keep_every_byte_whatever_they_hold() {
+        let raw = b"1:a24:x\0authorization\0Bearer x5:x-bin0:";
+        assert_eq!(
+            split_pairs(raw),
+            Ok(pairs(&[("a", "x\0authorization\0Bearer x"), ("x-bin", "")]))
+        );
+        assert_eq!(split_pairs(b""), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn malformed_metadata_is_refused_not_guessed() {
+        let malformed = Err("metadata: malformed length-prefixed pairs");
+        for raw in [
+            &b"1:a"[..],
+            b"1:a9:x",
+            b"a:b1:c",
+            b"1:a1",
+            b"-1:a1:b",
+            b"1:a1:b2",
+        ] {
+            assert_eq!(
+                split_pairs(raw),
+                malformed,
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
 }

@@ -30,11 +30,12 @@ const RESERVED: [&str; 10] = [
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataError {
-    #[error("invalid metadata key '{0}': keys are lower-case letters, digits, '-', '_' and '.'")]
+    /// The key as given, with bytes that are not printable ASCII as `?`.
+    #[error("invalid metadata key '{0}': only letters, digits, '-', '_' and '.'")]
     InvalidKey(String),
     #[error("metadata key '{0}' is reserved for the gRPC protocol")]
     ReservedKey(String),
-    #[error("invalid value for metadata key '{0}': ASCII values must be printable (0x20-0x7E)")]
+    #[error("metadata value of '{0}' is not printable ASCII (0x20-0x7E: no NUL, CR, LF or other control character); binary values need a key ending in -bin")]
     InvalidAsciiValue(String),
     #[error("invalid value for metadata key '{0}': not valid base64")]
     InvalidBase64(String),
@@ -146,11 +147,31 @@ pub fn is_key_byte(b: u8) -> bool {
     b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b)
 }
 
+/// Checks one entry as it will be sent, the key lower-cased and a `-bin`
+/// value base64 by then: gRPC's rule for custom metadata keys, and values
+/// of printable ASCII, so that no value can end a header line (CR, LF) or
+/// a NUL-separated entry. The one rule for every caller: the filter's
+/// callouts ([`Metadata::append`]), the shim's `Client::start`, and
+/// through the shim's error, Lua.
+pub fn check_entry(key: &str, value: &[u8]) -> Result<(), MetadataError> {
+    check_key(key)?;
+    check_ascii(key, value)
+}
+
+fn check_key(key: &str) -> Result<(), MetadataError> {
+    if key.is_empty() || !key.bytes().all(is_key_byte) {
+        let shown = key
+            .chars()
+            .map(|c| if matches!(c, ' '..='~') { c } else { '?' })
+            .collect();
+        return Err(MetadataError::InvalidKey(shown));
+    }
+    Ok(())
+}
+
 fn validate_user_key(key: &str) -> Result<String, MetadataError> {
     let lower = key.to_ascii_lowercase();
-    if lower.is_empty() || !lower.bytes().all(is_key_byte) {
-        return Err(MetadataError::InvalidKey(key.to_string()));
-    }
+    check_key(&lower)?;
     if lower.starts_with("grpc-") || RESERVED.contains(&lower.as_str()) {
         return Err(MetadataError::ReservedKey(lower));
     }
@@ -220,7 +241,7 @@ mod tests {
             md.append(":path", MetadataValue::Ascii("/".into()))
                 .unwrap_err()
                 .to_string(),
-            "invalid metadata key ':path': keys are lower-case letters, digits, '-', '_' and '.'"
+            "invalid metadata key ':path': only letters, digits, '-', '_' and '.'"
         );
         assert_eq!(
             md.append("x-a", MetadataValue::Ascii("line\nbreak".into()))
@@ -228,5 +249,34 @@ mod tests {
             MetadataError::InvalidAsciiValue("x-a".into())
         );
         assert!(md.is_empty());
+    }
+
+    #[test]
+    fn one_rule_for_entries_as_sent() {
+        assert_eq!(check_entry("x-id", b"7 / ok~"), Ok(()));
+        assert_eq!(check_entry("trace-bin", b"AAEC/w"), Ok(()));
+        let value = |v: &[u8]| check_entry("a", v).unwrap_err().to_string();
+        let refused = "metadata value of 'a' is not printable ASCII (0x20-0x7E: no NUL, CR, LF or other control character); binary values need a key ending in -bin";
+        for bad in [
+            &b"x\0authorization\0Bearer x"[..],
+            b"x\r\nevil: 1",
+            b"\x7f",
+            "caf\u{e9}".as_bytes(),
+        ] {
+            assert_eq!(value(bad), refused, "{bad:?}");
+        }
+        let key = |k: &str| check_entry(k, b"x").unwrap_err().to_string();
+        assert_eq!(
+            key("a\0authorization"),
+            "invalid metadata key 'a?authorization': only letters, digits, '-', '_' and '.'"
+        );
+        assert_eq!(
+            key("X-Id"),
+            "invalid metadata key 'X-Id': only letters, digits, '-', '_' and '.'"
+        );
+        assert_eq!(
+            key(""),
+            "invalid metadata key '': only letters, digits, '-', '_' and '.'"
+        );
     }
 }

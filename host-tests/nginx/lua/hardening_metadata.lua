@@ -1,5 +1,5 @@
--- Metadata that would smuggle entries (NUL, CR/LF) is refused; -bin
--- values carry any bytes.
+-- Metadata that would smuggle entries (NUL, CR/LF), and any value that is
+-- not printable ASCII, is refused; -bin values carry any bytes.
 local grpc = require("resty.ffi.grpc")
 local env = require("testenv")
 
@@ -25,6 +25,8 @@ end
 try("nul in value", { a = "x\0authorization\0Bearer x" })
 try("crlf in value", { a = "x\r\nauthorization: Bearer x" })
 try("nul in key", { ["a\0authorization"] = "Bearer x" })
+try("utf-8 in value", { a = "caf\195\169" })
+try("del in value", { a = "x\127" })
 try("not a table", "a=b")
 try("bin", { ["x-echo-raw-bin"] = "a\0authorization\0b\r\n" })
 try("plain", { a = "fine" })

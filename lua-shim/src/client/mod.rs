@@ -55,8 +55,8 @@ pub enum ClientError {
     UnknownCall,
     #[error("cannot start the runtime: {0}")]
     Runtime(String),
-    #[error("{0}")]
-    Metadata(String),
+    #[error(transparent)]
+    Metadata(#[from] grpc_wasm::metadata::MetadataError),
 }
 
 /// Per-call options.
@@ -926,23 +926,11 @@ fn queue(produced: Produced, pending: &mut VecDeque<(u32, GrpcEvent)>) {
     }
 }
 
-/// Metadata as gRPC allows it (resty.ffi.grpc checks the same before the
-/// C ABI; this covers every other caller): keys of lowercase letters,
-/// digits, `-_.`; values (`-bin` ones are base64 by now) without control
-/// characters, so that no value can end a header line or an entry.
+/// Metadata by the core's one rule (`grpc_wasm::metadata::check_entry`),
+/// for every caller, `resty.ffi.grpc` included: it checks only types.
 fn check_metadata(metadata: &[(String, String)]) -> Result<(), ClientError> {
     for (key, value) in metadata {
-        if key.is_empty() || !key.bytes().all(grpc_wasm::metadata::is_key_byte) {
-            return Err(ClientError::Metadata(format!(
-                "invalid metadata key '{}': only letters, digits, '-', '_' and '.'",
-                key.escape_debug()
-            )));
-        }
-        if value.bytes().any(|b| b.is_ascii_control()) {
-            return Err(ClientError::Metadata(format!(
-                "metadata value of '{key}' holds a control character (NUL, CR, LF...)"
-            )));
-        }
+        grpc_wasm::metadata::check_entry(key, value.as_bytes())?;
     }
     Ok(())
 }
@@ -1279,12 +1267,12 @@ mod tests {
         let crlf = [("a".to_string(), "x\r\nauthorization: Bearer x".to_string())];
         let key = [("a\0b".to_string(), "x".to_string())];
         let message = |m: &[(String, String)]| check_metadata(m).unwrap_err().to_string();
-        let control = "metadata value of 'a' holds a control character (NUL, CR, LF...)";
+        let control = "metadata value of 'a' is not printable ASCII (0x20-0x7E: no NUL, CR, LF or other control character); binary values need a key ending in -bin";
         assert_eq!(message(&nul), control);
         assert_eq!(message(&crlf), control);
         assert_eq!(
             message(&key),
-            "invalid metadata key 'a\\0b': only letters, digits, '-', '_' and '.'"
+            "invalid metadata key 'a?b': only letters, digits, '-', '_' and '.'"
         );
     }
 }

@@ -374,11 +374,11 @@ local function encode(message)
     return json
 end
 
--- Metadata as gRPC allows it: keys of lowercase letters, digits, '-', '_'
--- and '.'; ASCII values without control characters (NUL, CR and LF above
--- all: the native side separates entries with NUL, HTTP/2 lines end with
--- CRLF, so either would let a value smuggle in entries of its own).
--- -bin values may hold any bytes and go as base64, as gRPC carries them.
+-- Metadata as the native side takes it: string keys, lower-cased, and
+-- string values; -bin values may hold any bytes and go as base64, as gRPC
+-- carries them. What keys and values may hold is the core's one rule,
+-- checked natively: a value with a control character comes back as the
+-- call's error.
 local function encode_metadata(metadata)
     if metadata == nil then
         return nil
@@ -392,9 +392,6 @@ local function encode_metadata(metadata)
             return nil, "metadata keys must be strings, got " .. type(k)
         end
         k = k:lower()
-        if not k:find("^[0-9a-z_.%-]+$") then
-            return nil, "invalid metadata key '" .. k:gsub("%c", "?") .. "': only letters, digits, '-', '_' and '.'"
-        end
         local tv = type(v)
         if tv ~= "string" and tv ~= "number" then
             return nil, "metadata value of '" .. k .. "' must be a string, got " .. tv
@@ -402,9 +399,6 @@ local function encode_metadata(metadata)
         v = tostring(v)
         if k:sub(-4) == "-bin" then
             v = ngx.encode_base64(v)
-        elseif v:find("%c") then
-            return nil, "metadata value of '" .. k .. "' holds a control character (NUL, CR, LF...); "
-                .. "binary values need a key ending in -bin"
         end
         out[k] = v
     end

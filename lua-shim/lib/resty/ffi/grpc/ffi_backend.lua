@@ -436,17 +436,23 @@ function ffi_backend.conn_close(id)
     end
 end
 
--- key\0value\0 pairs
+-- Keys and values in turn, each as its length, ':' and its bytes: no byte
+-- of a value can start an entry of its own, and the native side checks
+-- the metadata rule on the values as they are.
 local function flatten(metadata)
     if not metadata then
         return nil, 0
     end
     local parts = {}
     for k, v in pairs(metadata) do
+        parts[#parts + 1] = #k
+        parts[#parts + 1] = ":"
         parts[#parts + 1] = k
+        parts[#parts + 1] = #v
+        parts[#parts + 1] = ":"
         parts[#parts + 1] = v
     end
-    local flat = concat(parts, "\0") .. "\0"
+    local flat = concat(parts)
     return flat, #flat
 end
 
