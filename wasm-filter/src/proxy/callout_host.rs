@@ -15,7 +15,7 @@ use crate::descriptors::StreamingKind;
 use crate::status::Status;
 use crate::timeout::encode_timeout;
 
-use super::callout::{
+use super::callout_rules::{
     call_metadata, check_whole, closed_status, deadline_ms, split_messages, ValueScanner,
 };
 use super::config::{Callout, FilterConfig};
@@ -27,7 +27,7 @@ use super::host::{self, *};
 use super::http_body::{self, At, RawBody};
 use super::id_map::IdMap;
 use super::pairs;
-use super::transcoder::{self, Reply, Route};
+use super::transcode_rules::{self, Reply, Route};
 
 /// One call in flight for an HTTP stream.
 #[derive(Debug, Default)]
@@ -114,7 +114,7 @@ pub fn prepare_with(callout: &Callout, headers: &HeaderMap) -> Result<Call, Stat
     // Like the upstream, per-request JSON options are for trusted embedders.
     let json = match options.filter(|_| upstream_header.is_some()) {
         Some(list) => Some(
-            transcoder::json_options_from(&String::from_utf8_lossy(list)).map_err(|e| {
+            transcode_rules::json_options_from(&String::from_utf8_lossy(list)).map_err(|e| {
                 Status::new(Code::InvalidArgument, format!("{JSON_OPTIONS_HEADER}: {e}"))
             })?,
         ),
@@ -148,7 +148,7 @@ pub fn start_with_body(
     context_id: u32,
     body: &[u8],
 ) -> Result<(), Reply> {
-    let message = transcoder::encode_message(config, route, body)?;
+    let message = transcode_rules::encode_message(config, route, body)?;
     let unary = route.method.streaming() == StreamingKind::Unary;
     call.unary_stream = unary && unary_as_stream();
     let target = target(route, call);
@@ -206,7 +206,7 @@ pub fn send_streamed(
         ..route.clone()
     };
     for value in values {
-        let message = transcoder::encode_message(config, &plain, value)?;
+        let message = transcode_rules::encode_message(config, &plain, value)?;
         grpc_send(call.token, &message).map_err(|s| host_refused(config, s))?;
     }
     if end {
@@ -285,13 +285,13 @@ pub fn on_message(
     if let Some(at) = raw_response(route) {
         return on_raw_message(config, route, call, at, &bytes);
     }
-    let json = match transcoder::decode_message(config, route, &bytes) {
+    let json = match transcode_rules::decode_message(config, route, &bytes) {
         Ok(json) => json,
         Err(status) => return Some(fail(config, call, status)),
     };
     if route.method.streaming() == StreamingKind::Unary && !call.unary_stream {
         forget(call.token);
-        return Some(transcoder::reply_from_messages(
+        return Some(transcode_rules::reply_from_messages(
             config,
             route,
             vec![json],
@@ -373,7 +373,7 @@ fn gather(config: &FilterConfig, call: &mut Call, wire: usize, added: usize) -> 
         .held
         .set(call.held_bytes, config.max_held_response_bytes)
     {
-        let status = transcoder::over_budget_status(over.others, over.budget);
+        let status = transcode_rules::over_budget_status(over.others, over.budget);
         return Some(fail(config, call, status));
     }
     None
@@ -381,7 +381,7 @@ fn gather(config: &FilterConfig, call: &mut Call, wire: usize, added: usize) -> 
 
 /// Ends a call whose response passed `max_response_bytes`.
 fn over_limit(config: &FilterConfig, call: &mut Call, size: usize) -> Reply {
-    let reply = transcoder::too_large(config, "response", size, config.max_response_bytes);
+    let reply = transcode_rules::too_large(config, "response", size, config.max_response_bytes);
     let _ = grpc_cancel(call.token);
     forget(call.token);
     let _ = drop_messages(call);
@@ -450,7 +450,7 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
         let _ = drop_messages(call);
         return Reply::raw(raw);
     }
-    transcoder::reply_from_messages(config, route, drop_messages(call), &status)
+    transcode_rules::reply_from_messages(config, route, drop_messages(call), &status)
 }
 
 fn trailing_details(call: &Call) -> Option<Vec<u8>> {

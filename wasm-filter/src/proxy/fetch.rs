@@ -14,7 +14,7 @@ use super::config::{Fetch, FilterConfig};
 use super::contract::{BufferType, LogLevel, MapType};
 use super::host::{self, *};
 use super::id_map::IdMap;
-use super::transcoder::Reply;
+use super::transcode_rules::Reply;
 
 use crate::limits::{FIRST_FETCH_BACKOFF_MS, MAX_DOCUMENT_BYTES, MAX_FETCH_BACKOFF_MS};
 

@@ -9,8 +9,15 @@
 //! tests drive the callbacks through [`host::mock::MockHost`] in the orders
 //! Envoy and ngx_wasm_module call them. [`contract`] holds what the filter
 //! and the hosts must agree on.
+//!
+//! File names say the layer: `*_rules.rs` decide without a host (what a
+//! request becomes, what an answer says: testable with plain values);
+//! `filter/*_callbacks.rs` are the exported callbacks of one HTTP stream,
+//! which apply those rules; `*_host.rs` and `fetch.rs` drive the host's own
+//! calls (gRPC calls, HTTP calls) and take their callbacks on the root
+//! context.
 
-pub mod callout;
+pub mod callout_rules;
 pub mod config;
 pub mod contract;
 pub mod envoy_options;
@@ -18,7 +25,7 @@ pub mod http_body;
 pub mod http_rule;
 pub mod id_map;
 pub mod pairs;
-pub mod transcoder;
+pub mod transcode_rules;
 
 mod callout_host;
 mod fetch;

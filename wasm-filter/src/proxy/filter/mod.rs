@@ -2,18 +2,18 @@
 //! configuration, one stream context per HTTP exchange.
 //!
 //! This module is the dispatcher: it hands each callback to
-//! [`transcoding`] (the filter on the proxy's route, the default) or to
-//! [`callout_mode`] (`"callout"` in the configuration: the filter makes
-//! the gRPC call itself). An exchange's state is a [`stream::Stream`],
+//! [`transcode_callbacks`] (the filter on the proxy's route, the default)
+//! or to [`callout_callbacks`] (`"callout"` in the configuration: the
+//! filter makes the gRPC call itself). An exchange's state is a [`stream::Stream`],
 //! kept in the [`contexts`] maps; [`host_kind`] says what the host lacks;
 //! [`reply`] makes local replies.
 
-mod callout_mode;
+mod callout_callbacks;
 mod contexts;
 mod host_kind;
 mod reply;
 mod stream;
-mod transcoding;
+mod transcode_callbacks;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -24,14 +24,14 @@ use super::contract::{BufferType, LogLevel, MapType};
 use super::fetch;
 use super::host::{self, *};
 use super::http_rule::{escaped_again, is_raw_form_of};
-use super::transcoder::{self, Plan};
+use super::transcode_rules::{self, Plan};
 use crate::code::Code;
 use crate::status::Status;
 use contexts::{with_stream, ROOTS, STREAMS};
 use host_kind::{check_host, host_is_shim, host_kind};
 use reply::{answer, send_error, CONTINUE, PAUSE};
 use stream::Stream;
-use transcoder::Reply;
+use transcode_rules::Reply;
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_abi_version_0_2_1() {}
@@ -162,7 +162,7 @@ pub extern "C" fn proxy_on_request_headers(
         let path = headers.get(":path").unwrap_or_default();
         let end_of_stream = end_of_stream != 0;
         let client_path = client_path();
-        match transcoder::plan(
+        match transcode_rules::plan(
             &stream.config,
             http_method,
             client_path.as_deref().unwrap_or(path),
@@ -171,12 +171,18 @@ pub extern "C" fn proxy_on_request_headers(
             Plan::PassThrough => CONTINUE,
             Plan::Reply(reply) => answer(stream, &reply),
             Plan::Transcode(route) if stream.config.callout.is_some() => {
-                callout_mode::start(stream, context_id, route, &headers, end_of_stream)
+                callout_callbacks::start(stream, context_id, route, &headers, end_of_stream)
             }
             Plan::Transcode(route) if calls_on_route(&route, end_of_stream) => {
-                callout_mode::start_on_route(stream, context_id, route, &headers, end_of_stream)
+                callout_callbacks::start_on_route(
+                    stream,
+                    context_id,
+                    route,
+                    &headers,
+                    end_of_stream,
+                )
             }
-            Plan::Transcode(route) => transcoding::request_headers(
+            Plan::Transcode(route) => transcode_callbacks::request_headers(
                 stream,
                 route,
                 &headers,
@@ -196,9 +202,9 @@ pub extern "C" fn proxy_on_request_body(
     with_stream(context_id, CONTINUE, |stream| {
         let (size, end_of_stream) = (body_size as usize, end_of_stream != 0);
         if stream.call.is_some() {
-            return callout_mode::request_body(stream, context_id, size, end_of_stream);
+            return callout_callbacks::request_body(stream, context_id, size, end_of_stream);
         }
-        transcoding::request_body(stream, size, end_of_stream)
+        transcode_callbacks::request_body(stream, size, end_of_stream)
     })
 }
 
@@ -234,7 +240,7 @@ fn client_path() -> Option<String> {
 /// `transcoding`); and where the response is an HttpBody, as its
 /// Content-Type comes with the message, after the response headers have
 /// left (a filter on Envoy cannot hold them and still see the body).
-fn calls_on_route(route: &transcoder::Route, end_of_stream: bool) -> bool {
+fn calls_on_route(route: &transcode_rules::Route, end_of_stream: bool) -> bool {
     let host = host_kind();
     let bodiless = end_of_stream && !host.sets_request_body_at_headers();
     route.binding.is_some()
@@ -284,7 +290,7 @@ pub extern "C" fn proxy_on_response_headers(
     end_of_stream: u32,
 ) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        transcoding::response_headers(stream, end_of_stream != 0)
+        transcode_callbacks::response_headers(stream, end_of_stream != 0)
     })
 }
 
@@ -295,13 +301,13 @@ pub extern "C" fn proxy_on_response_body(
     end_of_stream: u32,
 ) -> u32 {
     with_stream(context_id, CONTINUE, |stream| {
-        transcoding::response_body(stream, body_size as usize, end_of_stream != 0)
+        transcode_callbacks::response_body(stream, body_size as usize, end_of_stream != 0)
     })
 }
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) -> u32 {
-    with_stream(context_id, CONTINUE, transcoding::response_trailers)
+    with_stream(context_id, CONTINUE, transcode_callbacks::response_trailers)
 }
 
 /// ngx_wasm_module calls `proxy_on_done` and `proxy_on_log` at the end of
@@ -328,7 +334,7 @@ pub extern "C" fn proxy_on_delete(context_id: u32) {
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u32, _headers: u32) {
-    callout_mode::with_call(token, |_, call, _| {
+    callout_callbacks::with_call(token, |_, call, _| {
         callout_host::on_initial_metadata(call);
         None
     });
@@ -336,7 +342,7 @@ pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
-    callout_mode::with_call(token, |stream, call, context_id| {
+    callout_callbacks::with_call(token, |stream, call, context_id| {
         let route = stream.route.as_ref()?;
         callout_host::on_message(&stream.config, route, call, context_id, size as usize)
     });
@@ -348,7 +354,7 @@ pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
     token: u32,
     _trailers: u32,
 ) {
-    callout_mode::with_call(token, |_, call, _| {
+    callout_callbacks::with_call(token, |_, call, _| {
         callout_host::on_trailing_metadata(call);
         None
     });
@@ -356,7 +362,7 @@ pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u32) {
-    callout_mode::with_call(token, |stream, call, _| {
+    callout_callbacks::with_call(token, |stream, call, _| {
         let route = stream.route.as_ref()?;
         Some(callout_host::on_close(
             &stream.config,
@@ -370,7 +376,7 @@ pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u3
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_tick(root_id: u32) {
     fetch::on_tick(root_id);
-    callout_mode::tick();
+    callout_callbacks::tick();
 }
 
 #[cfg(test)]

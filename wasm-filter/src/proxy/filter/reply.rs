@@ -6,7 +6,7 @@ use crate::status::Status;
 use super::super::config::FilterConfig;
 use super::super::contract::{Action, LogLevel, MapType};
 use super::super::host::*;
-use super::super::transcoder::Reply;
+use super::super::transcode_rules::Reply;
 use super::host_kind::host_kind;
 use super::stream::{Phase, Stream};
 

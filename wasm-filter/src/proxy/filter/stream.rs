@@ -8,7 +8,7 @@ use crate::status::Status;
 use super::super::callout_host::Call;
 use super::super::config::FilterConfig;
 use super::super::held::Held;
-use super::super::transcoder::Route;
+use super::super::transcode_rules::Route;
 
 pub(super) struct Stream {
     pub(super) config: Rc<FilterConfig>,
@@ -23,7 +23,7 @@ pub(super) struct Stream {
     /// This stream's share of what the VM's streams hold of responses.
     pub(super) held: Held,
     /// The gRPC request was written from the request line alone, before
-    /// any body (see `transcoding::body_from_the_request_line`).
+    /// any body (see `transcode_callbacks::body_from_the_request_line`).
     pub(super) request_written: bool,
 }
 

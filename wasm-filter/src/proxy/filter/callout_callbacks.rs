@@ -11,7 +11,7 @@ use super::super::callout_host::{self, Call};
 use super::super::config::{Callout, FilterConfig};
 use super::super::contract::{BufferType, LogLevel};
 use super::super::host::{self, *};
-use super::super::transcoder::{self, Reply, Route};
+use super::super::transcode_rules::{self, Reply, Route};
 use super::contexts::{with_stream, STREAMS};
 use super::host_kind::host_kind;
 use super::reply::{answer, internal, reply_details, PAUSE};
@@ -127,7 +127,7 @@ fn start_prepared(
     if route.method.streaming() != crate::StreamingKind::Unary || callout_host::unary_as_stream() {
         callout_host::add_stream_deadline(&mut call);
     }
-    let started = if transcoder::streams_requests(&route) {
+    let started = if transcode_rules::streams_requests(&route) {
         callout_host::open_stream(&stream.config, &route, &mut call, context_id).and_then(|()| {
             if end_of_stream {
                 callout_host::send_streamed(&stream.config, &route, &mut call, b"", true)
@@ -166,13 +166,13 @@ pub(super) fn request_body(
         return PAUSE;
     };
     let result = if size > stream.config.max_request_bytes {
-        Err(transcoder::too_large(
+        Err(transcode_rules::too_large(
             &stream.config,
             "request",
             size,
             stream.config.max_request_bytes,
         ))
-    } else if transcoder::streams_requests(&route) {
+    } else if transcode_rules::streams_requests(&route) {
         read_body(&stream.config, size).and_then(|body| {
             let used = callout_host::send_streamed(
                 &stream.config,

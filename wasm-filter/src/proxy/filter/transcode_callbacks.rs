@@ -20,7 +20,7 @@ use crate::status::Status;
 
 use super::super::contract::{BufferType, LogLevel, MapType};
 use super::super::host::{self, *};
-use super::super::transcoder::{self, Reply, Route};
+use super::super::transcode_rules::{self, Reply, Route};
 use super::host_kind::host_kind;
 use super::reply::{answer, answer_response, internal, CONTINUE, PAUSE};
 use super::stream::{Phase, Stream};
@@ -42,7 +42,7 @@ pub(super) fn request_headers(
     if bodiless {
         // Envoy gives a filter no way to add a body to a request that has
         // none: the dispatcher makes such a request a call of its own to
-        // the route's cluster (see `callout_mode::start_on_route`).
+        // the route's cluster (see `callout_callbacks::start_on_route`).
         let status = if route.binding.is_some() {
             Status::new(Code::Unimplemented, format!("{http_method} {path} has no body and this host lets no filter add one: bodiless bindings need the filter's callout mode (\"callout\" in the configuration)"))
         } else {
@@ -63,7 +63,7 @@ pub(super) fn request_headers(
         );
         return answer(stream, &Reply::error(&stream.config, &status));
     }
-    if let Err(reply) = transcoder::check_request_line(&stream.config, &route) {
+    if let Err(reply) = transcode_rules::check_request_line(&stream.config, &route) {
         return answer(stream, &reply);
     }
     if rewrite_request_headers(headers, path, route.method.path()).is_err() {
@@ -88,7 +88,7 @@ fn body_from_the_request_line(
     headers: &HeaderMap,
     path: &str,
 ) -> u32 {
-    let frame = match transcoder::encode_request(&stream.config, &route, b"") {
+    let frame = match transcode_rules::encode_request(&stream.config, &route, b"") {
         Ok(frame) => frame,
         Err(reply) => return answer(stream, &reply),
     };
@@ -133,7 +133,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
         return CONTINUE;
     };
     if size > stream.config.max_request_bytes {
-        let reply = transcoder::too_large(
+        let reply = transcode_rules::too_large(
             &stream.config,
             "request",
             size,
@@ -148,8 +148,10 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
         Ok(body) if body.is_empty() && size > 0 => {
             // The host announced a body it cannot show: nginx wrote it
             // to a file.
-            let reply =
-                transcoder::host_buffer_full(&stream.config, transcoder::NGINX_REQUEST_BUFFER);
+            let reply = transcode_rules::host_buffer_full(
+                &stream.config,
+                transcode_rules::NGINX_REQUEST_BUFFER,
+            );
             return refuse(stream, &reply);
         }
         Ok(body) => body,
@@ -161,7 +163,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
             return refuse(stream, &reply);
         }
     };
-    match transcoder::encode_request(&stream.config, &route, &body) {
+    match transcode_rules::encode_request(&stream.config, &route, &body) {
         // Some hosts cut the new body to `size`: pass the larger length.
         Ok(frame) => match set_buffer(BufferType::HttpRequestBody, size.max(frame.len()), &frame) {
             Ok(()) if host_kind().keeps_old_content_length() => {
@@ -217,13 +219,16 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
         .and_then(Compression::from_header)
         .unwrap_or(Compression::Identity);
     if !is_grpc && http_status == 413 && headers.get("grpc-status").is_none() {
-        let reply = transcoder::host_buffer_full(&stream.config, transcoder::ENVOY_REQUEST_BUFFER);
+        let reply = transcode_rules::host_buffer_full(
+            &stream.config,
+            transcode_rules::ENVOY_REQUEST_BUFFER,
+        );
         return answer_response(stream, &reply, &headers);
     }
     if headers.get("grpc-status").is_some() || !is_grpc || end_of_stream {
         // Trailers-only (the status is in these headers), or not gRPC at all.
         let status = status_in(&headers).unwrap_or_else(|| Status::from_http_status(http_status));
-        let reply = transcoder::decode_response(
+        let reply = transcode_rules::decode_response(
             &stream.config,
             &route,
             &[],
@@ -235,12 +240,12 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
     // The headers leave now (a paused header block would also hold the
     // body back from this filter): a status that arrives in trailers
     // after data can change the body, not the HTTP status.
-    let content_type = if transcoder::streams_response(&stream.config, &route) {
+    let content_type = if transcode_rules::streams_response(&stream.config, &route) {
         stream.phase = Phase::Streaming(FrameDecoder::new(
             stream.config.max_response_bytes,
             stream.encoding,
         ));
-        transcoder::stream_content_type(&stream.config)
+        transcode_rules::stream_content_type(&stream.config)
     } else {
         "application/json"
     };
@@ -298,9 +303,9 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
         // The headers have left, so a local reply is no longer possible:
         // the chunk becomes the error.
         let status = if host_gave_up {
-            transcoder::host_response_buffer_full(&stream.config)
+            transcode_rules::host_response_buffer_full(&stream.config)
         } else {
-            transcoder::too_large_status("response", total, stream.config.max_response_bytes)
+            transcode_rules::too_large_status("response", total, stream.config.max_response_bytes)
         };
         fail_in_body(stream, size, status, end_of_stream);
         return CONTINUE;
@@ -471,20 +476,23 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
         .held
         .set(holding, stream.config.max_held_response_bytes)
     {
-        Ok(()) => transcoder::stream_piece(&stream.config, &route, decoder, &chunk),
+        Ok(()) => transcode_rules::stream_piece(&stream.config, &route, decoder, &chunk),
         Err(over) => (
             String::new(),
-            Some(transcoder::over_budget_status(over.others, over.budget)),
+            Some(transcode_rules::over_budget_status(
+                over.others,
+                over.budget,
+            )),
         ),
     };
     if let Some(status) = error {
         // What follows cannot be read: the error ends the stream, and the
         // upstream's own status (in trailers) gives way to it.
-        piece.push_str(&transcoder::stream_end(&stream.config, &status));
+        piece.push_str(&transcode_rules::stream_end(&stream.config, &status));
         stream.phase = Phase::Failed(status);
     } else if end_of_stream {
         let status = status_at_end_without_trailers();
-        piece.push_str(&transcoder::stream_end(&stream.config, &status));
+        piece.push_str(&transcode_rules::stream_end(&stream.config, &status));
         stream.phase = Phase::Answered;
     }
     let _ = replace_response_chunk(size, piece.as_bytes(), end_of_stream);
@@ -615,7 +623,7 @@ fn make_room(
     stream
         .held
         .set(capacity, budget)
-        .map_err(|over| transcoder::over_budget_status(over.others, over.budget))?;
+        .map_err(|over| transcode_rules::over_budget_status(over.others, over.budget))?;
     held.reserve_exact(capacity - held.len());
     Ok(())
 }
@@ -714,7 +722,7 @@ fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus
 /// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
 fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
     stream.phase = Phase::Answered;
-    let end = transcoder::stream_end(&stream.config, status);
+    let end = transcode_rules::stream_end(&stream.config, status);
     let written =
         end.is_empty() || set_buffer(BufferType::HttpResponseBody, 0, end.as_bytes()).is_ok();
     if written && status.is_ok() {
@@ -740,7 +748,7 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
         }
     };
     let reply =
-        transcoder::decode_response(&stream.config, &route, &body, stream.encoding, &status);
+        transcode_rules::decode_response(&stream.config, &route, &body, stream.encoding, &status);
     match set_buffer(
         BufferType::HttpResponseBody,
         body.len().max(reply.body.len()),

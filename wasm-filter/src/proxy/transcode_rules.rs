@@ -10,7 +10,7 @@ use crate::framing::{encode_frame_into, Compression, FrameDecoder, HEADER_LEN};
 use crate::json::JsonOptions;
 use crate::status::Status;
 
-use super::callout::{check_whole, each_value, ValueError};
+use super::callout_rules::{check_whole, each_value, ValueError};
 use super::config::{FilterConfig, StreamFormat};
 use super::http_body::{At, RawBody};
 use super::http_rule::{
