@@ -52,6 +52,8 @@ lint: deps
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p lua-shim --no-default-features --lib -- -D warnings
 	cargo clippy -p grpc-wasm --target wasm32-wasip1 --lib -- -D warnings
+	RUSTDOCFLAGS="-D warnings -A rustdoc::private-intra-doc-links" \
+		cargo doc --workspace --no-deps --document-private-items
 	luacheck -q lua-shim/lib host-tests
 
 # libFuzzer on the core (wasm-filter/fuzz) and the shim's wire transport

@@ -8,7 +8,7 @@
 //! - [`limits`]: the bounds put on everything a peer controls.
 //!
 //! The same code builds natively and for `wasm32-wasip1`; hosts reach it in
-//! wasm through the exports of [`abi`] (only on wasm32).
+//! wasm through the exports of `abi` (only on wasm32).
 
 pub mod code;
 pub mod descriptors;

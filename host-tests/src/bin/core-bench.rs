@@ -2,7 +2,7 @@
 //! inside the .wasm under wasmtime, side by side in one run.
 //!
 //! Rounds alternate native and wasm so that machine noise hits both; the
-//! median round is reported. Usage: core-bench [WASM_PATH]
+//! median round is reported. Usage: `core-bench [WASM_PATH]`
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! grpc.examples.echo.Echo on `--addr` (default [::1]:50052), in plaintext,
+//! grpc.examples.echo.Echo on `--addr` (default `[::1]:50052`), in plaintext,
 //! TLS (`--tls-dir`) or mTLS (`--tls-dir` and `--mtls`).
 
 use std::net::SocketAddr;

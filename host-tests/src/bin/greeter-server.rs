@@ -1,4 +1,4 @@
-//! helloworld.Greeter on `--addr` (default [::1]:50051).
+//! helloworld.Greeter on `--addr` (default `[::1]:50051`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

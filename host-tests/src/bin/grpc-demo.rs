@@ -3,7 +3,7 @@
 //! servers. The HTTP/2 transport here is tonic's; the protobuf and JSON work
 //! is all the module's.
 //!
-//! Usage: grpc-demo --greeter ADDR --routeguide ADDR [--wasm PATH]
+//! Usage: `grpc-demo --greeter ADDR --routeguide ADDR [--wasm PATH]`
 
 use clap::Parser;
 use http::uri::PathAndQuery;

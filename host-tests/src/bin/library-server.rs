@@ -1,4 +1,4 @@
-//! example.library.v1.Library (the transcoding fixture) on `--addr` (default [::1]:50054).
+//! example.library.v1.Library (the transcoding fixture) on `--addr` (default `[::1]:50054`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! routeguide.RouteGuide on `--addr` (default [::1]:10000) over `--db`.
+//! routeguide.RouteGuide on `--addr` (default `[::1]:10000`) over `--db`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

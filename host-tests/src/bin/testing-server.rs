@@ -1,4 +1,4 @@
-//! grpcwasm.testing.Testing on `--addr` (default [::1]:50053).
+//! grpcwasm.testing.Testing on `--addr` (default `[::1]:50053`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -6,11 +6,13 @@
 //! natively (see `host-tests/src/engine.rs`).
 //!
 //! Each stdin line is a JSON object:
-//!   {"type": "pkg.Msg", "json": "<JSON text>"}   → {"bin": "<base64>", "json": "<JSON from those bytes>"}
-//!   {"type": "pkg.Msg", "bin": "<base64>"}        → {"json": "<JSON text>"}
-//! with optional "options": {"emit_defaults", "int64_as_number",
-//! "enums_as_numbers", "proto_field_names", "ignore_unknown_fields"}.
-//! The core refusing an input answers {"error": "<message>"}; the engine
+//! ```text
+//! {"type": "pkg.Msg", "json": "<JSON text>"}   → {"bin": "<base64>", "json": "<JSON from those bytes>"}
+//! {"type": "pkg.Msg", "bin": "<base64>"}        → {"json": "<JSON text>"}
+//! ```
+//! with optional `"options": {"emit_defaults", "int64_as_number",
+//! "enums_as_numbers", "proto_field_names", "ignore_unknown_fields"}`.
+//! The core refusing an input answers `{"error": "<message>"}`; the engine
 //! failing (a trap in the module) ends the tool with an error, so that it is
 //! never taken for a rejection.
 

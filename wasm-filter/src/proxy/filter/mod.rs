@@ -5,7 +5,7 @@
 //! [`transcode_callbacks`] (the filter on the proxy's route, the default)
 //! or to [`callout_callbacks`] (`"callout"` in the configuration: the
 //! filter makes the gRPC call itself). An exchange's state is a [`stream::Stream`],
-//! kept in the [`contexts`] maps; [`host_kind`] says what the host lacks;
+//! kept in the [`contexts`] maps; [`host_kind`](mod@host_kind) says what the host lacks;
 //! [`reply`] makes local replies.
 
 mod callout_callbacks;

@@ -2,7 +2,7 @@
 //! wrappers over it that turn every host answer into a `Result`: no status
 //! the host may return can make the module trap.
 //!
-//! The wasm32 build talks to the proxy through [`abi::AbiHost`], the raw
+//! The wasm32 build talks to the proxy through `abi::AbiHost`, the raw
 //! proxy-wasm 0.2.1 host functions. Native builds have no proxy: tests
 //! install a [`mock::MockHost`] (or any `Host`) with [`install`] and drive
 //! the filter's callbacks as a proxy would.
