@@ -133,5 +133,10 @@ bench-envoy:
 bench-envoy-instructions: wasm
 	python3 host-tests/envoy/count_instructions.py $(if $(OTHER),--other $(OTHER))
 
+# The shim's C header, from lua-shim/src/ffi.rs by cbindgen; make test
+# checks it and resty.ffi.grpc's ffi.cdef against that file's exports.
+header:
+	GRPC_WASM_WRITE_HEADER=1 cargo test --release -p lua-shim --test c_header
+
 clean:
 	cargo clean

@@ -101,12 +101,12 @@ fn process() -> Result<Arc<Process>, String> {
 /// # Safety
 /// `ptr` is NULL, or addresses `len` readable bytes that stay valid and
 /// unchanged for `'a`.
-unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+unsafe fn bytes<'a>(ptr: *const c_char, len: usize) -> &'a [u8] {
     if ptr.is_null() || len == 0 {
         &[]
     } else {
         // SAFETY: not NULL, and `len` bytes are readable (this function's contract).
-        unsafe { std::slice::from_raw_parts(ptr, len) }
+        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
     }
 }
 
@@ -241,7 +241,7 @@ pub unsafe extern "C" fn grpc_wasm_loadfile(path: *const c_char, include: *const
 /// # Safety
 /// `data` addresses `len` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn grpc_wasm_load_descriptor_set(data: *const u8, len: usize) -> i32 {
+pub unsafe extern "C" fn grpc_wasm_load_descriptor_set(data: *const c_char, len: usize) -> i32 {
     guard(|| {
         let p = process()?;
         // SAFETY: `data` addresses `len` bytes (this function's contract).
@@ -258,7 +258,7 @@ pub unsafe extern "C" fn grpc_wasm_load_descriptor_set(data: *const u8, len: usi
 /// # Safety
 /// `json` addresses `len` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn grpc_wasm_set_print_options(json: *const u8, len: usize) -> i32 {
+pub unsafe extern "C" fn grpc_wasm_set_print_options(json: *const c_char, len: usize) -> i32 {
     guard(|| {
         let p = process()?;
         // SAFETY: `json` addresses `len` bytes (this function's contract).
@@ -293,20 +293,47 @@ fn keepalive(interval_ms: i64, timeout_ms: i64, handshake_ms: i64) -> Keepalive 
     Keepalive::from_ms(ms(interval_ms), ms(timeout_ms), ms(handshake_ms))
 }
 
-/// The address and TLS options of both connect functions.
+/// What both connect functions take: one struct rather than eight
+/// arguments, so that an option can be added without a new signature.
+#[repr(C)]
+pub struct ConnectOptions {
+    /// `host:port`; the only field that may not be NULL.
+    pub addr: *const c_char,
+    /// TLS: the server name to verify (NULL with `ca` NULL: plaintext).
+    pub host: *const c_char,
+    /// TLS: a CA bundle to verify the server with (PEM file).
+    pub ca: *const c_char,
+    /// TLS: this side's certificate and key (PEM files), for mutual TLS.
+    pub cert: *const c_char,
+    pub key: *const c_char,
+    /// Keepalive interval, keepalive timeout and handshake timeout, in ms;
+    /// 0 or less: the default.
+    pub keepalive_ms: i64,
+    pub keepalive_timeout_ms: i64,
+    pub handshake_timeout_ms: i64,
+}
+
+/// The address, TLS options and keepalive of a [`ConnectOptions`].
 ///
 /// # Safety
-/// NUL-terminated strings; all but `addr` may be NULL.
-unsafe fn connect_args(
-    addr: *const c_char,
-    host: *const c_char,
-    ca: *const c_char,
-    cert: *const c_char,
-    key: *const c_char,
-) -> Result<(String, TlsOptions), String> {
-    // SAFETY: each is NULL or NUL-terminated (this function's contract).
-    let (addr, host, ca, cert, key) =
-        unsafe { (text(addr), text(host), text(ca), text(cert), text(key)) };
+/// `options` points to a `ConnectOptions` whose strings are NULL or
+/// NUL-terminated.
+unsafe fn connect_options(
+    options: *const ConnectOptions,
+) -> Result<(String, TlsOptions, Keepalive), String> {
+    // SAFETY: `options` is NULL or points to a `ConnectOptions` (this
+    // function's contract).
+    let options = unsafe { options.as_ref() }.ok_or("no connect options")?;
+    // SAFETY: each string is NULL or NUL-terminated (this function's contract).
+    let (addr, host, ca, cert, key) = unsafe {
+        (
+            text(options.addr),
+            text(options.host),
+            text(options.ca),
+            text(options.cert),
+            text(options.key),
+        )
+    };
     let addr = addr.ok_or("no address")?;
     let tls = TlsOptions {
         host,
@@ -314,32 +341,25 @@ unsafe fn connect_args(
         cert,
         key,
     };
-    Ok((addr, tls))
+    let keepalive = keepalive(
+        options.keepalive_ms,
+        options.keepalive_timeout_ms,
+        options.handshake_timeout_ms,
+    );
+    Ok((addr, tls, keepalive))
 }
 
 /// Opens a connection (lazily: the first call connects). Returns its id.
-/// The last three: keepalive interval, keepalive timeout and handshake
-/// timeout, in ms (0: the default).
 ///
 /// # Safety
-/// NUL-terminated strings; all but `addr` may be NULL.
+/// `options` points to a `ConnectOptions` whose strings are NULL or
+/// NUL-terminated.
 #[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn grpc_wasm_connect(
-    addr: *const c_char,
-    host: *const c_char,
-    ca: *const c_char,
-    cert: *const c_char,
-    key: *const c_char,
-    keepalive_ms: i64,
-    keepalive_timeout_ms: i64,
-    handshake_timeout_ms: i64,
-) -> i32 {
+pub unsafe extern "C" fn grpc_wasm_connect(options: *const ConnectOptions) -> i32 {
     guard(|| {
         let p = process()?;
-        // SAFETY: the strings this function's contract promises.
-        let (addr, tls) = unsafe { connect_args(addr, host, ca, cert, key) }?;
-        let keepalive = keepalive(keepalive_ms, keepalive_timeout_ms, handshake_timeout_ms);
+        // SAFETY: what this function's contract promises.
+        let (addr, tls, keepalive) = unsafe { connect_options(options) }?;
         let id = p
             .client
             .connect(&addr, &tls, &keepalive)
@@ -355,22 +375,11 @@ pub unsafe extern "C" fn grpc_wasm_connect(
 /// # Safety
 /// As [`grpc_wasm_connect`].
 #[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn grpc_wasm_wire_connect(
-    addr: *const c_char,
-    host: *const c_char,
-    ca: *const c_char,
-    cert: *const c_char,
-    key: *const c_char,
-    keepalive_ms: i64,
-    keepalive_timeout_ms: i64,
-    handshake_timeout_ms: i64,
-) -> i32 {
+pub unsafe extern "C" fn grpc_wasm_wire_connect(options: *const ConnectOptions) -> i32 {
     guard(|| {
         let p = process()?;
-        // SAFETY: the strings this function's contract promises.
-        let (addr, tls) = unsafe { connect_args(addr, host, ca, cert, key) }?;
-        let keepalive = keepalive(keepalive_ms, keepalive_timeout_ms, handshake_timeout_ms);
+        // SAFETY: what this function's contract promises.
+        let (addr, tls, keepalive) = unsafe { connect_options(options) }?;
         let id = p
             .client
             .connect_wire(&addr, &tls, &keepalive)
@@ -410,7 +419,7 @@ unsafe fn hand_out(p: &Process, woken: Vec<u32>, out: *mut u32, max: i32) -> i32
 #[no_mangle]
 pub unsafe extern "C" fn grpc_wasm_wire_input(
     conn: u32,
-    data: *const u8,
+    data: *const c_char,
     len: usize,
     out: *mut u32,
     max: i32,
@@ -450,7 +459,7 @@ thread_local! {
 /// # Safety
 /// `len` points to a writable size.
 #[no_mangle]
-pub unsafe extern "C" fn grpc_wasm_wire_output(conn: u32, len: *mut usize) -> *const u8 {
+pub unsafe extern "C" fn grpc_wasm_wire_output(conn: u32, len: *mut usize) -> *const c_char {
     let mut ptr = std::ptr::null();
     let rc = guard(|| {
         let p = process()?;
@@ -474,7 +483,7 @@ pub unsafe extern "C" fn grpc_wasm_wire_output(conn: u32, len: *mut usize) -> *c
         // SAFETY: as above.
         unsafe { *len = 0 };
     }
-    ptr
+    ptr.cast()
 }
 
 /// A wire connection's socket is gone: its calls fail with UNAVAILABLE and
@@ -551,12 +560,12 @@ pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
 #[no_mangle]
 pub unsafe extern "C" fn grpc_wasm_start(
     conn: u32,
-    path: *const u8,
+    path: *const c_char,
     path_len: usize,
-    body: *const u8,
+    body: *const c_char,
     body_len: usize,
     timeout_ms: i64,
-    metadata: *const u8,
+    metadata: *const c_char,
     metadata_len: usize,
     json_options: *const c_char,
     compression: *const c_char,
@@ -623,7 +632,7 @@ fn length_prefixed(raw: &mut &[u8]) -> Result<String, &'static str> {
 #[no_mangle]
 pub unsafe extern "C" fn grpc_wasm_send(
     id: u32,
-    json: *const u8,
+    json: *const c_char,
     len: usize,
     compress: i32,
 ) -> i32 {
@@ -668,10 +677,10 @@ pub struct EventView {
     /// 1: a streamed message; 2: the end (reply).
     pub kind: i32,
     pub http_status: i32,
-    pub body: *const u8,
+    pub body: *const c_char,
     pub body_len: usize,
     /// The reply's headers as `key\0value\0` pairs.
-    pub headers: *const u8,
+    pub headers: *const c_char,
     pub headers_len: usize,
     /// The reply's gRPC status code (`LocalReply::grpc_code`) for an end;
     /// -1 for a message.
@@ -703,7 +712,7 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
             Some(Event::Message(json)) => EventView {
                 kind: 1,
                 http_status: 200,
-                body: json.as_ptr(),
+                body: json.as_ptr().cast(),
                 body_len: json.len(),
                 headers: std::ptr::null(),
                 headers_len: 0,
@@ -715,9 +724,9 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
                 EventView {
                     kind: 2,
                     http_status: reply.http_status as i32,
-                    body: reply.body.as_ptr(),
+                    body: reply.body.as_ptr().cast(),
                     body_len: reply.body.len(),
-                    headers: flat.as_ptr(),
+                    headers: flat.as_ptr().cast(),
                     headers_len: flat.len(),
                     code: reply.grpc_code().as_i32(),
                     resumed,

@@ -393,9 +393,13 @@ end
 function ffi_backend.connect(addr, opts)
     local transport = transport_of(opts)
     local interval, ka_timeout, handshake = keepalive_of(opts)
+    -- The strings stay referenced by addr and opts for the call.
+    local options = ffi_new("grpc_wasm_connect_options", {
+        addr = addr, host = opts.host, ca = opts.ca, cert = opts.cert, key = opts.priv_key,
+        keepalive_ms = interval, keepalive_timeout_ms = ka_timeout, handshake_timeout_ms = handshake,
+    })
     if transport == "runtime" then
-        local id = C.grpc_wasm_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key,
-                                       interval, ka_timeout, handshake)
+        local id = C.grpc_wasm_connect(options)
         if id < 0 then
             return nil, last_error()
         end
@@ -408,8 +412,7 @@ function ffi_backend.connect(addr, opts)
     if not host then
         return nil, "invalid address '" .. addr .. "': expected host:port"
     end
-    local id = C.grpc_wasm_wire_connect(addr, opts.host, opts.ca, opts.cert, opts.priv_key,
-                                        interval, ka_timeout, handshake)
+    local id = C.grpc_wasm_wire_connect(options)
     if id < 0 then
         return nil, last_error()
     end

@@ -8,44 +8,55 @@ local tostring = tostring
 
 local _M = {}
 
+-- The shim's C ABI as lua-shim/include/grpc_wasm.h declares it (cbindgen,
+-- from src/ffi.rs); lua-shim/tests/c_header.rs fails when they differ.
 ffi.cdef [[
 typedef struct {
-    int kind;
-    int http_status;
+    const char *addr;
+    const char *host;
+    const char *ca;
+    const char *cert;
+    const char *key;
+    int64_t keepalive_ms;
+    int64_t keepalive_timeout_ms;
+    int64_t handshake_timeout_ms;
+} grpc_wasm_connect_options;
+
+typedef struct {
+    int32_t kind;
+    int32_t http_status;
     const char *body;
     size_t body_len;
     const char *headers;
     size_t headers_len;
-    int code;
-    int resumed;
+    int32_t code;
+    int32_t resumed;
 } grpc_wasm_event;
 
 const char *grpc_wasm_last_error(void);
-int grpc_wasm_init(const char *module_path, const char *cache_dir, const char *socket_dir);
+int32_t grpc_wasm_init(const char *module_path, const char *cache_dir, const char *socket_dir);
 const char *grpc_wasm_socket_path(void);
-int grpc_wasm_ready(uint32_t *out, int max);
-int grpc_wasm_loadfile(const char *path, const char *include);
-int grpc_wasm_load_descriptor_set(const char *data, size_t len);
-int grpc_wasm_set_print_options(const char *json, size_t len);
-int grpc_wasm_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key,
-                      int64_t keepalive_ms, int64_t keepalive_timeout_ms, int64_t handshake_timeout_ms);
-int grpc_wasm_set_max_queued_bytes(int64_t bytes);
-void grpc_wasm_conn_close(uint32_t conn);
-int grpc_wasm_start(uint32_t conn, const char *path, size_t path_len, const char *body, size_t body_len,
-                    int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options,
-                    const char *compression);
-int grpc_wasm_send(uint32_t id, const char *json, size_t len, int compress);
-int grpc_wasm_close_send(uint32_t id);
-int64_t grpc_wasm_send_backlog(uint32_t id);
-int grpc_wasm_next_event(uint32_t id, grpc_wasm_event *out);
-void grpc_wasm_close(uint32_t id);
-int grpc_wasm_wire_connect(const char *addr, const char *host, const char *ca, const char *cert, const char *key,
-                           int64_t keepalive_ms, int64_t keepalive_timeout_ms, int64_t handshake_timeout_ms);
-int grpc_wasm_wire_tick(uint32_t conn, uint32_t *out, int max, int64_t *next_ms);
-int grpc_wasm_wire_input(uint32_t conn, const char *data, size_t len, uint32_t *out, int max);
+int32_t grpc_wasm_ready(uint32_t *out, int32_t max);
+int32_t grpc_wasm_loadfile(const char *path, const char *include);
+int32_t grpc_wasm_load_descriptor_set(const char *data, size_t len);
+int32_t grpc_wasm_set_print_options(const char *json, size_t len);
+int32_t grpc_wasm_set_max_queued_bytes(int64_t bytes);
+int32_t grpc_wasm_connect(const grpc_wasm_connect_options *options);
+int32_t grpc_wasm_wire_connect(const grpc_wasm_connect_options *options);
+int32_t grpc_wasm_wire_input(uint32_t conn, const char *data, size_t len, uint32_t *out, int32_t max);
+int32_t grpc_wasm_wire_pending(uint32_t conn);
 const char *grpc_wasm_wire_output(uint32_t conn, size_t *len);
-int grpc_wasm_wire_reset(uint32_t conn, const char *reason, uint32_t *out, int max);
-int grpc_wasm_wire_pending(uint32_t conn);
+int32_t grpc_wasm_wire_reset(uint32_t conn, const char *reason, uint32_t *out, int32_t max);
+int32_t grpc_wasm_wire_tick(uint32_t conn, uint32_t *out, int32_t max, int64_t *next_ms);
+void grpc_wasm_conn_close(uint32_t conn);
+int32_t grpc_wasm_start(uint32_t conn, const char *path, size_t path_len, const char *body, size_t body_len,
+                        int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options,
+                        const char *compression);
+int32_t grpc_wasm_send(uint32_t id, const char *json, size_t len, int32_t compress);
+int64_t grpc_wasm_send_backlog(uint32_t id);
+int32_t grpc_wasm_close_send(uint32_t id);
+int32_t grpc_wasm_next_event(uint32_t id, grpc_wasm_event *out);
+void grpc_wasm_close(uint32_t id);
 ]]
 
 
