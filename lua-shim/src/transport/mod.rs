@@ -2,8 +2,9 @@
 //! report back what Envoy would (see [`crate::call`]): the [`runtime`]
 //! transport (tonic on the client's tokio runtime) and the [`wire`]
 //! transport (h2 on the caller's thread, over a socket the caller drives).
-//! Both implement [`CallTransport`], all the client knows of them, and
-//! share the options, bounds and failure names here.
+//! Both implement [`CallTransport`] (and the wire transport
+//! [`CallerSocket`]), all the client knows of them, and share the
+//! options, bounds and failure names here.
 
 mod codec;
 mod exchange;
@@ -32,6 +33,40 @@ pub trait CallTransport {
     /// A stream: messages follow through [`RunningCall::send`]; its
     /// response is read only while `gate` is open.
     fn stream(&self, call: NewCall<'_>, gate: Arc<Gate>) -> Started;
+    /// The connection's socket, when its caller drives it (the wire
+    /// transport); `None` when the transport owns its sockets.
+    fn socket(&self) -> Option<&dyn CallerSocket> {
+        None
+    }
+    /// The connection is closed by its owner: its calls end with
+    /// `reason`. A transport that owns its sockets lets its calls run.
+    fn close(&self, reason: &str) -> Produced {
+        let _ = reason;
+        Vec::new()
+    }
+}
+
+/// A connection whose socket its caller owns: the caller moves the bytes
+/// and keeps the clock, and each step returns the events it produced.
+pub trait CallerSocket {
+    /// Bytes read from the socket.
+    fn input(&self, bytes: &[u8]) -> Produced;
+    /// The bytes to write, swapped into `buffer` (emptied first), so that
+    /// a steady caller allocates none.
+    fn swap_output(&self, buffer: &mut Vec<u8>);
+    /// How many bytes wait to be written.
+    fn output_len(&self) -> usize;
+    /// Whether it has bytes to write, and whether its HTTP/2 connection
+    /// is over.
+    fn state(&self) -> (bool, bool);
+    /// Its timers (keepalive, handshake) at `now`: what they produced, and
+    /// how long until the next is due (`None`: not before a call starts).
+    fn tick(&self, now: std::time::Instant) -> (Produced, Option<Duration>);
+    /// The socket is gone: its calls fail with `reason`, and a fresh
+    /// HTTP/2 connection waits for a new socket (or the error why not).
+    fn reset(&self, reason: &str) -> (Produced, Result<(), TransportError>);
+    /// Runs its tasks again after a stream's gate opened.
+    fn poll(&self) -> Produced;
 }
 
 /// What starting a call needs besides its message or gate.

@@ -31,7 +31,8 @@ use super::exchange::{self, origin, Origin};
 use super::gate::Gate;
 use super::tls::ClientTls;
 use super::{
-    CallTransport, Keepalive, NewCall, RunningCall, Started, TransportError, CONNECTION_WINDOW,
+    CallTransport, CallerSocket, Keepalive, NewCall, RunningCall, Started, TlsOptions,
+    TransportError, CONNECTION_WINDOW,
 };
 use crate::call::events::{self, close_as};
 use crate::call::GrpcTarget;
@@ -408,6 +409,31 @@ impl Wire {
     }
 }
 
+/// A connection to `addr` (`host:port`) whose socket the caller will
+/// drive, with TLS when `tls` asks for it.
+pub fn connect(
+    addr: &str,
+    tls: &TlsOptions,
+    keepalive: &Keepalive,
+) -> Result<Arc<Mutex<Wire>>, TransportError> {
+    let host = match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => host,
+        _ => {
+            return Err(TransportError::Address(
+                addr.to_string(),
+                "expected host:port".into(),
+            ))
+        }
+    };
+    let tls = if tls.enabled() {
+        Some(ClientTls::new(host, tls)?)
+    } else {
+        None
+    };
+    let wire = Wire::with_keepalive(addr, tls, *keepalive)?;
+    Ok(Arc::new(Mutex::new(wire)))
+}
+
 impl CallTransport for Arc<Mutex<Wire>> {
     fn unary(&self, call: NewCall<'_>, message: Vec<u8>, timeout_ms: u32) -> Started {
         let token = call.token;
@@ -419,6 +445,45 @@ impl CallTransport for Arc<Mutex<Wire>> {
         let token = call.token;
         let produced = lock(self).stream(token, call.target, gate);
         (WireCall::boxed(self, token, false), produced)
+    }
+
+    fn socket(&self) -> Option<&dyn CallerSocket> {
+        Some(self)
+    }
+
+    fn close(&self, reason: &str) -> Produced {
+        lock(self).close(reason)
+    }
+}
+
+impl CallerSocket for Arc<Mutex<Wire>> {
+    fn input(&self, bytes: &[u8]) -> Produced {
+        lock(self).input(bytes)
+    }
+
+    fn swap_output(&self, buffer: &mut Vec<u8>) {
+        lock(self).swap_output(buffer);
+    }
+
+    fn output_len(&self) -> usize {
+        lock(self).output_len()
+    }
+
+    fn state(&self) -> (bool, bool) {
+        let wire = lock(self);
+        (wire.has_output(), wire.is_over())
+    }
+
+    fn tick(&self, now: Instant) -> (Produced, Option<Duration>) {
+        lock(self).tick(now)
+    }
+
+    fn reset(&self, reason: &str) -> (Produced, Result<(), TransportError>) {
+        lock(self).reset(reason)
+    }
+
+    fn poll(&self) -> Produced {
+        lock(self).poll()
     }
 }
 
