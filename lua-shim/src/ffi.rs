@@ -50,16 +50,20 @@ fn guard(f: impl FnOnce() -> Result<i32, String>) -> i32 {
             -1
         }
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned());
-            set_error(format!(
-                "internal error (panic): {}",
-                what.unwrap_or_default()
-            ));
+            let what = crate::client::panic_message(panic.as_ref());
+            contained(&what);
+            set_error(crate::ClientError::Panicked(what).to_string());
             -1
         }
+    }
+}
+
+/// A panic caught at the C ABI: the client rebuilds what it may have left
+/// half-written (`Client::after_panic`), so that the worker goes on.
+fn contained(what: &str) {
+    if let Ok(p) = process() {
+        p.client.after_panic(what);
+        p.current.clear_poison();
     }
 }
 
@@ -652,10 +656,14 @@ pub unsafe extern "C" fn grpc_wasm_send(
 /// Never fails.
 #[no_mangle]
 pub extern "C" fn grpc_wasm_send_backlog(id: u32) -> i64 {
-    let backlog = std::panic::catch_unwind(|| process().ok()?.client.send_backlog(id));
+    let backlog = catch_unwind(|| process().ok()?.client.send_backlog(id));
     match backlog {
         Ok(Some(n)) => i64::try_from(n).unwrap_or(i64::MAX),
-        Ok(None) | Err(_) => -1,
+        Ok(None) => -1,
+        Err(panic) => {
+            contained(&crate::client::panic_message(panic.as_ref()));
+            -1
+        }
     }
 }
 

@@ -223,7 +223,11 @@ fn serve(rt: &Arc<Runtime>, tq: Task) {
             Ok(Reply::Now(Ok(body))) => task.answer(&rt.abi, 0, &body),
             Ok(Reply::Now(Err(message))) => task.answer(&rt.abi, 1, message.as_bytes()),
             Ok(Reply::Wait(id, wait)) => rt.park(id, task, wait),
-            Err(_) => task.answer(&rt.abi, 2, b"internal error (panic) in grpc-wasm; the task was answered and the runtime goes on"),
+            Err(panic) => {
+                rt.client
+                    .after_panic(&crate::client::panic_message(panic.as_ref()));
+                task.answer(&rt.abi, 2, b"internal error (panic) in grpc-wasm; the task was answered and the runtime goes on")
+            }
         }
     }
     // The queue is gone; tasks still waiting get their answer anyway.

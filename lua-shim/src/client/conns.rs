@@ -38,7 +38,7 @@ impl Client {
         Ok(self.register(Arc::new(wire)))
     }
 
-    fn register(&self, conn: Conn) -> u32 {
+    pub(super) fn register(&self, conn: Conn) -> u32 {
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.conns).insert(id, conn);
         id

@@ -48,6 +48,7 @@ use crate::transport::{CallTransport, RunningCall, Sink, TransportError};
 use module::sink;
 use protos::ProtoSet;
 use queues::Queue;
+pub use recovery::panic_message;
 
 /// The request header that names the connection (the module's
 /// `callout.upstream_header`).
@@ -71,6 +72,9 @@ pub enum ClientError {
     Runtime(String),
     #[error(transparent)]
     Metadata(#[from] grpc_wasm::metadata::MetadataError),
+    /// A panic in the shim, contained (see `Client::after_panic`).
+    #[error("internal error (panic): {0}")]
+    Panicked(String),
 }
 
 /// Per-call options.

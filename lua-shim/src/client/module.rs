@@ -180,14 +180,16 @@ impl Client {
                 interval.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
                 let client = Client { inner };
-                let woken = {
+                let ticked = client.contain(|| {
                     let mut host = lock(&client.inner.host);
                     match host.tick() {
                         Ok(()) => client.run(&mut host),
                         Err(e) => client.recover(&mut host, &e),
                     }
-                };
-                client.wake(woken);
+                });
+                if let Ok(woken) = ticked {
+                    client.wake(woken);
+                }
             }
         });
     }
@@ -200,8 +202,9 @@ pub(super) fn sink(weak: std::sync::Weak<Inner>) -> Sink {
     Arc::new(move |token, events: Vec<GrpcEvent>| {
         let Some(inner) = weak.upgrade() else { return };
         let client = Client { inner };
-        let woken = client.produced(vec![(token, events)]);
-        client.wake(woken);
+        if let Ok(woken) = client.contain(|| client.produced(vec![(token, events)])) {
+            client.wake(woken);
+        }
     })
 }
 

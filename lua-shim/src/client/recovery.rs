@@ -1,8 +1,19 @@
-//! A trap in the module: the instance is rebuilt with the same
-//! configuration, and every call it was running ends with INTERNAL.
+//! Failures that leave state nothing can trust, and what is rebuilt after
+//! them. A trap in the module: the instance is rebuilt with the same
+//! configuration, and every call it was running ends with INTERNAL. A
+//! panic in the shim (a bug in it, or in a library under it: h2, rustls,
+//! wasmtime): whatever it was changing may be half-written, under any of
+//! the client's locks or a connection's, so nothing of it is used again.
+//! Every call in flight ends with INTERNAL, every connection is closed,
+//! the instance is rebuilt, and the locks are cleared of their poison.
+//! The entry points ([`Client::contain`], the C ABI's guard, the
+//! lua-resty-ffi loop) send every caught panic here.
 
-use super::{Client, Event};
-use crate::call::HeaderBlock;
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::{Client, ClientError, Conn, Event};
+use crate::call::{events, HeaderBlock};
 use crate::host::{HostError, LocalReply, ProxyHost};
 use crate::sync::lock;
 use crate::transport::RunningCall;
@@ -39,7 +50,15 @@ impl Client {
         if let Err(e) = restarted {
             eprintln!("[grpc-wasm] the rebuilt module instance failed: {e}");
         }
-        let reply = trapped(error);
+        let why = format!(
+            "the grpc-wasm module failed ({}); its instance was rebuilt and this call was lost",
+            first_line(error)
+        );
+        self.fail_all(&lost(&why))
+    }
+
+    /// Every call not yet ended ends with `reply`; returns them.
+    fn fail_all(&self, reply: &LocalReply) -> Vec<u32> {
         let mut woken = Vec::new();
         for (id, queue) in lock(&self.inner.events).iter_mut() {
             if !queue.ended {
@@ -59,19 +78,82 @@ impl Client {
             .map(|(_, call)| call)
             .collect();
         for call in calls {
-            // Whatever else it produced belongs to failed calls too.
-            let _ = call.cancel();
+            // Whatever else it produced belongs to failed calls too; a
+            // connection a panic left half-written may panic again here.
+            let _ = catch_unwind(AssertUnwindSafe(|| call.cancel()));
         }
+    }
+
+    /// Runs `f`; a panic in it is handled by [`Client::after_panic`] and
+    /// returned as [`ClientError::Panicked`].
+    pub fn contain<T>(&self, f: impl FnOnce() -> T) -> Result<T, ClientError> {
+        catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+            let what = panic_message(panic.as_ref());
+            self.after_panic(&what);
+            ClientError::Panicked(what)
+        })
+    }
+
+    /// After a panic (`what`): nothing it may have left half-written is
+    /// used again (see the module's documentation). The calls woken are
+    /// woken here.
+    pub fn after_panic(&self, what: &str) {
+        eprintln!(
+            "[grpc-wasm] a panic in the shim ({what}); every call in flight fails, every \
+             connection is closed and the module instance is rebuilt"
+        );
+        let inner = &self.inner;
+        inner.conns.clear_poison();
+        let conns: Vec<Conn> = lock(&inner.conns).drain().map(|(_, conn)| conn).collect();
+        inner.calls.clear_poison();
+        self.abandon_transports();
+        for conn in conns {
+            let _ = catch_unwind(AssertUnwindSafe(|| conn.close(events::CONNECTION_CLOSED)));
+        }
+        inner.changing.clear_poison();
+        inner.protos.clear_poison();
+        inner.host.clear_poison();
+        let woken = {
+            let mut host = lock(&inner.host);
+            let restarted = host.restart().and_then(|()| {
+                let config = self.config();
+                host.configure(config.as_bytes())
+            });
+            if let Err(e) = restarted {
+                eprintln!("[grpc-wasm] the rebuilt module instance failed: {e}");
+            }
+            inner.events.clear_poison();
+            let why = format!(
+                "the shim failed (panic: {what}); its state was rebuilt and this call was lost"
+            );
+            self.fail_all(&lost(&why))
+        };
+        self.wake(woken);
     }
 }
 
-/// The end of a call whose instance trapped, as the module itself reports
-/// failures: a `google.rpc.Status` body and the status headers.
-fn trapped(error: &HostError) -> LocalReply {
-    let message = format!(
-        "the grpc-wasm module failed ({}); its instance was rebuilt and this call was lost",
-        error.to_string().lines().next().unwrap_or_default()
-    );
+/// What a caught panic says, when it says it as text.
+pub fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+fn first_line(error: &HostError) -> String {
+    error
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The end of a call lost to a trap or a panic (`message` says which), as
+/// the module itself reports failures: a `google.rpc.Status` body and the
+/// status headers.
+fn lost(message: &str) -> LocalReply {
     let body = serde_json::json!({"code": 13, "message": message}).to_string();
     let none: &[u8] = b"";
     let headers = [

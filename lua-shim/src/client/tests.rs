@@ -312,3 +312,65 @@ fn metadata_that_could_smuggle_entries_is_refused() {
         "invalid metadata key 'a?b': only letters, digits, '-', '_' and '.'"
     );
 }
+
+/// A transport with a bug: starting a call on it panics, while the
+/// client holds the module and its tables.
+struct Panicking;
+
+impl crate::transport::CallTransport for Panicking {
+    fn unary(
+        &self,
+        _: crate::transport::NewCall<'_>,
+        _: Vec<u8>,
+        _: u32,
+    ) -> crate::transport::Started {
+        panic!("injected: a transport's bug");
+    }
+
+    fn stream(&self, _: crate::transport::NewCall<'_>, _: Arc<Gate>) -> crate::transport::Started {
+        panic!("injected: a transport's bug");
+    }
+}
+
+#[test]
+fn a_panic_fails_the_calls_and_connections_and_the_client_serves_after_it() {
+    let client = client();
+    let other = dead_conn(&client);
+    let waiting = in_flight(&client, other);
+    let buggy = client.register(Arc::new(Panicking));
+    let started = client.contain(|| {
+        client.start(
+            buggy,
+            SAY_HELLO,
+            Some(br#"{"name":"a"}"#),
+            &CallOptions::default(),
+        )
+    });
+    let Err(ClientError::Panicked(what)) = started else {
+        panic!("expected the panic to be contained, got {started:?}");
+    };
+    assert_eq!(what, "injected: a transport's bug");
+    // Nothing the panic interrupted is used as it was left.
+    for poisoned in [
+        client.inner.host.is_poisoned(),
+        client.inner.calls.is_poisoned(),
+        client.inner.events.is_poisoned(),
+        client.inner.conns.is_poisoned(),
+    ] {
+        assert!(!poisoned);
+    }
+    let lost = "the shim failed (panic: injected: a transport's bug); its state was rebuilt and \
+                this call was lost";
+    assert_eq!(end(&client, waiting), ("13".to_string(), lost.to_string()));
+    assert_eq!(lock(&client.inner.calls).len(), 0);
+    // Every connection is closed: no call starts on one, and its socket
+    // is no longer the caller's to drive.
+    let options = CallOptions::default();
+    let again = client.start(other, SAY_HELLO, None, &options);
+    assert!(matches!(again, Err(ClientError::UnknownConn)), "{again:?}");
+    let state = client.wire_state(other);
+    assert!(matches!(state, Err(ClientError::UnknownConn)), "{state:?}");
+    // A new connection serves, on the rebuilt instance.
+    let conn = dead_conn(&client);
+    assert_serving(&client, conn);
+}
