@@ -7,28 +7,36 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 from concurrent import futures
 
 import grpc
 import grpc_tools
+from google.protobuf import descriptor_pb2, message_factory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTOS = os.path.join(HERE, "..", "..", "protos")
 
 
 def load_messages():
-    """files_pb2 and httpbody_pb2, generated at start (nothing generated is
-    committed)."""
-    out = tempfile.mkdtemp(prefix="grpc-wasm-files-")
+    """files.proto's messages and google.api's (HttpBody) by name: classes
+    built from the descriptor set that grpc_tools' protoc writes at start
+    (nothing generated is committed)."""
+    out = os.path.join(tempfile.mkdtemp(prefix="grpc-wasm-files-"), "files.pb")
     well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTOS}", f"-I{well_known}",
-                    f"--python_out={out}", "files.proto", "google/api/httpbody.proto",
-                    "google/api/annotations.proto", "google/api/http.proto"], check=True)
-    sys.path.insert(0, out)
-    import files_pb2  # noqa: E402
-    from google.api import httpbody_pb2  # noqa: E402
+                    "--include_imports", f"--descriptor_set_out={out}", "files.proto"], check=True)
+    with open(out, "rb") as f:
+        files = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+    classes = message_factory.GetMessages(files.file)
+    return package(classes, "files"), package(classes, "google.api")
 
-    return files_pb2, httpbody_pb2
+
+def package(classes, name):
+    """The message classes of one proto package, by message name."""
+    prefix = f"{name}."
+    return types.SimpleNamespace(**{full.removeprefix(prefix): cls for full, cls in classes.items()
+                                    if full.startswith(prefix)})
 
 
 def handlers(files, httpbody):
