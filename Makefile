@@ -3,6 +3,12 @@
 
 WASM_RAW := target/wasm32-wasip1/wasm/grpc_wasm.wasm
 WASM     := target/grpc_wasm.wasm
+# The folders whose Python modules a file in another folder imports
+# (harness.py, nginx_harness.py, raw_h2.py, launch.py, ngx_wasm.py): pytest
+# reads them from pyproject.toml's pythonpath; the scripts run here directly
+# (soak, interop, demo, the benchmarks) get them as PYTHONPATH.
+HOST_TESTS := $(CURDIR)/host-tests
+HOST_TESTS_PYTHONPATH := $(HOST_TESTS):$(HOST_TESTS)/envoy:$(HOST_TESTS)/nginx:$(HOST_TESTS)/interop:$(HOST_TESTS)/filter
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
@@ -71,7 +77,7 @@ fuzz-ci: deps
 # make test. See the README's "Soak".
 SOAK_SECONDS ?= 600
 soak: build
-	SOAK_SECONDS=$(SOAK_SECONDS) GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 host-tests/soak.py
+	SOAK_SECONDS=$(SOAK_SECONDS) GRPC_WASM_MODULE=$(CURDIR)/$(WASM) PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/soak.py
 
 # The differential test and the conformance suite each run the core twice:
 # natively, and as the .wasm the hosts run (CORE_WASM, host-tests/src/engine.rs).
@@ -102,11 +108,11 @@ conformance:
 
 # gRPC's interop client cases, resty.ffi.grpc against grpcio's TestService.
 interop:
-	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 host-tests/interop/run.py
+	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/interop/run.py
 
 demo: build
 	scripts/demo.sh
-	python3 host-tests/demo.py
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/demo.py
 
 bench: build
 	$(MAKE) bench-core bench-lua bench-envoy
@@ -122,16 +128,16 @@ bench-amplification: build
 
 # resty.ffi.grpc in nginx vs a native tonic client, unpinned and pinned.
 bench-lua:
-	python3 host-tests/nginx/bench_lua.py
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/nginx/bench_lua.py
 
 # The filter vs Envoy's native grpc_json_transcoder vs plain gRPC.
 bench-envoy:
-	python3 host-tests/envoy/bench_transcoding.py
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/envoy/bench_transcoding.py
 
 # The same, as Envoy's instructions per request under callgrind (repeatable
 # where wall time is not); OTHER=old.wasm counts another build beside it.
 bench-envoy-instructions: wasm
-	python3 host-tests/envoy/count_instructions.py $(if $(OTHER),--other $(OTHER))
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/envoy/count_instructions.py $(if $(OTHER),--other $(OTHER))
 
 # The shim's C header, from lua-shim/src/ffi.rs by cbindgen; make test
 # checks it and resty.ffi.grpc's ffi.cdef against that file's exports.

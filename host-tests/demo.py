@@ -11,17 +11,11 @@
 """
 
 import json
-import os
-import sys
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "nginx"))
-sys.path.insert(0, os.path.join(HERE, "envoy"))
-sys.path.insert(0, os.path.join(HERE, "filter"))
-from harness import Envoy, free_port, read_protos  # noqa: E402
-from ngx_wasm import NgxWasm  # noqa: E402
-from nginx_harness import PROTOS, SHIM, Nginx, Server, ensure_certs  # noqa: E402
+from harness import Envoy, free_port, read_protos
+from nginx_harness import PROTOS, SHIM, Nginx, Server, ensure_certs
+from ngx_wasm import NgxWasm
 
 
 def lua_demo(servers, certs):

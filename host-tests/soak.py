@@ -26,11 +26,8 @@ import time
 import urllib.parse
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "envoy"))
-sys.path.insert(0, os.path.join(HERE, "nginx"))
-from harness import BIN, Envoy, Server, free_port, read_protos  # noqa: E402
-from nginx_harness import PROTOS, Nginx  # noqa: E402
+from harness import BIN, Envoy, Server, free_port, read_protos
+from nginx_harness import PROTOS, Nginx
 
 SECONDS = int(os.environ.get("SOAK_SECONDS", "600"))
 CLIENTS = 200

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
 
 # The pure-Python runtime is Google's reference for deterministic output:
@@ -25,7 +24,6 @@ import pytest  # noqa: E402
 
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
 import corpus  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -18,8 +18,7 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(__file__))
-from harness import PROTOS, Envoy, Server, read_protos  # noqa: E402
+from harness import PROTOS, Envoy, Server, read_protos
 
 PATH = "/helloworld.Greeter/SayHello"
 JSON_REQUEST = b'{"name":"world"}'

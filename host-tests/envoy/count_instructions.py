@@ -19,9 +19,8 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(__file__))
-from bench_transcoding import JSON_REQUEST, PATH, descriptor_set, native_transcoder  # noqa: E402
-from harness import WASM, Server, envoy_binary, envoy_config, free_port, read_protos, wasm_filter  # noqa: E402
+from bench_transcoding import JSON_REQUEST, PATH, descriptor_set, native_transcoder
+from harness import WASM, Server, envoy_binary, envoy_config, free_port, read_protos, wasm_filter
 
 WARMUP = 200
 

@@ -3,17 +3,14 @@ the gRPC method itself through proxy_grpc_call / proxy_grpc_stream."""
 
 import http.client
 import json
-import os
 import socket
-import sys
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from harness import Envoy, Server, free_port, read_protos  # noqa: E402
+from harness import Envoy, Server, free_port, read_protos
 
 
 @pytest.fixture(scope="module")

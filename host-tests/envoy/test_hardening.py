@@ -5,18 +5,15 @@ worker (and the same wasm VM) is served."""
 import base64
 import http.client
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from harness import Envoy, Server, free_port, read_protos, validate  # noqa: E402
-from test_callouts import send  # noqa: E402
+from harness import Envoy, Server, free_port, read_protos, validate
+from test_callouts import send
 
 NESTING = "message nesting exceeds 100 levels"
 

@@ -20,18 +20,13 @@ difference); the count of those is printed with the summary."""
 import base64
 import http.client
 import json
-import os
-import sys
 import tempfile
 import urllib.parse
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from harness import Envoy, read_protos, wasm_filter  # noqa: E402
-from shelves_server import SERVICE, ShelvesServer, descriptor_set  # noqa: E402
+from harness import Envoy, read_protos, wasm_filter
+from shelves_server import SERVICE, ShelvesServer, descriptor_set
 
 Q = urllib.parse.quote
 

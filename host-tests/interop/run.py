@@ -10,10 +10,10 @@ import subprocess
 import sys
 import tempfile
 
+from launch import start_interop_server
+from nginx_harness import PROTOS, Nginx, ensure_certs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "nginx"))
-from nginx_harness import PROTOS, Nginx, ensure_certs  # noqa: E402
-from launch import start_interop_server  # noqa: E402
 
 SECURITIES = ("plaintext", "tls", "mtls")
 

@@ -11,10 +11,8 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-from nginx_harness import BIN, PROTOS, WASM, Nginx, Server  # noqa: E402
+from nginx_harness import BIN, PROTOS, WASM, Nginx, Server
 
 
 def pinned(cpu):

@@ -4,14 +4,12 @@ against the tonic test servers."""
 
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "envoy"))
-from harness import BIN, PROTOS, ROOT, Server, free_port  # noqa: E402,F401
+from harness import BIN, PROTOS, ROOT, Server, free_port  # noqa: F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))

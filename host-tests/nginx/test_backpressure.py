@@ -5,18 +5,14 @@ worker's memory stays flat; once the caller reads, the messages come in
 order and whole. On both transports of the FFI path."""
 
 import concurrent.futures
-import os
-import sys
 import threading
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from nginx_harness import Nginx  # noqa: E402
-from raw_h2 import RawH2  # noqa: E402
-from test_nginx import check_log  # noqa: E402
+from nginx_harness import Nginx
+from raw_h2 import RawH2
+from test_nginx import check_log
 
 FLOOD_PROTO = """syntax = "proto3";
 package flood;

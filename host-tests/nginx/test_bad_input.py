@@ -3,13 +3,11 @@ each bad answer fails its own call with a clear status, and the worker
 serves the next call."""
 
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from nginx_harness import HERE, PROTOS, Nginx, Server, free_port  # noqa: E402
-from test_nginx import check_log  # noqa: E402
+from nginx_harness import HERE, PROTOS, Nginx, Server, free_port
+from test_nginx import check_log
 
 NESTING = "message nesting exceeds 100 levels"
 

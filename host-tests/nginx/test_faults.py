@@ -9,18 +9,15 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from nginx_harness import BIN, PROTOS, Nginx, free_port  # noqa: E402
-from raw_h2 import RawH2  # noqa: E402
-from test_nginx import check_log  # noqa: E402
+from nginx_harness import BIN, PROTOS, Nginx, free_port
+from raw_h2 import RawH2
+from test_nginx import check_log
 
 TRANSPORTS = ["cosocket", "runtime"]
 

@@ -4,13 +4,11 @@ what a hostile file, peer or caller can do to a worker."""
 import os
 import re
 import shutil
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from nginx_harness import PROTOS, WASM, Nginx, Server  # noqa: E402
-from test_nginx import check_log  # noqa: E402
+from nginx_harness import PROTOS, WASM, Nginx, Server
+from test_nginx import check_log
 
 # An empty wasm module: a valid module without the exports the shim needs.
 EMPTY_WASM = b"\0asm\x01\0\0\0"

@@ -4,20 +4,16 @@ the test pauses). Calls end by their deadline or sooner, a dead connection
 is found by its unanswered handshake or PING, and the next call after the
 server is back succeeds; on both transports of the FFI path."""
 
-import os
 import socket
-import sys
 import threading
 import time
 import urllib.parse
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from nginx_harness import PROTOS, Nginx, Server  # noqa: E402
-from raw_h2 import RawH2  # noqa: E402
-from test_nginx import check_log  # noqa: E402
+from nginx_harness import PROTOS, Nginx, Server
+from raw_h2 import RawH2
+from test_nginx import check_log
 
 
 class Relay:

@@ -6,14 +6,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from nginx_harness import BIN, PROTOS, SHIM, Nginx, Server, ensure_certs, free_port  # noqa: E402
+from nginx_harness import BIN, PROTOS, SHIM, Nginx, Server, ensure_certs, free_port
 
 
 def check_log(proxy):

@@ -4,14 +4,12 @@ misconfigured, and error-level lines for a normal idle connection."""
 
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from nginx_harness import PROTOS, SHIM, WASM, Nginx, Server  # noqa: E402
-from test_nginx import check_log  # noqa: E402
+from nginx_harness import PROTOS, SHIM, WASM, Nginx, Server
+from test_nginx import check_log
 
 FAKE_RESTY_FFI = 'init_by_lua_block { require("fake_resty_ffi") }'
 

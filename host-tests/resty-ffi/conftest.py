@@ -3,13 +3,12 @@ globally, so a second copy would shadow or be shadowed by the first."""
 
 import os
 import subprocess
-import sys
 
 import pytest
 
+from resty_ffi import Harness
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from resty_ffi import Harness  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,12 @@
 
 import os
 import subprocess
-import sys
 
 import pytest
 
+from resty_ffi import Harness, HarnessError
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from resty_ffi import Harness, HarnessError  # noqa: E402
 
 
 @pytest.fixture(scope="module")

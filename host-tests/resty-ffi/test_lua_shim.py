@@ -4,15 +4,11 @@ shutdown by a NULL poll."""
 
 import json
 import os
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "envoy"))
-from harness import PROTOS, ROOT, Server  # noqa: E402
-from resty_ffi import Harness, HarnessError  # noqa: E402
+from harness import PROTOS, ROOT, Server
+from resty_ffi import Harness, HarnessError
 
 SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))
 WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
