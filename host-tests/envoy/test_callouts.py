@@ -77,7 +77,8 @@ def test_client_streaming_callout_sends_each_json_message(servers):
                           for i in range(3))
         status, body, _ = send(proxy, "POST", "/routeguide.RouteGuide/RecordRoute", points)
         assert status == 200, proxy.log()
-        assert body["pointCount"] == 3 and body["featureCount"] == 1, body
+        assert body["pointCount"] == 3, body
+        assert body["featureCount"] == 1, body
     finally:
         proxy.stop()
 
@@ -88,7 +89,8 @@ def test_bodiless_get_binding_through_a_callout(servers):
         status, shelf, _ = send(proxy, "GET", "/v1/shelves/1")
         assert (status, shelf) == (200, {"id": "1", "theme": "theme-1"}), proxy.log()
         status, body, _ = send(proxy, "GET", "/v1/shelves/0")
-        assert status == 404 and body["code"] == 5, body
+        assert status == 404, body
+        assert body["code"] == 5, body
     finally:
         proxy.stop()
 
@@ -113,7 +115,8 @@ def test_deadline_from_the_request(testing):
     status, body, headers = send(testing, "POST", "/grpcwasm.testing.Testing/Sleep", {"millis": 5000},
                                  {"grpc-timeout": "300m"})
     elapsed = time.time() - started
-    assert status == 504 and body["code"] == 4, (body, testing.log())
+    assert status == 504, (body, testing.log())
+    assert body["code"] == 4, (body, testing.log())
     assert "{" not in body["message"], body
     # The server sleeps 5 s: the bound leaves a loaded machine its margin.
     assert elapsed < 4, elapsed

@@ -92,7 +92,8 @@ def test_the_upstream_gets_a_grpc_request(proxy):
         assert (status, body) == (400, {"code": 3, "details": [], "message":
                                          "x-grpc-wasm-original-path is set by the filter, not by clients"}), body
     else:
-        assert status == 200 and "x-grpc-wasm-original-path" not in body["metadata"], body
+        assert status == 200, body
+        assert "x-grpc-wasm-original-path" not in body["metadata"], body
 
 
 def test_empty_object_is_the_empty_message(proxy):
@@ -106,7 +107,8 @@ def test_error_with_details_maps_the_http_status(proxy):
     assert status == 404, proxy.log()
     assert headers["content-type"] == "application/json"
     assert headers["grpc-status"] == "5"
-    assert body["code"] == 5 and body["message"] == "no such book"
+    assert body["code"] == 5
+    assert body["message"] == "no such book"
     assert body["details"][0] == {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "TEST_FAILURE",
                                   "domain": "grpc-wasm.test", "metadata": {"requested_code": "5"}}
     assert body["details"][1] == {"@type": "type.googleapis.com/google.rpc.BadRequest",
@@ -117,7 +119,8 @@ def test_bad_json_is_400_with_the_field_path(proxy):
     status, body, _ = request(proxy, "POST", "/helloworld.Greeter/SayHello", {"name": 5})
     assert (status, body) == (400, {"code": 3, "message": "name: expected string, got number", "details": []})
     status, body, _ = request(proxy, "POST", "/helloworld.Greeter/SayHello", b"{not json")
-    assert status == 400 and body["message"].startswith("invalid JSON: key must be a string"), body
+    assert status == 400, body
+    assert body["message"].startswith("invalid JSON: key must be a string"), body
 
 
 def test_unknown_method_is_404(proxy):
@@ -141,7 +144,8 @@ def test_server_streaming_is_sent_message_by_message(proxy):
     # The first message is out long before the last one exists (the
     # server spaces them 400 ms apart; a proxy that held the stream would
     # give them together).
-    assert lines[2][0] - lines[0][0] >= 0.6 and lines[2][0] >= 0.75, lines
+    assert lines[2][0] - lines[0][0] >= 0.6, lines
+    assert lines[2][0] >= 0.75, lines
 
 
 def test_server_streaming_as_server_sent_events(proxy_factory, servers):
@@ -205,11 +209,13 @@ def test_oversize_bodies_are_413(proxy_factory, servers):
                                    ("/grpcwasm.testing.", "testing", servers["testing"].port)])
     status, body, _ = request(proxy, "POST", "/helloworld.Greeter/SayHello", {"name": "x" * 2000})
     assert (status, body["code"]) == (413, 8), (body, proxy.log())
-    assert body["message"].startswith("request body of 2") and body["message"].endswith("exceeds the limit of 1000 bytes")
+    assert body["message"].startswith("request body of 2")
+    assert body["message"].endswith("exceeds the limit of 1000 bytes")
     status, body, _ = request(proxy, "POST", "/grpcwasm.testing.Testing/Large", {"size": 5000})
     # The 200 has left before the body shows its size: the body says why.
     assert status == 200, proxy.log()
-    assert body["code"] == 8 and "exceeds the limit of 2000 bytes" in body["message"], body
+    assert body["code"] == 8, body
+    assert "exceeds the limit of 2000 bytes" in body["message"], body
 
 
 def test_a_megabyte_each_way(proxy):
@@ -226,7 +232,9 @@ def test_http_bindings_with_bodies(library):
         library.log()
     # body: "book" with a path variable
     status, book, _ = request(library, "POST", "/v1/shelves/1/books", {"title": "Dune", "author": "Herbert"})
-    assert status == 200 and book["title"] == "Dune" and book["name"].startswith("shelves/1/books/"), library.log()
+    assert status == 200, library.log()
+    assert book["title"] == "Dune", library.log()
+    assert book["name"].startswith("shelves/1/books/"), library.log()
     name = book["name"]
     # PATCH with a nested path variable, a body field and a query parameter
     status, book, _ = request(library, "PATCH", f"/v1/{name}?updateMask=title", {"title": "Dune Messiah"})
@@ -252,7 +260,8 @@ def test_http_binding_errors(library):
     status, body, _ = request(library, "PATCH", "/v1/shelves/1/books/404?updateMask=title", {"title": "x"})
     assert (status, body) == (404, {"code": 5, "message": "no book shelves/1/books/404", "details": []})
     status, body, _ = request(library, "POST", "/v1/shelves/1/books", {"pages": "many"})
-    assert status == 400 and body["message"] == "book.pages: expected an integer, got a string that is not one", body
+    assert status == 400, body
+    assert body["message"] == "book.pages: expected an integer, got a string that is not one", body
 
 
 def titles(body):

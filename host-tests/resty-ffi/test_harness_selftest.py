@@ -65,7 +65,8 @@ def test_clean_shutdown(h, built):
     assert h.shutdown(handle)  # pending tasks are served before the NULL
     assert [h.wait(t) for t in pending] == [(0, b"P%d" % i) for i in range(5)]
     assert h.outstanding(handle) == 0
-    assert h.poll_after_null() == 0 and h.violations() == 0
+    assert h.poll_after_null() == 0
+    assert h.violations() == 0
     with pytest.raises(HarnessError, match="finished"):
         h.submit(handle, b"late")
 
@@ -81,7 +82,8 @@ def test_timeout_then_late_response_is_dropped(h, rt):
     with pytest.raises(TimeoutError):
         h.call(rt, b"slow", timeout=0.05)
     assert h.call(rt, b"next") == (0, b"NEXT")  # queued behind the slow one
-    assert h.outstanding(rt) == 0 and h.violations() == 0
+    assert h.outstanding(rt) == 0
+    assert h.violations() == 0
 
 
 def test_detects_double_respond(h, rt):
