@@ -46,7 +46,8 @@ def envoy_demo(servers):
     proxy = Envoy({"protos": protos}, [("/", "greeter", servers["greeter"].port)])
     try:
         print("== Envoy + grpc_wasm.wasm, transcoding mode")
-        print("POST /helloworld.Greeter/SayHello {\"name\":\"envoy\"} ->", *post(proxy.port, "/helloworld.Greeter/SayHello", {"name": "envoy"}))
+        print("POST /helloworld.Greeter/SayHello {\"name\":\"envoy\"} ->",
+              *post(proxy.port, "/helloworld.Greeter/SayHello", {"name": "envoy"}))
     finally:
         proxy.stop()
     proxy = Envoy({"protos": protos, "callout": {"upstream": "library"}},
@@ -54,7 +55,8 @@ def envoy_demo(servers):
     try:
         print("== Envoy + grpc_wasm.wasm, callout mode (proxy_grpc_call)")
         print("GET /v1/shelves/1 ->", *post(proxy.port, "/v1/shelves/1", None, "GET"))
-        print("POST /v1/shelves/1/books {\"title\":\"Dune\"} ->", *post(proxy.port, "/v1/shelves/1/books", {"title": "Dune"}))
+        print("POST /v1/shelves/1/books {\"title\":\"Dune\"} ->",
+              *post(proxy.port, "/v1/shelves/1/books", {"title": "Dune"}))
     finally:
         proxy.stop()
 

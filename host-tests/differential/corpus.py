@@ -43,7 +43,8 @@ def json_cases():
         ("scalar-null-field", "diff.Scalars", '{"fInt32": null, "fString": null}'),
         ("scalar-duplicate-name", "diff.Scalars", '{"fInt32": 1, "f_int32": 2}'),
         ("scalar-not-object", "diff.Scalars", '[1]'),
-        ("optional-zero", "diff.Optionals", '{"oInt32": 0, "oString": "", "oBool": false, "oEnum": "COLOR_UNSPECIFIED", "oDouble": 0, "oBytes": ""}'),
+        ("optional-zero", "diff.Optionals",
+         '{"oInt32": 0, "oString": "", "oBool": false, "oEnum": "COLOR_UNSPECIFIED", "oDouble": 0, "oBytes": ""}'),
         ("optional-set", "diff.Optionals", '{"oInt32": 5, "oEnum": "BLUE"}'),
         ("optional-empty", "diff.Optionals", '{}'),
         ("optional-null", "diff.Optionals", '{"oInt32": null}'),
@@ -147,7 +148,8 @@ def json_cases():
             "scalars": {"fInt64": "42", "fEnum": "BLUE"},
             "repeated": {"rString": ["a", "b"], "rEnum": [1, "GREEN"]},
             "maps": {"mString": {"k2": "v2", "k1": "v1"}, "mMessage": {"m": {"a": 9}}},
-            "wellKnown": {"timestamp": "2000-01-01T00:00:00Z", "any": {"@type": "type.googleapis.com/diff.Inner", "a": 5}}})),
+            "wellKnown": {"timestamp": "2000-01-01T00:00:00Z",
+                          "any": {"@type": "type.googleapis.com/diff.Inner", "a": 5}}})),
         ("nested-bad-path", "diff.Nested", json.dumps({"recursive": {"scalars": {"fInt32": "x"}}})),
     ]
     return cases

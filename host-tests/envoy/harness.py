@@ -82,10 +82,11 @@ def wasm_filter(plugin_config, module=WASM):
 
 def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=None, buffer_limit=None,
                  more_listeners=()):
-    """clusters: list of (route prefix, or None for a cluster only callouts use, cluster name, port). http_filters: the filters before
-    the router, by default the grpc-wasm filter with plugin_config. buffer_limit: per_connection_buffer_limit_bytes of the
-    listener and the clusters (Envoy's default is 1 MiB). more_listeners: (port, http_filters) of more listeners with the
-    same routes, to the same clusters (one Envoy, two filters side by side)."""
+    """clusters: list of (route prefix, or None for a cluster only callouts use, cluster name, port).
+    http_filters: the filters before the router, by default the grpc-wasm filter with plugin_config.
+    buffer_limit: per_connection_buffer_limit_bytes of the listener and the clusters (Envoy's default is
+    1 MiB). more_listeners: (port, http_filters) of more listeners with the same routes, to the same
+    clusters (one Envoy, two filters side by side)."""
     if http_filters is None:
         http_filters = [wasm_filter(plugin_config)]
     routes = [{"match": {"prefix": prefix}, "route": {"cluster": name, "timeout": "10s"}}
@@ -101,7 +102,8 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
                 "filter_chains": [{"filters": [{
                     "name": "envoy.filters.network.http_connection_manager",
                     "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
+                                 "HttpConnectionManager",
                         "stat_prefix": "ingress",
                         "codec_type": "AUTO",
                         "route_config": {"name": "local", "virtual_hosts": [

@@ -48,8 +48,9 @@ def callouts(servers):
 
 def assert_still_serves(proxy):
     status, body, _ = proxy.post("/grpcwasm.testing.Testing/Nest", {"depth": 2})
-    assert (status, body) == (200, {"value": {"@type": "type.googleapis.com/google.protobuf.Any",
-                                              "value": {"@type": "type.googleapis.com/grpcwasm.testing.Empty"}}}), proxy.log()
+    assert (status, body) == (200, {"value": {
+        "@type": "type.googleapis.com/google.protobuf.Any",
+        "value": {"@type": "type.googleapis.com/grpcwasm.testing.Empty"}}}), proxy.log()
 
 
 def rss_kb(proxy):
@@ -83,12 +84,12 @@ def test_deeply_nested_error_details_fail_soft(envoy):
 def test_query_field_paths_are_bounded(envoy):
     deep = ".".join(["child"] * 4000) + ".depth"
     status, body, _ = envoy.post(f"/v1/nest/3?{deep}=1", {})
-    assert (status, body) == (400, {"code": 3, "message": f"query parameter '{deep[:40]}...': field path longer than 1024 bytes",
-                                    "details": []}), envoy.log()
+    message = f"query parameter '{deep[:40]}...': field path longer than 1024 bytes"
+    assert (status, body) == (400, {"code": 3, "message": message, "details": []}), envoy.log()
     deep = ".".join(["child"] * 150)
     status, body, _ = envoy.post(f"/v1/nest/3?{deep}.depth=1", {})
-    assert (status, body) == (400, {"code": 3, "message": f"query parameter '{deep[:40]}...': field path deeper than 100 fields",
-                                    "details": []}), envoy.log()
+    message = f"query parameter '{deep[:40]}...': field path deeper than 100 fields"
+    assert (status, body) == (400, {"code": 3, "message": message, "details": []}), envoy.log()
     status, body, _ = envoy.post("/v1/nest/2?child.child.depth=1", {})
     assert status == 200, envoy.log()
     assert body["value"]["@type"].endswith("Any"), envoy.log()
@@ -115,8 +116,8 @@ def test_a_refused_query_is_answered_at_the_headers_before_the_upstream_answers(
         answer = (response.status, json.loads(response.read()))
     finally:
         conn.close()
-    assert answer == (400, {"code": 3, "message": f"query parameter '{deep[:40]}...': field path longer than 1024 bytes",
-                            "details": []})
+    message = f"query parameter '{deep[:40]}...': field path longer than 1024 bytes"
+    assert answer == (400, {"code": 3, "message": message, "details": []})
     assert_still_serves(envoy)
 
 
@@ -341,4 +342,5 @@ def test_a_thousand_streams_declaring_large_messages_do_not_exhaust_the_vm(serve
 def assert_serves_small_on(proxy, servers):
     # The rogue answers an unknown mode with a trailers-only UNIMPLEMENTED.
     status, body, _ = proxy.post("/grpcwasm.testing.Testing/Large", {"size": 1}, {"x-rogue": "none"})
-    assert (status, body) == (501, {"code": 12, "message": "unknown x-rogue mode 'none'", "details": []}), proxy.log()[-2000:]
+    assert (status, body) == (501, {"code": 12, "message": "unknown x-rogue mode 'none'", "details": []}), \
+        proxy.log()[-2000:]

@@ -138,7 +138,8 @@ def test_requests_for_no_method_get_the_filters_404_whatever_their_method(proxy)
 
 
 def test_server_streaming_is_sent_message_by_message(proxy):
-    status, ctype, lines = read_lines(proxy, "/grpcwasm.testing.Testing/StreamThenFail", {"count": 3, "intervalMillis": 400})
+    status, ctype, lines = read_lines(proxy, "/grpcwasm.testing.Testing/StreamThenFail",
+                                      {"count": 3, "intervalMillis": 400})
     assert (status, ctype) == (200, "application/x-ndjson"), proxy.log()
     assert [line for _, line in lines] == ['{}\n', '{"index":1}\n', '{"index":2}\n']
     # The first message is out long before the last one exists (the
@@ -228,8 +229,8 @@ def test_a_megabyte_each_way(proxy):
 
 def test_http_bindings_with_bodies(library):
     # body: "*" on POST /v1/shelves
-    assert request(library, "POST", "/v1/shelves", {"id": "5", "theme": "sf"})[:2] == (200, {"id": "5", "theme": "sf"}), \
-        library.log()
+    assert request(library, "POST", "/v1/shelves", {"id": "5", "theme": "sf"})[:2] == \
+        (200, {"id": "5", "theme": "sf"}), library.log()
     # body: "book" with a path variable
     status, book, _ = request(library, "POST", "/v1/shelves/1/books", {"title": "Dune", "author": "Herbert"})
     assert status == 200, library.log()

@@ -411,7 +411,8 @@ def test_a_reload_in_the_middle_of_traffic_fails_nothing(nginx):
         # worker finishes it before it exits.
         thread = threading.Thread(target=lambda: slow.update(r=calls(nginx, **conn, ms=1500, timeout=5000)))
         thread.start()
-        url = f"http://127.0.0.1:{nginx.port}/t/faults?" + urllib.parse.urlencode(dict(conn, ms=0, timeout=2000, strict=1))
+        query = urllib.parse.urlencode(dict(conn, ms=0, timeout=2000, strict=1))
+        url = f"http://127.0.0.1:{nginx.port}/t/faults?{query}"
         load = subprocess.Popen(["h2load", "--h1", "-D", "3", "-c", "20", url], stdout=subprocess.PIPE, text=True)
         time.sleep(1.0)
         nginx.proc.send_signal(signal.SIGHUP)
@@ -427,7 +428,8 @@ def test_a_reload_in_the_middle_of_traffic_fails_nothing(nginx):
     finally:
         server.kill()
     print(re.search(r"requests: .*", out).group(0), "| slow call:", slow.get("r"))
-    done = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
+    done = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+                     r"(\d+) errored", out)
     assert done, out
     total, finished, succeeded, failed, errored = map(int, done.groups())
     # A keep-alive connection an old worker closes as it shuts down may

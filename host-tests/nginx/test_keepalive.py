@@ -156,4 +156,5 @@ def test_a_connection_gone_quiet_is_found_by_ping_and_redialled(nginx, greeter, 
     assert quiet[2] < 2500, (quiet, still)
     assert still[2] < 2500, (quiet, still)
     assert back[:2] == ("ok", f"Hello {name}!"), back
-    print(f"{transport}: dead connection found in {quiet[2]} ms; the redial through the quiet relay failed in {still[2]} ms")
+    print(f"{transport}: dead connection found in {quiet[2]} ms; "
+          f"the redial through the quiet relay failed in {still[2]} ms")

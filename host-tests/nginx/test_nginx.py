@@ -141,7 +141,8 @@ def test_failures(nginx):
     assert lines[4] == "details: false | NOT_FOUND (5): no such book | 5", body
     assert lines[5] == "details[1]: type.googleapis.com/google.rpc.ErrorInfo TEST_FAILURE", body
     assert lines[6] == "details[2]: type.googleapis.com/google.rpc.BadRequest code", body
-    assert lines[7] == "unknown method: false | NOT_FOUND (5): unknown method '/grpcwasm.testing.Testing/Nope' | 5", body
+    assert lines[7] == ("unknown method: false | NOT_FOUND (5): unknown method "
+                        "'/grpcwasm.testing.Testing/Nope' | 5"), body
     assert lines[8] == "wrong type: false | INVALID_ARGUMENT (3): millis: expected integer, got array | 3", body
     assert lines[9] == "not a table: false | the message must be a table or a JSON string, got number | -", body
     assert lines[10] == "metadata: true ann nil header ann trailer ann", body
@@ -157,8 +158,10 @@ def test_failures(nginx):
     assert lines[19] == "bad address: false | the address must be a string like '127.0.0.1:50051' | -", body
     assert lines[20] == "collected: ok", body
     assert lines[21] == "json options: true number nil", body
-    assert lines[23] == "bad path: false UNIMPLEMENTED (12): the module does not handle this path (it is not /package.Service/Method)", body
-    assert lines[22] == "bad json option: false INVALID_ARGUMENT (3): x-grpc-wasm-json-options: unknown JSON option 'pretty'", body
+    assert lines[23] == ("bad path: false UNIMPLEMENTED (12): the module does not handle this path "
+                         "(it is not /package.Service/Method)"), body
+    assert lines[22] == ("bad json option: false INVALID_ARGUMENT (3): x-grpc-wasm-json-options: "
+                         "unknown JSON option 'pretty'"), body
     # gRPC's interop cancel_after_first_response: the caller sees CANCELLED.
     assert lines[24] == "recv after cancel: true false CANCELLED (1): the stream was cancelled by its caller 1", body
     assert lines[25] == "recv after end and close: true nil false the stream is closed", body

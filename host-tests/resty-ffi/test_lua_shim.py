@@ -72,7 +72,8 @@ def test_unary_streaming_panic_and_shutdown(h, servers):
     # server streaming: messages one by one, then the end
     rc, rg = task(h, rt, op="connect", addr=servers["routeguide"].addr)
     rc, call = task(h, rt, op="start", conn=int(rg), path="/routeguide.RouteGuide/ListFeatures")
-    rect = {"lo": {"latitude": 400000000, "longitude": -750000000}, "hi": {"latitude": 420000000, "longitude": -730000000}}
+    rect = {"lo": {"latitude": 400000000, "longitude": -750000000},
+            "hi": {"latitude": 420000000, "longitude": -730000000}}
     assert task(h, rt, op="send", id=int(call), body=json.dumps(rect)) == (0, None)
     assert task(h, rt, op="close_send", id=int(call)) == (0, None)
     messages = 0
