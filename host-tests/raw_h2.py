@@ -30,6 +30,7 @@ listener the same way, chosen by `mode`:
 
 Request headers are never decoded: every request gets the same answer."""
 
+import contextlib
 import socket
 import struct
 import threading
@@ -56,7 +57,7 @@ class RawH2:
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(256)
-        self.addr = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.conns = []
         self.stopped = threading.Event()
         threading.Thread(target=self.accept, daemon=True).start()
@@ -74,18 +75,14 @@ class RawH2:
         """Ends every connection now: a shutdown, as a reader's file object
         keeps a closed socket open, and the accept loop wakes only so."""
         self.stopped.set()
-        for sock in [self.listener] + self.conns:
-            try:
+        for sock in [self.listener, *self.conns]:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             sock.close()
 
     def serve(self, conn):
-        try:
+        with contextlib.suppress(OSError):
             self.converse(conn)
-        except OSError:
-            pass
 
     def converse(self, conn):
         if self.mode == "mute":

@@ -85,7 +85,7 @@ class Job:
             args += ["-d", path]
         for header in headers:
             args += ["-H", header]
-        self.proc = subprocess.Popen(args + [url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen([*args, url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def result(self):
         out = self.proc.communicate(timeout=SECONDS + 120)[0]
@@ -256,8 +256,9 @@ def print_heaps(log):
         start = points[0][0] + WARMUP
         after = [values for at, values in points if at >= start] or [points[-1][1]]
         first, last = after[0], after[-1]
+        names = ("lua", "C used", "C free", "C mmapped")
         print(f"worker {pid} heaps after warm-up (kB): " + ", ".join(
-            f"{name} {a} -> {b}" for name, a, b in zip(("lua", "C used", "C free", "C mmapped"), first, last)))
+            f"{name} {a} -> {b}" for name, a, b in zip(names, first, last, strict=True)))
         print(f"  C used (kB) every 10 s: {' '.join(str(values[1]) for _, values in points)}")
 
 

@@ -174,7 +174,6 @@ def binary_cases(classes, n=60):
 
 
 def fill(msg, rng, depth):
-    from google.protobuf.descriptor import FieldDescriptor as F
     desc = msg.DESCRIPTOR
     if desc.full_name.startswith("google.protobuf."):
         fill_well_known(msg, rng)

@@ -20,11 +20,10 @@ import tempfile
 # it sorts map keys, where the upb backend orders them by its own hash.
 os.environ["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
 
-import pytest  # noqa: E402
+import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory  # noqa: E402
-
-import corpus  # noqa: E402
+import corpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -43,8 +42,8 @@ KNOWN_DIFFERENCES = {
 
 def load_reference():
     """Compiles differential.proto with protoc (grpcio-tools), independently of our compiler."""
-    from grpc_tools import protoc
     import grpc_tools
+    from grpc_tools import protoc
 
     out = os.path.join(tempfile.mkdtemp(), "set.pb")
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
@@ -107,8 +106,8 @@ def same_json(a, b):
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
-    return a == b and type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float))
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return (a == b and type(a) is type(b)) or (isinstance(a, (int, float)) and isinstance(b, (int, float))
                                               and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
 
 
@@ -117,7 +116,7 @@ def check_known(case_id):
         pytest.skip(f"known difference: {KNOWN_DIFFERENCES[case_id]}")
 
 
-@pytest.mark.parametrize("case_id,type_name,text", JSON_CASES, ids=[c[0] for c in JSON_CASES])
+@pytest.mark.parametrize(("case_id", "type_name", "text"), JSON_CASES, ids=[c[0] for c in JSON_CASES])
 def test_json_input(core, case_id, type_name, text):
     check_known(case_id)
     try:
@@ -135,7 +134,7 @@ def test_json_input(core, case_id, type_name, text):
     assert same_json(our_json, ref_json), f"JSON differs for {text!r}\n ours: {our_json}\n  ref: {ref_json}"
 
 
-@pytest.mark.parametrize("case_id,type_name,data", BINARY_CASES, ids=[c[0] for c in BINARY_CASES])
+@pytest.mark.parametrize(("case_id", "type_name", "data"), BINARY_CASES, ids=[c[0] for c in BINARY_CASES])
 def test_binary_input(core, case_id, type_name, data):
     check_known(case_id)
     ours = core.ask({"type": type_name, "bin": base64.b64encode(data).decode()})

@@ -96,7 +96,8 @@ def field(pattern, output):
 def busy_cpus(seconds=1.0):
     """How many CPUs something else keeps busy right now (load average lags by minutes)."""
     def sample():
-        ticks = [int(t) for t in open("/proc/stat").readline().split()[1:]]
+        with open("/proc/stat") as f:
+            ticks = [int(t) for t in f.readline().split()[1:]]
         return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
     total, idle = sample()
     time.sleep(seconds)
@@ -105,7 +106,8 @@ def busy_cpus(seconds=1.0):
 
 
 def cpu_seconds(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -123,7 +125,8 @@ def measure(case, requests, directory):
     if ok != requests or data != requests * case["reply_size"]:
         raise RuntimeError(f"{case['name']}: {ok} of {requests} 2xx, {data} data bytes "
                            f"for {case['reply_size']} per reply:\n{out}")
-    latencies = sorted(int(line.split("\t")[2]) for line in open(log_file))
+    with open(log_file) as f:
+        latencies = sorted(int(line.split("\t")[2]) for line in f)
     return {"rps": float(field(r"finished in [^,]+, ([\d.]+) req/s", out)), "cpu": cpu / requests * 1e6,
             "p50": percentile(latencies, 0.50) / 1000, "p99": percentile(latencies, 0.99) / 1000}
 

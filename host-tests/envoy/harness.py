@@ -163,7 +163,7 @@ class Envoy:
         self.more_ports = [free_port() for _ in self.more_filters]
         self.dir = tempfile.mkdtemp(prefix="grpc-wasm-envoy-")
         self.config_path = os.path.join(self.dir, "envoy.json")
-        more = list(zip(self.more_ports, self.more_filters))
+        more = list(zip(self.more_ports, self.more_filters, strict=True))
         with open(self.config_path, "w") as f:
             json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters, buffer_limit, more), f)
         self.log_path = os.path.join(self.dir, "envoy.log")

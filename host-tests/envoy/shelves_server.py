@@ -10,7 +10,6 @@ given; StreamBooks sends `count` books, then fails if asked."""
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 from concurrent import futures
 
@@ -104,7 +103,7 @@ class ShelvesServer:
         return grpc.method_handlers_generic_handler(SERVICE, out)
 
     def bind(self, name, behaviour, kind):
-        client_streaming, server_streaming = kind
+        client_streaming, _server_streaming = kind
 
         if client_streaming:
             def handler(requests, context):
@@ -187,8 +186,7 @@ class ShelvesServer:
         return self.reply("shelves.BulkReply", count=len(requests), titles=[r.title for r in requests])
 
     def Chat(self, requests, _context):
-        for book in requests:
-            yield book
+        yield from requests
 
     def Upload(self, body, _context):
         return self.reply("shelves.BulkReply", count=1, bytes=len(body.data), content_type=body.content_type)

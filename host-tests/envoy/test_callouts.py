@@ -112,7 +112,7 @@ def test_status_details_and_codes(testing):
 
 def test_deadline_from_the_request(testing):
     started = time.time()
-    status, body, headers = send(testing, "POST", "/grpcwasm.testing.Testing/Sleep", {"millis": 5000},
+    status, body, _ = send(testing, "POST", "/grpcwasm.testing.Testing/Sleep", {"millis": 5000},
                                  {"grpc-timeout": "300m"})
     elapsed = time.time() - started
     assert status == 504, (body, testing.log())

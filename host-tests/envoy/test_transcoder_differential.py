@@ -18,6 +18,7 @@ HTTP status with a google.rpc.Status JSON body (the README's deliberate
 difference); the count of those is printed with the summary."""
 
 import base64
+import contextlib
 import http.client
 import json
 import tempfile
@@ -25,7 +26,7 @@ import urllib.parse
 
 import pytest
 
-from harness import Envoy, read_protos, wasm_filter
+from harness import Envoy, wasm_filter
 from shelves_server import SERVICE, ShelvesServer, descriptor_set
 
 Q = urllib.parse.quote
@@ -251,10 +252,8 @@ def exchange(port, case, method, path, body, content_type, via):
     kind = response.getheader("content-type")
     value = raw
     if kind and kind.startswith("application/json"):
-        try:
+        with contextlib.suppress(ValueError):
             value = strict_json(raw)
-        except ValueError:
-            pass
     return response.status, kind, value
 
 
@@ -307,7 +306,7 @@ RUN = [(options, case) for options, (_, ids) in OPTIONS.items() for case in ids]
 BY_ID = {c[0]: c for c in CASES}
 
 
-@pytest.mark.parametrize("options,case", RUN, ids=[f"{o}/{c}" for o, c in RUN])
+@pytest.mark.parametrize(("options", "case"), RUN, ids=[f"{o}/{c}" for o, c in RUN])
 def test_the_same_answer_as_envoys_transcoder(envoys, options, case):
     envoy = envoys.get(options)
     _, method, path, body, content_type = BY_ID[case]

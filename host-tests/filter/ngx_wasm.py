@@ -120,7 +120,7 @@ class NgxWasm:
         return post_json(self.port, path, body, headers)
 
     def worker_pids(self):
-        out = subprocess.run(["pgrep", "-f", f"nginx: worker process"], capture_output=True, text=True)
+        out = subprocess.run(["pgrep", "-f", "nginx: worker process"], capture_output=True, text=True)
         master = self.proc.pid
         pids = []
         for pid in out.stdout.split():

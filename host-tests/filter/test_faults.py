@@ -15,7 +15,7 @@ from test_scenarios import request
 # Each is answered before any response headers leave the proxy.
 ANSWERED = ["http1", "goaway", "reset:REFUSED_STREAM", "reset:CANCEL", "reset:ENHANCE_YOUR_CALM",
             "reset:INTERNAL_ERROR"]
-MODES = ANSWERED + ["partial"]
+MODES = [*ANSWERED, "partial"]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,7 @@ def test_an_upstream_broken_after_its_headers_ends_the_response_at_once(broken):
         conn.request("POST", "/helloworld.Greeter/SayHello", b'{"name":"x"}', {"content-type": "application/json"})
         with pytest.raises((http.client.IncompleteRead, http.client.RemoteDisconnected,
                             ConnectionResetError, ValueError)):
-            response = conn.getresponse()
-            response.read()
+            conn.getresponse().read()
         conn.close()
         assert time.time() - started < 5
     assert request(broken["http1"], "POST", "/helloworld.Greeter/SayHello", {"name": "x"})[1]["code"] == 14

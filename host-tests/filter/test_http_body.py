@@ -20,10 +20,10 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from conftest import not_in
+from harness import read_protos, stop_process
 
-from conftest import not_in  # noqa: E402
-from harness import read_protos, stop_process  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # nginx's grpc module writes a GET request's :method from the method it
 # parsed (ngx_http_grpc_module.c: the indexed GET), whatever a filter sets

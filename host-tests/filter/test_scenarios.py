@@ -298,7 +298,7 @@ def test_bodiless_bindings_take_their_fields_from_the_path_and_query(library):
     assert (status, body["code"]) == (404, 5), body
 
 
-@pytest.mark.parametrize("spec, found", [(None, "%3A"), ("ALL_CHARACTERS_EXCEPT_SLASH", ":"),
+@pytest.mark.parametrize(("spec", "found"), [(None, "%3A"), ("ALL_CHARACTERS_EXCEPT_SLASH", ":"),
                                          ("ALL_CHARACTERS", ":")])
 def test_a_wildcard_of_several_segments_unescapes_as_envoys_url_unescape_spec(proxy_factory, servers, spec, found):
     """`{query=**}` keeps the escapes of RFC 6570's reserved characters by

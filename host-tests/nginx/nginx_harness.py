@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))
 WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
 CERTS = os.path.join(ROOT, "host-tests", "certs")
+LUA = os.path.join(HERE, "lua")
 
 CONF = """
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
@@ -56,7 +57,7 @@ class Nginx:
     """nginx on a free port; `testenv.lua` tells the Lua tests where things are."""
 
     def __init__(self, env, workers=2, http_extra="", transport="cosocket", mode="", shim=SHIM, wasm=WASM,
-                 lua=os.path.join(HERE, "lua")):
+                 lua=LUA):
         """mode, shim, wasm: GRPC_WASM_MODE, _SHIM, _MODULE ("" leaves one unset);
         lua: the directory whose <name>.lua answers /t/<name>."""
         self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-nginx-")

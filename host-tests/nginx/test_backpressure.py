@@ -74,7 +74,7 @@ class Flood:
         handler = grpc.method_handlers_generic_handler(
             "flood.Flood", {"Pour": grpc.unary_stream_rpc_method_handler(self.pour)})
         self.server.add_generic_rpc_handlers((handler,))
-        self.addr = "127.0.0.1:%d" % self.server.add_insecure_port("127.0.0.1:0")
+        self.addr = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
         self.server.start()
 
     def pour(self, request, context):
@@ -241,5 +241,5 @@ def test_an_upload_faster_than_the_socket_waits_for_the_writer(tmp_path, transpo
         proxy.stop()
         server.stop()
     assert status == 200, body + proxy.log()[-3000:]
-    accepted, elapsed, failure = body.rstrip("\n").split(" | ")
+    accepted, _elapsed, failure = body.rstrip("\n").split(" | ")
     assert (accepted, failure) == ("80", "nil"), body

@@ -204,7 +204,7 @@ def test_a_failed_call_its_caller_has_not_closed_yet_is_not_dialled_for():
     proxy = Nginx({"protos": PROTOS}, workers=1)
     try:
         counts, _, error = calls(proxy, name="refused-held", addr=f"127.0.0.1:{free_port()}",
-                                 transport="cosocket", timeout=1000, hold=2500, **{"do": "held"})
+                                 transport="cosocket", timeout=1000, hold=2500, do="held")
         dials = proxy.log().count(REFUSED)
     finally:
         proxy.stop()
@@ -224,7 +224,7 @@ def test_a_failed_call_held_while_the_worker_exits_is_not_dialled_for():
         (worker,) = worker_pids(proxy)
         thread = threading.Thread(target=lambda: result.update(r=calls(
             proxy, name="refused-exit", addr=f"127.0.0.1:{free_port()}", transport="cosocket",
-            timeout=1000, hold=2000, **{"do": "held"})))
+            timeout=1000, hold=2000, do="held")))
         thread.start()
         # The call has failed (its dial was refused) and is held: quit.
         proxy.wait_for_log(REFUSED)
@@ -431,7 +431,7 @@ def test_a_reload_in_the_middle_of_traffic_fails_nothing(nginx):
     done = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, "
                      r"(\d+) errored", out)
     assert done, out
-    total, finished, succeeded, failed, errored = map(int, done.groups())
+    total, _finished, _succeeded, failed, errored = map(int, done.groups())
     # A keep-alive connection an old worker closes as it shuts down may
     # take one request down with it (at most one per client connection);
     # every request that got an answer got a 2xx.

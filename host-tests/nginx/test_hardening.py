@@ -32,7 +32,7 @@ def cache_entries(greeter, tmp_path_factory):
     env = {"greeter": greeter.addr, "protos": PROTOS, "wasm": WASM, "cache_dir": str(cache)}
     proxy = Nginx(env, workers=1)
     try:
-        status, body = proxy.get(f"/t/hardening_cache?module={tiny}")
+        _status, body = proxy.get(f"/t/hardening_cache?module={tiny}")
         assert body.startswith("init: the wasm module lacks the export"), body
         tiny_entries = set(os.listdir(cache))
         assert len(tiny_entries) == 1, tiny_entries
@@ -214,7 +214,7 @@ def test_an_expired_deadline_is_deadline_exceeded_on_both_transports(servers, sl
     texts = ("deadline of 300 ms exceeded", "Deadline Exceeded")
     assert body.splitlines() == [
         f"{transport}: false | DEADLINE_EXCEEDED (4): {text} | 4 | in time: true"
-        for transport, line in zip(("runtime", "cosocket"), body.splitlines())
+        for transport, line in zip(("runtime", "cosocket"), body.splitlines(), strict=False)
         for text in texts if line.endswith(f"(4): {text} | 4 | in time: true")
     ], body
     check_log(proxy)

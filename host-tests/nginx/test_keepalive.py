@@ -4,6 +4,7 @@ the test pauses). Calls end by their deadline or sooner, a dead connection
 is found by its unanswered handshake or PING, and the next call after the
 server is back succeeds; on both transports of the FFI path."""
 
+import contextlib
 import socket
 import threading
 import time
@@ -28,7 +29,7 @@ class Relay:
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)
-        self.addr = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.sockets = []
         threading.Thread(target=self.accept, daemon=True).start()
 
@@ -55,10 +56,8 @@ class Relay:
         except OSError:
             pass
         for s in (src, dst):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def pause(self):
         self.flowing.clear()

@@ -97,7 +97,7 @@ def test_large_requests_over_tls_and_mtls_on_a_fresh_connection(nginx):
     assert status == 200, body + nginx.log()[-3000:]
     cases = [f"{kind} {size}: ok" for kind in ("tls", "mtls")
              for size in (65535, 65536, 65537, 70000, 1048576, 4000000)]
-    expected = cases[:6] + ["tls stream of 3 MiB: ok"] + cases[6:] + ["mtls stream of 3 MiB: ok"]
+    expected = [*cases[:6], "tls stream of 3 MiB: ok", *cases[6:], "mtls stream of 3 MiB: ok"]
     assert body.splitlines() == expected, body
 
 

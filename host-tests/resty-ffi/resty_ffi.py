@@ -76,7 +76,7 @@ class Harness:
         ms = -1 if timeout is None else int(timeout * 1000)
         if self.lib.harness_wait(task, ms, ctypes.byref(rc), ctypes.byref(buf),
                                  ctypes.byref(n)) != 0:
-            raise TimeoutError("no response within %ss" % timeout)
+            raise TimeoutError(f"no response within {timeout}s")
         if not buf:
             return rc.value, None
         try:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from harness import PROTOS, ROOT, Server
-from resty_ffi import Harness, HarnessError
+from resty_ffi import HarnessError
 
 SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))
 WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
@@ -40,7 +40,7 @@ def end_of(answer):
     _, status, code, length = head.split(b" ")
     raw, body = rest[:int(length)], rest[int(length):]
     parts = raw.split(b"\0")[:-1]
-    headers = dict(zip(parts[::2], parts[1::2]))
+    headers = dict(zip(parts[::2], parts[1::2], strict=False))
     assert int(code) == int(headers.get(b"grpc-status", b"2")), answer
     return int(status), headers, body
 

@@ -46,11 +46,11 @@ SEEDS = {
     + headers(1, [("grpc-status", "0")], end_stream=True),
     "unary-two-messages": unary() + headers(1, OK) + grpc_data(1, [b"a", b"b"])
     + headers(1, [("grpc-status", "0")], end_stream=True),
-    "trailers-only": unary() + headers(1, OK + [("grpc-status", "14"), ("grpc-message", "caf%C3%A9")],
+    "trailers-only": unary() + headers(1, [*OK, ("grpc-status", "14"), ("grpc-message", "caf%C3%A9")],
                                        end_stream=True, split=True),
     "not-grpc": unary() + headers(1, [(":status", "503")], end_stream=True),
     "stream": bytes([STREAM]) + bytes([SEND, 0]) + short(b"one") + bytes([CLOSE_SEND, 0])
-    + headers(1, OK + [("x-meta", "m")]) + grpc_data(1, [b"1", b"2"])
+    + headers(1, [*OK, ("x-meta", "m")]) + grpc_data(1, [b"1", b"2"])
     + bytes([GATE, 0, 0]) + grpc_data(1, [b"3"]) + bytes([GATE, 0, 1])
     + headers(1, [("grpc-status", "5"), ("grpc-message", "gone")], end_stream=True),
     "reset-and-goaway": unary() + bytes([STREAM]) + bytes([RST, 1, 8])
@@ -59,7 +59,7 @@ SEEDS = {
     # proves the handshake; then a keepalive PING goes unanswered.
     "keepalive": bytes([STREAM]) + bytes([PING, 1]) + bytes.fromhex("3b7cdb7a0b8716b4")
     + tick(31000) + tick(11000),
-    "trailers-only-ok": unary() + headers(1, OK + [("grpc-status", "0")], end_stream=True),
+    "trailers-only-ok": unary() + headers(1, [*OK, ("grpc-status", "0")], end_stream=True),
     "cancel-then-data": bytes([STREAM, CANCEL, 0]) + headers(1, OK) + grpc_data(1, [b"late"])
     + bytes([WINDOW, 0, 0xFF, 0xFF, 0]) + bytes([SETTINGS, 0]) + short(struct.pack(">HI", 4, 0)),
     "partial-frame": unary() + headers(1, OK)

@@ -71,8 +71,11 @@ EVERYTHING = {
 }
 
 
+def as_json(value):
+    return json.dumps(value).encode()
+
+
 def json_seeds():
-    as_json = lambda value: json.dumps(value).encode()
     write("json", "everything", bytes([0, 0]) + as_json(EVERYTHING))
     write("json", "everything-options", bytes([0x1F, 0]) + as_json({"choice_value": {"x": [1]}}))
     write("json", "any", bytes([0, 1]) + as_json(EVERYTHING["any"]))
