@@ -50,7 +50,8 @@ unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
 
 # Formatting, clippy (the workspace natively, and the core for wasm32, where
-# the filter's code compiles) with warnings as errors, and luacheck.
+# the filter's code compiles) with warnings as errors, luacheck, and ruff on
+# the Python (its settings in pyproject.toml; what .gitignore lists is skipped).
 lint: deps
 	cargo fmt --all --check
 	cd wasm-filter/fuzz && cargo fmt --check
@@ -61,6 +62,7 @@ lint: deps
 	RUSTDOCFLAGS="-D warnings -A rustdoc::private-intra-doc-links" \
 		cargo doc --workspace --no-deps --document-private-items
 	luacheck -q lua-shim/lib host-tests
+	python3 -m ruff check --quiet .
 
 # libFuzzer on the core (wasm-filter/fuzz) and the shim's wire transport
 # (lua-shim/fuzz): every target for FUZZ_SECONDS
