@@ -212,9 +212,10 @@ def test_an_expired_deadline_is_deadline_exceeded_on_both_transports(servers, sl
     # The module's own deadline, the transport's and the server's race;
     # the first two say the same (transport::tests pins the transport's).
     texts = ("deadline of 300 ms exceeded", "Deadline Exceeded")
+    assert len(body.splitlines()) == 2, body
     assert body.splitlines() == [
         f"{transport}: false | DEADLINE_EXCEEDED (4): {text} | 4 | in time: true"
-        for transport, line in zip(("runtime", "cosocket"), body.splitlines(), strict=False)
+        for transport, line in zip(("runtime", "cosocket"), body.splitlines(), strict=True)
         for text in texts if line.endswith(f"(4): {text} | 4 | in time: true")
     ], body
     check_log(proxy)
