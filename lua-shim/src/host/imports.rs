@@ -5,7 +5,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use grpc_wasm::proxy::contract::{BufferType, MapType, Status, HOST_PROPERTY, SHIM_HOST};
+use grpc_wasm::proxy::contract::{BufferType, MapType, ProxyStatus, HOST_PROPERTY, SHIM_HOST};
 use wasmtime::{Caller, Linker};
 
 use super::state::{GrpcCommand, HostState, LocalReply, TokenKind};
@@ -16,100 +16,107 @@ use crate::call::{GrpcTarget, HeaderBlock};
 pub use grpc_wasm::proxy::contract::DELIVER_FUNCTION;
 
 // The answers as wasmtime host functions return them.
-const OK: u32 = Status::Ok as u32;
-const NOT_FOUND: u32 = Status::NotFound as u32;
-const BAD_ARGUMENT: u32 = Status::BadArgument as u32;
-const INVALID_MEMORY_ACCESS: u32 = Status::InvalidMemoryAccess as u32;
-const UNIMPLEMENTED: u32 = Status::Unimplemented as u32;
 
 type Ctx<'a> = Caller<'a, HostState>;
 
+/// Registers a host function that answers a [`ProxyStatus`]: the ABI's
+/// `u32` is made here, and only here.
+macro_rules! answering {
+    ($linker:expr, $name:literal, $f:expr, ($($arg:ident: $ty:ty),*)) => {
+        $linker.func_wrap("env", $name, |c: Ctx, $($arg: $ty),*| -> u32 {
+            u32::from($f(c, $($arg),*))
+        })?
+    };
+}
+
 pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    linker.func_wrap("env", "proxy_log", log)?;
-    linker.func_wrap("env", "proxy_get_buffer_bytes", get_buffer_bytes)?;
-    linker.func_wrap("env", "proxy_set_buffer_bytes", set_buffer_bytes)?;
-    linker.func_wrap("env", "proxy_get_header_map_value", get_header_map_value)?;
-    linker.func_wrap("env", "proxy_get_header_map_pairs", get_header_map_pairs)?;
-    linker.func_wrap(
-        "env",
-        "proxy_replace_header_map_value",
-        replace_header_map_value,
-    )?;
-    linker.func_wrap(
-        "env",
-        "proxy_remove_header_map_value",
-        remove_header_map_value,
-    )?;
-    linker.func_wrap("env", "proxy_send_local_response", send_local_response)?;
-    linker.func_wrap("env", "proxy_get_current_time_nanoseconds", current_time)?;
-    linker.func_wrap(
-        "env",
-        "proxy_set_tick_period_milliseconds",
-        |mut c: Ctx, ms: u32| {
-            c.data_mut().tick_ms = ms;
-            OK
-        },
-    )?;
-    linker.func_wrap("env", "proxy_get_property", get_property)?;
+    answering!(linker, "proxy_log", log, (level: u32, ptr: u32, len: u32));
+    answering!(linker, "proxy_get_buffer_bytes", get_buffer_bytes,
+        (kind: u32, start: u32, max: u32, ret_ptr: u32, ret_len: u32));
+    answering!(linker, "proxy_set_buffer_bytes", set_buffer_bytes,
+        (kind: u32, start: u32, size: u32, ptr: u32, len: u32));
+    answering!(linker, "proxy_get_header_map_value", get_header_map_value,
+        (kind: u32, kptr: u32, klen: u32, ret_ptr: u32, ret_len: u32));
+    answering!(linker, "proxy_get_header_map_pairs", get_header_map_pairs,
+        (kind: u32, ret_ptr: u32, ret_len: u32));
+    answering!(linker, "proxy_replace_header_map_value", replace_header_map_value,
+        (kind: u32, kptr: u32, klen: u32, vptr: u32, vlen: u32));
+    answering!(linker, "proxy_remove_header_map_value", remove_header_map_value,
+        (kind: u32, kptr: u32, klen: u32));
+    answering!(linker, "proxy_send_local_response", send_local_response,
+        (status: u32, dptr: u32, dlen: u32, bptr: u32, blen: u32, hptr: u32, hlen: u32, grpc: i32));
+    answering!(linker, "proxy_get_current_time_nanoseconds", current_time, (ret: u32));
+    answering!(linker, "proxy_set_tick_period_milliseconds", set_tick_period, (ms: u32));
+    answering!(linker, "proxy_get_property", get_property,
+        (ptr: u32, len: u32, ret_ptr: u32, ret_len: u32));
     // The module fetches a configuration with HTTP calls only where the
     // shim is not (it refuses "fetch" here); the answer still is a status.
     linker.func_wrap(
         "env",
         "proxy_http_call",
         |_: Ctx, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32, _: u32| {
-            UNIMPLEMENTED
+            u32::from(ProxyStatus::Unimplemented)
         },
     )?;
-    linker.func_wrap(
-        "env",
-        "proxy_set_effective_context",
-        |mut c: Ctx, id: u32| {
-            let known = id == super::ROOT_ID || c.data().http.contains_key(&id);
-            if known {
-                c.data_mut().effective = id;
-                OK
-            } else {
-                BAD_ARGUMENT
-            }
-        },
-    )?;
-    linker.func_wrap("env", "proxy_call_foreign_function", call_foreign_function)?;
-    linker.func_wrap("env", "proxy_grpc_call", grpc_call)?;
-    linker.func_wrap("env", "proxy_grpc_stream", grpc_stream)?;
-    linker.func_wrap(
-        "env",
-        "proxy_grpc_send",
-        |mut c: Ctx, token: u32, ptr: u32, len: u32, _end: u32| {
-            let Some(message) = read(&mut c, ptr, len) else {
-                return INVALID_MEMORY_ACCESS;
-            };
-            let compress = !c.data().uncompressed_sends;
-            c.data_mut().outputs.commands.push(GrpcCommand::Send {
-                token,
-                message,
-                compress,
-            });
-            OK
-        },
-    )?;
-    linker.func_wrap("env", "proxy_grpc_close", |mut c: Ctx, token: u32| {
-        c.data_mut()
-            .outputs
-            .commands
-            .push(GrpcCommand::Close { token });
-        OK
-    })?;
-    linker.func_wrap("env", "proxy_grpc_cancel", |mut c: Ctx, token: u32| {
-        // A cancelled call gets no more events, its close included.
-        c.data_mut().release(token);
-        c.data_mut()
-            .outputs
-            .commands
-            .push(GrpcCommand::Cancel { token });
-        OK
-    })?;
-    linker.func_wrap("env", "proxy_get_status", get_status)?;
+    answering!(linker, "proxy_set_effective_context", set_effective_context, (id: u32));
+    answering!(linker, "proxy_call_foreign_function", call_foreign_function,
+        (nptr: u32, nlen: u32, aptr: u32, alen: u32, ret_ptr: u32, ret_len: u32));
+    answering!(linker, "proxy_grpc_call", grpc_call,
+        (uptr: u32, ulen: u32, sptr: u32, slen: u32, mptr: u32, mlen: u32, hptr: u32, hlen: u32,
+         msg_ptr: u32, msg_len: u32, timeout_ms: u32, token_ptr: u32));
+    answering!(linker, "proxy_grpc_stream", grpc_stream,
+        (uptr: u32, ulen: u32, sptr: u32, slen: u32, mptr: u32, mlen: u32, hptr: u32, hlen: u32,
+         token_ptr: u32));
+    answering!(linker, "proxy_grpc_send", grpc_send, (token: u32, ptr: u32, len: u32, end: u32));
+    answering!(linker, "proxy_grpc_close", grpc_close, (token: u32));
+    answering!(linker, "proxy_grpc_cancel", grpc_cancel, (token: u32));
+    answering!(linker, "proxy_get_status", get_status, (code_ptr: u32, ret_ptr: u32, ret_len: u32));
     Ok(())
+}
+
+fn set_tick_period(mut c: Ctx, ms: u32) -> ProxyStatus {
+    c.data_mut().tick_ms = ms;
+    ProxyStatus::Ok
+}
+
+fn set_effective_context(mut c: Ctx, id: u32) -> ProxyStatus {
+    let known = id == super::ROOT_ID || c.data().http.contains_key(&id);
+    if !known {
+        return ProxyStatus::BadArgument;
+    }
+    c.data_mut().effective = id;
+    ProxyStatus::Ok
+}
+
+fn grpc_send(mut c: Ctx, token: u32, ptr: u32, len: u32, _end: u32) -> ProxyStatus {
+    let Some(message) = read(&mut c, ptr, len) else {
+        return ProxyStatus::InvalidMemoryAccess;
+    };
+    let compress = !c.data().uncompressed_sends;
+    c.data_mut().outputs.commands.push(GrpcCommand::Send {
+        token,
+        message,
+        compress,
+    });
+    ProxyStatus::Ok
+}
+
+fn grpc_close(mut c: Ctx, token: u32) -> ProxyStatus {
+    c.data_mut()
+        .outputs
+        .commands
+        .push(GrpcCommand::Close { token });
+    ProxyStatus::Ok
+}
+
+fn grpc_cancel(mut c: Ctx, token: u32) -> ProxyStatus {
+    // A cancelled call gets no more events, its close included.
+    c.data_mut().release(token);
+    c.data_mut()
+        .outputs
+        .commands
+        .push(GrpcCommand::Cancel { token });
+    ProxyStatus::Ok
 }
 
 fn read(c: &mut Ctx, ptr: u32, len: u32) -> Option<Vec<u8>> {
@@ -140,25 +147,25 @@ fn write_u32(c: &mut Ctx, addr: u32, value: u32) -> bool {
 
 /// One property: the one by which the module recognises this host (it
 /// trusts the shim's callers with `callout.upstream_header`).
-fn get_property(mut c: Ctx, ptr: u32, len: u32, ret_ptr: u32, ret_len: u32) -> u32 {
+fn get_property(mut c: Ctx, ptr: u32, len: u32, ret_ptr: u32, ret_len: u32) -> ProxyStatus {
     let Some(path) = read(&mut c, ptr, len) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     if path == HOST_PROPERTY.as_bytes() {
         give(&mut c, SHIM_HOST, ret_ptr, ret_len)
     } else {
-        NOT_FOUND
+        ProxyStatus::NotFound
     }
 }
 
 /// Copies `bytes` into memory the module allocates, and writes its address
 /// and length where the module asked.
-fn give(c: &mut Ctx, bytes: &[u8], ret_ptr: u32, ret_len: u32) -> u32 {
+fn give(c: &mut Ctx, bytes: &[u8], ret_ptr: u32, ret_len: u32) -> ProxyStatus {
     let Some(allocate) = c.data().allocate.clone() else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     let Ok(len) = u32::try_from(bytes.len()) else {
-        return BAD_ARGUMENT;
+        return ProxyStatus::BadArgument;
     };
     let addr = match allocate.call(&mut *c, len) {
         Ok(addr) => addr,
@@ -166,27 +173,27 @@ fn give(c: &mut Ctx, bytes: &[u8], ret_ptr: u32, ret_len: u32) -> u32 {
             // The module's state is not to be trusted after a trap: the
             // host call that led here fails with it (see ProxyHost::checked).
             c.data_mut().trapped = Some(crate::wasm::instance::trap_reason(&e));
-            return INVALID_MEMORY_ACCESS;
+            return ProxyStatus::InvalidMemoryAccess;
         }
     };
     let Some(memory) = c.data().memory else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     let start = addr as usize;
     let Some(dst) = memory.data_mut(&mut *c).get_mut(start..start + bytes.len()) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     dst.copy_from_slice(bytes);
     if write_u32(c, ret_ptr, addr) && write_u32(c, ret_len, len) {
-        OK
+        ProxyStatus::Ok
     } else {
-        INVALID_MEMORY_ACCESS
+        ProxyStatus::InvalidMemoryAccess
     }
 }
 
-fn log(mut c: Ctx, level: u32, ptr: u32, len: u32) -> u32 {
+fn log(mut c: Ctx, level: u32, ptr: u32, len: u32) -> ProxyStatus {
     let Some(message) = read_str(&mut c, ptr, len) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     if level >= 4 {
         c.data_mut().last_error = message.clone();
@@ -194,7 +201,7 @@ fn log(mut c: Ctx, level: u32, ptr: u32, len: u32) -> u32 {
     if level >= 3 || std::env::var_os("GRPC_WASM_DEBUG").is_some() {
         eprintln!("[grpc-wasm] {message}");
     }
-    OK
+    ProxyStatus::Ok
 }
 
 fn buffer_of<'a>(c: &'a Ctx<'_>, kind: u32) -> Option<&'a [u8]> {
@@ -217,30 +224,37 @@ fn get_buffer_bytes(
     max: u32,
     ret_ptr: u32,
     ret_len: u32,
-) -> u32 {
+) -> ProxyStatus {
     // Only the asked-for range is copied out of the host's buffer.
     let Some(range) = buffer_of(&c, kind).map(|buffer| {
         let start = (start as usize).min(buffer.len());
         let end = start.saturating_add(max as usize).min(buffer.len());
         buffer[start..end].to_vec()
     }) else {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     };
     give(&mut c, &range, ret_ptr, ret_len)
 }
 
 /// Envoy's rule: at 0, drop `size` bytes and put `data` in front; at or past
 /// the end, append; anything else is refused.
-fn set_buffer_bytes(mut c: Ctx, kind: u32, start: u32, size: u32, ptr: u32, len: u32) -> u32 {
+fn set_buffer_bytes(
+    mut c: Ctx,
+    kind: u32,
+    start: u32,
+    size: u32,
+    ptr: u32,
+    len: u32,
+) -> ProxyStatus {
     let Some(data) = read(&mut c, ptr, len) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     if BufferType::try_from(kind) != Ok(BufferType::HttpRequestBody) {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     }
     let effective = c.data().effective;
     let Some(http) = c.data_mut().http.get_mut(&effective) else {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     };
     let body = &mut http.request_body;
     if start == 0 {
@@ -249,9 +263,9 @@ fn set_buffer_bytes(mut c: Ctx, kind: u32, start: u32, size: u32, ptr: u32, len:
     } else if start as usize >= body.len() {
         body.extend_from_slice(&data);
     } else {
-        return BAD_ARGUMENT;
+        return ProxyStatus::BadArgument;
     }
-    OK
+    ProxyStatus::Ok
 }
 
 fn map_of<'a>(c: &'a mut Ctx<'_>, kind: u32) -> Option<&'a mut HeaderBlock> {
@@ -274,22 +288,22 @@ fn get_header_map_value(
     klen: u32,
     ret_ptr: u32,
     ret_len: u32,
-) -> u32 {
+) -> ProxyStatus {
     let Some(key) = read_str(&mut c, kptr, klen) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     let Some(map) = map_of(&mut c, kind) else {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     };
     let Some(value) = map.get_ignore_case(&key).map(<[u8]>::to_vec) else {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     };
     give(&mut c, &value, ret_ptr, ret_len)
 }
 
-fn get_header_map_pairs(mut c: Ctx, kind: u32, ret_ptr: u32, ret_len: u32) -> u32 {
+fn get_header_map_pairs(mut c: Ctx, kind: u32, ret_ptr: u32, ret_len: u32) -> ProxyStatus {
     let Some(map) = map_of(&mut c, kind) else {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     };
     // `give` re-enters the module (its allocator), which needs the store:
     // the map steps out of it meanwhile instead of being copied.
@@ -308,26 +322,26 @@ fn replace_header_map_value(
     klen: u32,
     vptr: u32,
     vlen: u32,
-) -> u32 {
+) -> ProxyStatus {
     let (Some(key), Some(value)) = (read_str(&mut c, kptr, klen), read(&mut c, vptr, vlen)) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     let Some(map) = map_of(&mut c, kind) else {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     };
     map.replace(&key, Some(&value));
-    OK
+    ProxyStatus::Ok
 }
 
-fn remove_header_map_value(mut c: Ctx, kind: u32, kptr: u32, klen: u32) -> u32 {
+fn remove_header_map_value(mut c: Ctx, kind: u32, kptr: u32, klen: u32) -> ProxyStatus {
     let Some(key) = read_str(&mut c, kptr, klen) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     let Some(map) = map_of(&mut c, kind) else {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     };
     map.replace(&key, None);
-    OK
+    ProxyStatus::Ok
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -341,16 +355,16 @@ fn send_local_response(
     hptr: u32,
     hlen: u32,
     _grpc_status: i32,
-) -> u32 {
+) -> ProxyStatus {
     let (Some(body), Some(map)) = (read(&mut c, bptr, blen), read(&mut c, hptr, hlen)) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     let Some(headers) = HeaderBlock::parse(map) else {
-        return BAD_ARGUMENT;
+        return ProxyStatus::BadArgument;
     };
     let effective = c.data().effective;
     if !c.data().http.contains_key(&effective) {
-        return BAD_ARGUMENT;
+        return ProxyStatus::BadArgument;
     }
     c.data_mut().outputs.replies.push((
         effective,
@@ -360,16 +374,16 @@ fn send_local_response(
             headers,
         },
     ));
-    OK
+    ProxyStatus::Ok
 }
 
-fn current_time(mut c: Ctx, ret: u32) -> u32 {
+fn current_time(mut c: Ctx, ret: u32) -> ProxyStatus {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     let Some(memory) = c.data().memory else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     match memory
         .data_mut(&mut c)
@@ -377,9 +391,9 @@ fn current_time(mut c: Ctx, ret: u32) -> u32 {
     {
         Some(slot) => {
             slot.copy_from_slice(&nanos.to_le_bytes());
-            OK
+            ProxyStatus::Ok
         }
-        None => INVALID_MEMORY_ACCESS,
+        None => ProxyStatus::InvalidMemoryAccess,
     }
 }
 
@@ -391,22 +405,22 @@ fn call_foreign_function(
     alen: u32,
     _ret_ptr: u32,
     _ret_len: u32,
-) -> u32 {
+) -> ProxyStatus {
     let (Some(name), Some(args)) = (read_str(&mut c, nptr, nlen), read(&mut c, aptr, alen)) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     if name != DELIVER_FUNCTION {
-        return NOT_FOUND;
+        return ProxyStatus::NotFound;
     }
     if args.len() < 4 {
-        return BAD_ARGUMENT;
+        return ProxyStatus::BadArgument;
     }
     let context = u32::from_le_bytes([args[0], args[1], args[2], args[3]]);
     c.data_mut()
         .outputs
         .messages
         .push((context, args[4..].to_vec()));
-    OK
+    ProxyStatus::Ok
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -416,12 +430,12 @@ fn target(
     service: (u32, u32),
     method: (u32, u32),
     map: (u32, u32),
-) -> Result<GrpcTarget, u32> {
-    let upstream = read_str(c, up.0, up.1).ok_or(INVALID_MEMORY_ACCESS)?;
-    let service = read_str(c, service.0, service.1).ok_or(INVALID_MEMORY_ACCESS)?;
-    let method = read_str(c, method.0, method.1).ok_or(INVALID_MEMORY_ACCESS)?;
-    let map = read(c, map.0, map.1).ok_or(INVALID_MEMORY_ACCESS)?;
-    let metadata = pairs::deserialize(&map).ok_or(BAD_ARGUMENT)?;
+) -> Result<GrpcTarget, ProxyStatus> {
+    let upstream = read_str(c, up.0, up.1).ok_or(ProxyStatus::InvalidMemoryAccess)?;
+    let service = read_str(c, service.0, service.1).ok_or(ProxyStatus::InvalidMemoryAccess)?;
+    let method = read_str(c, method.0, method.1).ok_or(ProxyStatus::InvalidMemoryAccess)?;
+    let map = read(c, map.0, map.1).ok_or(ProxyStatus::InvalidMemoryAccess)?;
+    let metadata = pairs::deserialize(&map).ok_or(ProxyStatus::BadArgument)?;
     Ok(GrpcTarget {
         upstream,
         service,
@@ -447,9 +461,9 @@ fn grpc_call(
     msg_len: u32,
     timeout_ms: u32,
     token_ptr: u32,
-) -> u32 {
+) -> ProxyStatus {
     let Some(message) = read(&mut c, msg_ptr, msg_len) else {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     };
     let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
     let context = c.data().effective;
@@ -480,7 +494,7 @@ fn grpc_stream(
     hptr: u32,
     hlen: u32,
     token_ptr: u32,
-) -> u32 {
+) -> ProxyStatus {
     let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
     let context = c.data().effective;
     open_call(
@@ -506,7 +520,7 @@ fn open_call(
     token_ptr: u32,
     kind: TokenKind,
     command: impl FnOnce(u32, GrpcTarget) -> GrpcCommand,
-) -> u32 {
+) -> ProxyStatus {
     let target = match target(c, upstream, service, method, metadata) {
         Ok(t) => t,
         Err(status) => return status,
@@ -514,16 +528,16 @@ fn open_call(
     let token = c.data_mut().token(kind);
     if !write_u32(c, token_ptr, token) {
         c.data_mut().release(token);
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     }
     c.data_mut().outputs.commands.push(command(token, target));
-    OK
+    ProxyStatus::Ok
 }
 
-fn get_status(mut c: Ctx, code_ptr: u32, ret_ptr: u32, ret_len: u32) -> u32 {
+fn get_status(mut c: Ctx, code_ptr: u32, ret_ptr: u32, ret_len: u32) -> ProxyStatus {
     let (code, message) = c.data().grpc_status.clone();
     if !write_u32(&mut c, code_ptr, code) {
-        return INVALID_MEMORY_ACCESS;
+        return ProxyStatus::InvalidMemoryAccess;
     }
     give(&mut c, &message, ret_ptr, ret_len)
 }

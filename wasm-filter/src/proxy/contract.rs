@@ -40,7 +40,7 @@ macro_rules! abi_enum {
 
 abi_enum! {
     /// What a host call answers (`proxy_status_t`).
-    Status {
+    ProxyStatus {
         Ok = 0,
         NotFound = 1,
         BadArgument = 2,
@@ -138,9 +138,9 @@ mod tests {
             Ok(MapType::GrpcReceiveInitialMetadata)
         );
         assert_eq!(u32::from(BufferType::PluginConfiguration), 7);
-        assert_eq!(Status::try_from(12), Ok(Status::Unimplemented));
+        assert_eq!(ProxyStatus::try_from(12), Ok(ProxyStatus::Unimplemented));
         // 5 and 9 and 11 are holes in the spec's status numbers.
-        assert_eq!(Status::try_from(5), Err(5));
+        assert_eq!(ProxyStatus::try_from(5), Err(5));
         assert_eq!(MapType::try_from(8), Err(8));
         assert_eq!(BufferType::try_from(u32::MAX), Err(u32::MAX));
         assert_eq!(LogLevel::try_from(3), Ok(LogLevel::Warn));

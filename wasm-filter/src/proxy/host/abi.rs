@@ -2,9 +2,9 @@
 //! functions, each answer turned into a `Result`.
 
 use super::{GrpcCall, Host, HostStatus};
-use crate::proxy::contract::{BufferType, LogLevel, MapType, Status};
+use crate::proxy::contract::{BufferType, LogLevel, MapType, ProxyStatus};
 
-const STATUS_OK: u32 = Status::Ok as u32;
+const STATUS_OK: u32 = ProxyStatus::Ok as u32;
 
 #[link(wasm_import_module = "env")]
 extern "C" {

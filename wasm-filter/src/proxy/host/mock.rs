@@ -7,10 +7,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::{GrpcCall, Host, HostStatus};
-use crate::proxy::contract::{BufferType, LogLevel, MapType, Status};
+use crate::proxy::contract::{BufferType, LogLevel, MapType, ProxyStatus};
 use crate::proxy::pairs;
 
-const BAD_ARGUMENT: HostStatus = HostStatus(Status::BadArgument as u32);
+const BAD_ARGUMENT: HostStatus = HostStatus(ProxyStatus::BadArgument as u32);
 
 /// A header map in order; keys may repeat.
 pub type Pairs = Vec<(String, Vec<u8>)>;
@@ -278,7 +278,7 @@ impl Host for MockHost {
         headers: &[u8],
     ) -> Result<(), HostStatus> {
         if self.state.borrow().refuse_replies {
-            return Err(HostStatus(Status::InternalFailure as u32));
+            return Err(HostStatus(ProxyStatus::InternalFailure as u32));
         }
         let headers = pairs::deserialize(headers).unwrap_or_default();
         self.state.borrow_mut().replies.push(Reply {

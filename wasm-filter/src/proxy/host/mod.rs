@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::contract::{BufferType, LogLevel, MapType, Status};
+use super::contract::{BufferType, LogLevel, MapType, ProxyStatus};
 use super::pairs::{self, Change};
 
 #[cfg(target_arch = "wasm32")]
@@ -25,7 +25,7 @@ pub struct HostStatus(pub u32);
 impl HostStatus {
     /// What a host answers for a map, buffer, property or function it
     /// does not have.
-    pub const NOT_FOUND: HostStatus = HostStatus(Status::NotFound as u32);
+    pub const NOT_FOUND: HostStatus = HostStatus(ProxyStatus::NotFound as u32);
 }
 
 /// A gRPC call's target as the host functions take it: the metadata is a
