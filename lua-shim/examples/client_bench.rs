@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let signal = Arc::new((Mutex::new(0u64), Condvar::new()));
     let wake = {
         let signal = signal.clone();
-        Arc::new(move |_id: u32| {
+        Arc::new(move |_id: lua_shim::call::CallId| {
             *signal.0.lock().unwrap() += 1;
             signal.1.notify_one();
         })

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
-use lua_shim::call::{GrpcEvent, GrpcTarget};
+use lua_shim::call::{GrpcEvent, GrpcTarget, Token};
 use lua_shim::transport::wire::Wire;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut buf = vec![0u8; 65536];
     let started = Instant::now();
     for i in 0..n {
-        let token = i as u32 + 1;
+        let token = Token(i as u32 + 1);
         let target = GrpcTarget {
             upstream: "1".into(),
             service: "helloworld.Greeter".into(),

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
+use crate::call::{CallId, ConnId};
 use crate::client::{compression_named, CallOptions, Client, Event};
 use crate::notify::Notifier;
 use crate::sync::lock;
@@ -171,7 +172,7 @@ pub unsafe extern "C" fn grpc_wasm_init(
             .map_err(|e| format!("cannot listen in {}: {e}", socket_dir.display()))?;
         let wake = {
             let notifier = notifier.clone();
-            Arc::new(move |id| notifier.wake(id))
+            Arc::new(move |id: CallId| notifier.wake(id.0))
         };
         // SAFETY: as for `module_path`.
         let cache_dir = unsafe { text(cache_dir) };
@@ -368,7 +369,7 @@ pub unsafe extern "C" fn grpc_wasm_connect(options: *const ConnectOptions) -> i3
             .client
             .connect(&addr, &tls, &keepalive)
             .map_err(|e| e.to_string())?;
-        Ok(id as i32)
+        Ok(id.0 as i32)
     })
 }
 
@@ -388,7 +389,7 @@ pub unsafe extern "C" fn grpc_wasm_wire_connect(options: *const ConnectOptions) 
             .client
             .connect_wire(&addr, &tls, &keepalive)
             .map_err(|e| e.to_string())?;
-        Ok(id as i32)
+        Ok(id.0 as i32)
     })
 }
 
@@ -397,7 +398,7 @@ pub unsafe extern "C" fn grpc_wasm_wire_connect(options: *const ConnectOptions) 
 ///
 /// # Safety
 /// `out` is NULL or has room for `max` ids.
-unsafe fn hand_out(p: &Process, woken: Vec<u32>, out: *mut u32, max: i32) -> i32 {
+unsafe fn hand_out(p: &Process, woken: Vec<CallId>, out: *mut u32, max: i32) -> i32 {
     let room = if out.is_null() {
         0
     } else {
@@ -407,10 +408,12 @@ unsafe fn hand_out(p: &Process, woken: Vec<u32>, out: *mut u32, max: i32) -> i32
     if !now.is_empty() {
         // SAFETY: not NULL, so with room for `max` ids (this function's contract).
         let out = unsafe { std::slice::from_raw_parts_mut(out, room) };
-        out[..now.len()].copy_from_slice(now);
+        for (slot, id) in out.iter_mut().zip(now) {
+            *slot = id.0;
+        }
     }
     for id in later {
-        p.notifier.wake(*id);
+        p.notifier.wake(id.0);
     }
     now.len() as i32
 }
@@ -432,7 +435,10 @@ pub unsafe extern "C" fn grpc_wasm_wire_input(
         let p = process()?;
         // SAFETY: `data` addresses `len` bytes (this function's contract).
         let data = unsafe { bytes(data, len) };
-        let woken = p.client.wire_input(conn, data).map_err(|e| e.to_string())?;
+        let woken = p
+            .client
+            .wire_input(ConnId(conn), data)
+            .map_err(|e| e.to_string())?;
         // SAFETY: `out` has room for `max` ids (this function's contract).
         Ok(unsafe { hand_out(&p, woken, out, max) })
     })
@@ -445,7 +451,11 @@ pub unsafe extern "C" fn grpc_wasm_wire_input(
 pub extern "C" fn grpc_wasm_wire_pending(conn: u32) -> i32 {
     guard(|| {
         let p = process()?;
-        match p.client.wire_state(conn).map_err(|e| e.to_string())? {
+        match p
+            .client
+            .wire_state(ConnId(conn))
+            .map_err(|e| e.to_string())?
+        {
             (_, true) => Ok(2),
             (true, false) => Ok(1),
             (false, false) => Ok(0),
@@ -470,7 +480,7 @@ pub unsafe extern "C" fn grpc_wasm_wire_output(conn: u32, len: *mut usize) -> *c
         OUTPUT.with(|o| {
             let mut o = o.borrow_mut();
             p.client
-                .wire_output(conn, &mut o)
+                .wire_output(ConnId(conn), &mut o)
                 .map_err(|e| e.to_string())?;
             if !o.is_empty() {
                 ptr = o.as_ptr();
@@ -509,7 +519,7 @@ pub unsafe extern "C" fn grpc_wasm_wire_reset(
         let reason = unsafe { text(reason) }.unwrap_or_else(|| "the connection failed".into());
         let woken = p
             .client
-            .wire_reset(conn, &reason)
+            .wire_reset(ConnId(conn), &reason)
             .map_err(|e| e.to_string())?;
         // SAFETY: `out` has room for `max` ids (this function's contract).
         Ok(unsafe { hand_out(&p, woken, out, max) })
@@ -534,7 +544,10 @@ pub unsafe extern "C" fn grpc_wasm_wire_tick(
 ) -> i32 {
     guard(|| {
         let p = process()?;
-        let (woken, next) = p.client.wire_tick(conn).map_err(|e| e.to_string())?;
+        let (woken, next) = p
+            .client
+            .wire_tick(ConnId(conn))
+            .map_err(|e| e.to_string())?;
         if !next_ms.is_null() {
             let next = next.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
             // SAFETY: the caller gave a writable i64 (checked non-NULL).
@@ -548,7 +561,7 @@ pub unsafe extern "C" fn grpc_wasm_wire_tick(
 #[no_mangle]
 pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
     let _ = guard(|| {
-        process()?.client.close_conn(conn);
+        process()?.client.close_conn(ConnId(conn));
         Ok(0)
     });
 }
@@ -598,9 +611,9 @@ pub unsafe extern "C" fn grpc_wasm_start(
         };
         let id = p
             .client
-            .start(conn, path, body, &options)
+            .start(ConnId(conn), path, body, &options)
             .map_err(|e| e.to_string())?;
-        Ok(id as i32)
+        Ok(id.0 as i32)
     })
 }
 
@@ -645,7 +658,7 @@ pub unsafe extern "C" fn grpc_wasm_send(
         let json = unsafe { bytes(json, len) };
         process()?
             .client
-            .send(id, json, compress != 0)
+            .send(CallId(id), json, compress != 0)
             .map_err(|e| e.to_string())?;
         Ok(0)
     })
@@ -656,7 +669,7 @@ pub unsafe extern "C" fn grpc_wasm_send(
 /// Never fails.
 #[no_mangle]
 pub extern "C" fn grpc_wasm_send_backlog(id: u32) -> i64 {
-    let backlog = catch_unwind(|| process().ok()?.client.send_backlog(id));
+    let backlog = catch_unwind(|| process().ok()?.client.send_backlog(CallId(id)));
     match backlog {
         Ok(Some(n)) => i64::try_from(n).unwrap_or(i64::MAX),
         Ok(None) => -1,
@@ -672,7 +685,7 @@ pub extern "C" fn grpc_wasm_close_send(id: u32) -> i32 {
     guard(|| {
         process()?
             .client
-            .close_send(id)
+            .close_send(CallId(id))
             .map_err(|e| e.to_string())?;
         Ok(0)
     })
@@ -709,7 +722,7 @@ pub unsafe extern "C" fn grpc_wasm_next_event(id: u32, out: *mut EventView) -> i
         if out.is_null() {
             return Err("no event buffer".into());
         }
-        let (event, resumed) = p.client.take_event(id);
+        let (event, resumed) = p.client.take_event(CallId(id));
         let Some(event) = event else {
             return Ok(0);
         };
@@ -754,7 +767,7 @@ pub extern "C" fn grpc_wasm_close(id: u32) {
     let _ = guard(|| {
         let p = process()?;
         lock(&p.current).remove(&id);
-        p.client.close(id);
+        p.client.close(CallId(id));
         Ok(0)
     });
 }

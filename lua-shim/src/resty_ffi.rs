@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::call::{CallId, ConnId};
 use crate::client::{Client, Event};
 use crate::sync::lock;
 use crate::transport::TlsOptions;
@@ -166,9 +167,9 @@ unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
     let runtime: Arc<Mutex<Option<Arc<Runtime>>>> = Arc::new(Mutex::new(None));
     let wake = {
         let runtime = runtime.clone();
-        Arc::new(move |id: u32| {
+        Arc::new(move |id: CallId| {
             if let Some(rt) = lock(&runtime).clone() {
-                rt.wake(id);
+                rt.wake(id.0);
             }
         })
     };
@@ -364,7 +365,7 @@ impl Runtime {
                     .map_err(|e| e.to_string())
             }
             "conn_close" => {
-                c.close_conn(number(r, "conn")?);
+                c.close_conn(ConnId(number(r, "conn")?));
                 Ok(Vec::new())
             }
             "start" => {
@@ -383,7 +384,7 @@ impl Runtime {
                     compression: compression.transpose()?.unwrap_or_default(),
                 };
                 let id = c.start(
-                    number(r, "conn")?,
+                    ConnId(number(r, "conn")?),
                     field(r, "path")?,
                     body.as_deref().map(str::as_bytes),
                     &options,
@@ -393,16 +394,20 @@ impl Runtime {
             }
             "send" => {
                 let compress = r["compress"].as_bool().unwrap_or(true);
-                done(c.send(number(r, "id")?, field(r, "body")?.as_bytes(), compress))
+                done(c.send(
+                    CallId(number(r, "id")?),
+                    field(r, "body")?.as_bytes(),
+                    compress,
+                ))
             }
-            "close_send" => done(c.close_send(number(r, "id")?)),
+            "close_send" => done(c.close_send(CallId(number(r, "id")?))),
             "send_backlog" => {
-                let backlog = c.send_backlog(number(r, "id")?);
+                let backlog = c.send_backlog(CallId(number(r, "id")?));
                 Ok(backlog.map_or("-1".into(), |n| n.to_string()).into_bytes())
             }
             "close" => {
                 let id = number(r, "id")?;
-                c.close(id);
+                c.close(CallId(id));
                 if let Some(parked) = lock(&self.parked).remove(&id) {
                     parked.task.answer(&self.abi, 1, b"the call was closed");
                 }
@@ -419,11 +424,11 @@ impl Runtime {
     /// an event is waiting or the call is unknown (nothing would wake it).
     fn park(&self, id: u32, task: Task, wait: Duration) {
         let mut parked = lock(&self.parked);
-        if let Some(event) = self.client.next_event(id) {
+        if let Some(event) = self.client.next_event(CallId(id)) {
             drop(parked);
             return task.answer(&self.abi, 0, &encode(&event));
         }
-        if !self.client.has_call(id) {
+        if !self.client.has_call(CallId(id)) {
             drop(parked);
             return task.answer(
                 &self.abi,
@@ -445,7 +450,7 @@ impl Runtime {
         let Some(waiting) = parked.remove(&id) else {
             return;
         };
-        match self.client.next_event(id) {
+        match self.client.next_event(CallId(id)) {
             Some(event) => {
                 drop(parked);
                 waiting.task.answer(&self.abi, 0, &encode(&event));

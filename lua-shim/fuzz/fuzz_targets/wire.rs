@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use lua_shim::call::{GrpcEvent, GrpcTarget};
+use lua_shim::call::{GrpcEvent, GrpcTarget, Token};
 use lua_shim::transport::gate::Gate;
 use lua_shim::transport::wire::{Produced, Wire};
 
@@ -258,13 +258,13 @@ enum State {
 /// What the calls have been told so far, checked event by event.
 #[derive(Default)]
 struct Calls {
-    states: HashMap<u32, State>,
-    gates: HashMap<u32, Arc<Gate>>,
-    order: Vec<u32>,
+    states: HashMap<Token, State>,
+    gates: HashMap<Token, Arc<Gate>>,
+    order: Vec<Token>,
 }
 
 impl Calls {
-    fn pick(&self, n: u8) -> Option<u32> {
+    fn pick(&self, n: u8) -> Option<Token> {
         let n = usize::from(n) % self.order.len().max(1);
         self.order.get(n).copied()
     }
@@ -285,9 +285,9 @@ impl Calls {
         }
     }
 
-    fn running(&self) -> Vec<u32> {
+    fn running(&self) -> Vec<Token> {
         let running = |s: &State| matches!(s, State::Unary | State::Stream { .. });
-        let mut tokens: Vec<u32> = self
+        let mut tokens: Vec<Token> = self
             .states
             .iter()
             .filter(|(_, s)| running(s))
@@ -435,12 +435,12 @@ fn run(data: &[u8]) {
 fn start(
     calls: &mut Calls,
     state: State,
-    call: impl FnOnce(u32, Arc<Gate>) -> Produced,
+    call: impl FnOnce(Token, Arc<Gate>) -> Produced,
 ) -> Produced {
     if calls.order.len() == MAX_CALLS {
         return Vec::new();
     }
-    let token = calls.order.len() as u32 + 1;
+    let token = Token(calls.order.len() as u32 + 1);
     let gate = Arc::new(Gate::default());
     calls.order.push(token);
     calls.states.insert(token, state);
@@ -448,7 +448,7 @@ fn start(
     call(token, gate)
 }
 
-fn with(calls: &Calls, call: u8, f: impl FnOnce(u32) -> Produced) -> Produced {
+fn with(calls: &Calls, call: u8, f: impl FnOnce(Token) -> Produced) -> Produced {
     calls.pick(call).map(f).unwrap_or_default()
 }
 

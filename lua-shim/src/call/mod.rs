@@ -6,9 +6,11 @@
 
 pub mod events;
 pub mod header_block;
+pub mod ids;
 
 pub use grpc_wasm::framing::Compression;
 pub use header_block::HeaderBlock;
+pub use ids::{CallId, ConnId, Token};
 
 /// A header map in arrival order; keys may repeat.
 pub type Pairs = Vec<(String, Vec<u8>)>;
@@ -38,4 +40,4 @@ pub enum GrpcEvent {
 
 /// What a connection's calls produced at once: each call's token and its
 /// events, in order.
-pub type Produced = Vec<(u32, Vec<GrpcEvent>)>;
+pub type Produced = Vec<(Token, Vec<GrpcEvent>)>;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::queues::Queue;
 use super::{CallOptions, Client, ClientError, UPSTREAM_HEADER};
-use crate::call::HeaderBlock;
+use crate::call::{CallId, ConnId, HeaderBlock};
 use crate::host::HostError;
 use crate::sync::lock;
 
@@ -17,11 +17,11 @@ impl Client {
     /// follow with [`Client::send`]. Returns the call id.
     pub fn start(
         &self,
-        conn: u32,
+        conn: ConnId,
         path: &str,
         body: Option<&[u8]>,
         options: &CallOptions,
-    ) -> Result<u32, ClientError> {
+    ) -> Result<CallId, ClientError> {
         if !lock(&self.inner.conns).contains_key(&conn) {
             return Err(ClientError::UnknownConn);
         }
@@ -38,7 +38,7 @@ impl Client {
             (
                 none,
                 UPSTREAM_HEADER.as_bytes(),
-                conn_id.format(conn).as_bytes(),
+                conn_id.format(conn.0).as_bytes(),
             ),
         ];
         let optional = [
@@ -91,16 +91,16 @@ impl Client {
 
     /// One more request message (JSON) for a streaming call; `compress:
     /// false` sends it uncompressed in a compressed call.
-    pub fn send(&self, id: u32, json: &[u8], compress: bool) -> Result<(), ClientError> {
+    pub fn send(&self, id: CallId, json: &[u8], compress: bool) -> Result<(), ClientError> {
         self.feed(id, json, false, compress)
     }
 
     /// No more request messages.
-    pub fn close_send(&self, id: u32) -> Result<(), ClientError> {
+    pub fn close_send(&self, id: CallId) -> Result<(), ClientError> {
         self.feed(id, b"", true, true)
     }
 
-    fn feed(&self, id: u32, bytes: &[u8], end: bool, compress: bool) -> Result<(), ClientError> {
+    fn feed(&self, id: CallId, bytes: &[u8], end: bool, compress: bool) -> Result<(), ClientError> {
         if !lock(&self.inner.events).contains_key(&id) {
             return Err(ClientError::UnknownCall);
         }
@@ -126,7 +126,7 @@ impl Client {
 
     /// Ends a call early or forgets a finished one; the module cancels
     /// whatever still runs.
-    pub fn close(&self, id: u32) {
+    pub fn close(&self, id: CallId) {
         match lock(&self.inner.events).remove(&id) {
             // Unknown, or the module finished it already: nothing to cancel.
             None | Some(Queue { ended: true, .. }) => return,

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{Client, ClientError, Conn};
-use crate::call::events;
+use crate::call::{events, ConnId};
 use crate::sync::lock;
 use crate::transport::{runtime, wire, CallerSocket, Keepalive, TlsOptions};
 
@@ -19,7 +19,7 @@ impl Client {
         addr: &str,
         tls: &TlsOptions,
         keepalive: &Keepalive,
-    ) -> Result<u32, ClientError> {
+    ) -> Result<ConnId, ClientError> {
         let _guard = self.inner.runtime.enter();
         let upstream = runtime::connect(addr, tls, keepalive)?;
         Ok(self.register(Arc::new(upstream)))
@@ -33,20 +33,20 @@ impl Client {
         addr: &str,
         tls: &TlsOptions,
         keepalive: &Keepalive,
-    ) -> Result<u32, ClientError> {
+    ) -> Result<ConnId, ClientError> {
         let wire = wire::connect(addr, tls, keepalive)?;
         Ok(self.register(Arc::new(wire)))
     }
 
-    pub(super) fn register(&self, conn: Conn) -> u32 {
-        let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
+    pub(super) fn register(&self, conn: Conn) -> ConnId {
+        let id = ConnId(self.inner.next_conn.fetch_add(1, Ordering::Relaxed));
         lock(&self.inner.conns).insert(id, conn);
         id
     }
 
     /// Forgets a connection; one whose socket the caller drives ends its
     /// calls UNAVAILABLE.
-    pub fn close_conn(&self, conn: u32) {
+    pub fn close_conn(&self, conn: ConnId) {
         let removed = lock(&self.inner.conns).remove(&conn);
         if let Some(conn) = removed {
             let produced = conn.close(events::CONNECTION_CLOSED);
@@ -58,17 +58,17 @@ impl Client {
     /// The connection a call's target names (its id, as the module's
     /// upstream header carries it).
     pub(super) fn conn(&self, upstream: &str) -> Option<Conn> {
-        self.conn_by_id(upstream.parse().ok()?)
+        self.conn_by_id(ConnId(upstream.parse().ok()?))
     }
 
-    pub(super) fn conn_by_id(&self, id: u32) -> Option<Conn> {
+    pub(super) fn conn_by_id(&self, id: ConnId) -> Option<Conn> {
         lock(&self.inner.conns).get(&id).cloned()
     }
 
     /// `f` on connection `conn`'s socket, when the caller drives it.
     pub(super) fn with_socket<T>(
         &self,
-        conn: u32,
+        conn: ConnId,
         f: impl FnOnce(&dyn CallerSocket) -> T,
     ) -> Result<T, ClientError> {
         let conn = self.conn_by_id(conn).ok_or(ClientError::UnknownConn)?;

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::call::Compression;
+use crate::call::{CallId, Compression, ConnId, Token};
 use crate::host::{HostError, LocalReply, ProxyHost};
 use crate::transport::{CallTransport, RunningCall, Sink, TransportError};
 use module::sink;
@@ -111,7 +111,7 @@ pub enum Event {
 }
 
 /// Called with a call id when that call has a new event.
-pub type Wake = Arc<dyn Fn(u32) + Send + Sync>;
+pub type Wake = Arc<dyn Fn(CallId) + Send + Sync>;
 
 /// A connection, as the client knows it: whichever transport carries it.
 type Conn = Arc<dyn CallTransport + Send + Sync>;
@@ -119,11 +119,11 @@ type Conn = Arc<dyn CallTransport + Send + Sync>;
 struct Inner {
     host: Mutex<ProxyHost>,
     runtime: tokio::runtime::Runtime,
-    conns: Mutex<HashMap<u32, Conn>>,
+    conns: Mutex<HashMap<ConnId, Conn>>,
     next_conn: AtomicU32,
     /// The module's calls (by token) while their transport runs them.
-    calls: Mutex<HashMap<u32, Box<dyn RunningCall>>>,
-    events: Mutex<HashMap<u32, Queue>>,
+    calls: Mutex<HashMap<Token, Box<dyn RunningCall>>>,
+    events: Mutex<HashMap<CallId, Queue>>,
     /// What the module is configured with (see [`ProtoSet`]).
     protos: Mutex<ProtoSet>,
     /// Held through a change of `protos`, so that two changes do not each
@@ -174,7 +174,7 @@ impl Client {
 
     /// Wakes the waiters of these calls; called with the module unlocked,
     /// so that a woken Lua thread never waits for the mutex.
-    fn wake(&self, ids: Vec<u32>) {
+    fn wake(&self, ids: Vec<CallId>) {
         for id in ids {
             (self.inner.wake)(id);
         }
@@ -182,7 +182,7 @@ impl Client {
 }
 
 /// Two lists of woken calls as one, each call once.
-fn merge(mut woken: Vec<u32>, more: Vec<u32>) -> Vec<u32> {
+fn merge(mut woken: Vec<CallId>, more: Vec<CallId>) -> Vec<CallId> {
     for id in more {
         if !woken.contains(&id) {
             woken.push(id);

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{merge, Client, Conn, Event, Inner};
-use crate::call::{events, GrpcEvent, GrpcTarget, Produced};
+use crate::call::{events, CallId, ConnId, GrpcEvent, GrpcTarget, Produced, Token};
 use crate::host::{GrpcCommand, HostError, Outputs, ProxyHost};
 use crate::sync::lock;
 use crate::transport::{NewCall, RunningCall, Sink, Started};
 
 impl Client {
     /// Transport events into the module; returns the calls woken.
-    pub(super) fn produced(&self, produced: Produced) -> Vec<u32> {
+    pub(super) fn produced(&self, produced: Produced) -> Vec<CallId> {
         if produced.is_empty() {
             return Vec::new();
         }
@@ -38,7 +38,7 @@ impl Client {
 
     /// Forgets a call the transport has finished: after a close, or after
     /// the one message of a unary call.
-    fn transport_over(&self, token: u32, events: &[GrpcEvent]) {
+    fn transport_over(&self, token: Token, events: &[GrpcEvent]) {
         let mut calls = lock(&self.inner.calls);
         let over = events.iter().any(|e| matches!(e, GrpcEvent::Close(..)))
             || (events.iter().any(|e| matches!(e, GrpcEvent::Message(_)))
@@ -50,9 +50,9 @@ impl Client {
 
     /// Carries out what the module asked for, until it asks for nothing
     /// more; returns the calls that got events.
-    pub(super) fn run(&self, host: &mut ProxyHost) -> Vec<u32> {
+    pub(super) fn run(&self, host: &mut ProxyHost) -> Vec<CallId> {
         let mut outputs = host.take_outputs();
-        let mut pending: VecDeque<(u32, GrpcEvent)> = VecDeque::new();
+        let mut pending: VecDeque<(Token, GrpcEvent)> = VecDeque::new();
         let mut woken = Vec::new();
         loop {
             if let Err(e) = self.deliver(host, &mut outputs, &mut woken) {
@@ -80,7 +80,7 @@ impl Client {
         &self,
         host: &mut ProxyHost,
         outputs: &mut Outputs,
-        woken: &mut Vec<u32>,
+        woken: &mut Vec<CallId>,
     ) -> Result<(), HostError> {
         for (id, json) in std::mem::take(&mut outputs.messages) {
             self.push(id, Event::Message(json), woken);
@@ -95,7 +95,7 @@ impl Client {
         Ok(())
     }
 
-    fn command(&self, command: GrpcCommand, pending: &mut VecDeque<(u32, GrpcEvent)>) {
+    fn command(&self, command: GrpcCommand, pending: &mut VecDeque<(Token, GrpcEvent)>) {
         let produced = match command {
             GrpcCommand::Call {
                 token,
@@ -115,7 +115,7 @@ impl Client {
                 context,
             } => {
                 target.compression = self.compression_of(context);
-                let conn_id = target.upstream.parse().ok();
+                let conn_id = target.upstream.parse().ok().map(ConnId);
                 self.start_call(token, target, |conn, call| {
                     // A wire's tasks run when the caller drives them, so
                     // the one whose gate opens is driven then.
@@ -141,7 +141,7 @@ impl Client {
     /// connection that is gone ends the call UNAVAILABLE.
     fn start_call(
         &self,
-        token: u32,
+        token: Token,
         target: GrpcTarget,
         start: impl FnOnce(&Conn, NewCall<'_>) -> Started,
     ) -> Produced {
@@ -161,7 +161,7 @@ impl Client {
 
     /// `f` on a running call; a call its transport finished has nothing
     /// more to do.
-    fn on_call(&self, token: u32, f: impl FnOnce(&mut dyn RunningCall) -> Produced) -> Produced {
+    fn on_call(&self, token: Token, f: impl FnOnce(&mut dyn RunningCall) -> Produced) -> Produced {
         match lock(&self.inner.calls).get_mut(&token) {
             Some(call) => f(call.as_mut()),
             None => Vec::new(),
@@ -210,7 +210,7 @@ pub(super) fn sink(weak: std::sync::Weak<Inner>) -> Sink {
 
 /// Events a wire connection produced while the module was running: they
 /// enter it in order, after the command that caused them.
-fn queue(produced: Produced, pending: &mut VecDeque<(u32, GrpcEvent)>) {
+fn queue(produced: Produced, pending: &mut VecDeque<(Token, GrpcEvent)>) {
     for (token, events) in produced {
         pending.extend(events.into_iter().map(|event| (token, event)));
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{Client, Event};
-use crate::call::Compression;
+use crate::call::{CallId, Compression, ConnId};
 use crate::sync::lock;
 use crate::transport::Gate;
 
@@ -23,7 +23,7 @@ pub(super) struct Queue {
     /// Its stream's backpressure, closed while `bytes` is at the cap.
     pub(super) gate: Option<Arc<Gate>>,
     /// The wire connection its stream runs on, driven when the gate opens.
-    pub(super) wire: Option<u32>,
+    pub(super) wire: Option<ConnId>,
     /// How its caller wants the request compressed.
     pub(super) compression: Compression,
 }
@@ -63,7 +63,7 @@ impl Client {
     /// bound, `pipe::MAX_UNSENT`, is for servers that read nothing).
     /// `Some(0)` when it may go on; `None` for a call that is over or
     /// unknown.
-    pub fn send_backlog(&self, id: u32) -> Option<usize> {
+    pub fn send_backlog(&self, id: CallId) -> Option<usize> {
         let (gate, wire) = {
             let events = lock(&self.inner.events);
             let queue = events.get(&id).filter(|q| !q.ended)?;
@@ -82,18 +82,18 @@ impl Client {
         })
     }
 
-    pub fn has_call(&self, id: u32) -> bool {
+    pub fn has_call(&self, id: CallId) -> bool {
         lock(&self.inner.events).contains_key(&id)
     }
 
     /// The call's next event, if one has arrived.
-    pub fn next_event(&self, id: u32) -> Option<Event> {
+    pub fn next_event(&self, id: CallId) -> Option<Event> {
         self.take_event(id).0
     }
 
     /// [`Client::next_event`], and the wire connection that taking it set
     /// going again (its socket may have bytes to send: window updates).
-    pub fn take_event(&self, id: u32) -> (Option<Event>, Option<u32>) {
+    pub fn take_event(&self, id: CallId) -> (Option<Event>, Option<ConnId>) {
         let cap = self.max_queued();
         let (event, wire) = {
             let mut events = lock(&self.inner.events);
@@ -111,7 +111,7 @@ impl Client {
         (event, wire)
     }
 
-    pub(super) fn push(&self, id: u32, event: Event, woken: &mut Vec<u32>) {
+    pub(super) fn push(&self, id: CallId, event: Event, woken: &mut Vec<CallId>) {
         let cap = self.max_queued();
         if let Some(queue) = lock(&self.inner.events).get_mut(&id) {
             queue.push(event, cap);
@@ -123,7 +123,7 @@ impl Client {
 
     /// The gate of the stream that call `context` opened (a fresh one that
     /// nothing closes if the call is gone).
-    pub(super) fn gate(&self, context: u32, wire: Option<u32>) -> Arc<Gate> {
+    pub(super) fn gate(&self, context: CallId, wire: Option<ConnId>) -> Arc<Gate> {
         let gate = Arc::new(Gate::default());
         if let Some(queue) = lock(&self.inner.events).get_mut(&context) {
             queue.gate = Some(gate.clone());
@@ -133,7 +133,7 @@ impl Client {
     }
 
     /// How call `context`'s caller wants its request compressed.
-    pub(super) fn compression_of(&self, context: u32) -> Compression {
+    pub(super) fn compression_of(&self, context: CallId) -> Compression {
         lock(&self.inner.events)
             .get(&context)
             .map(|queue| queue.compression)

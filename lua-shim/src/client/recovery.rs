@@ -13,7 +13,7 @@ use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::{Client, ClientError, Conn, Event};
-use crate::call::{events, HeaderBlock};
+use crate::call::{events, CallId, HeaderBlock};
 use crate::host::{HostError, LocalReply, ProxyHost};
 use crate::sync::lock;
 use crate::transport::RunningCall;
@@ -26,7 +26,7 @@ impl Client {
         &self,
         host: &mut ProxyHost,
         result: Result<T, HostError>,
-    ) -> (Result<T, HostError>, Vec<u32>) {
+    ) -> (Result<T, HostError>, Vec<CallId>) {
         let woken = match &result {
             Err(e @ HostError::Trap(_)) => self.recover(host, e),
             _ => Vec::new(),
@@ -38,7 +38,7 @@ impl Client {
     /// held, a map half written), so every later call would fail: it is
     /// replaced by a fresh instance with the same configuration, and every
     /// call it was running ends with INTERNAL. Returns the calls woken.
-    pub(super) fn recover(&self, host: &mut ProxyHost, error: &HostError) -> Vec<u32> {
+    pub(super) fn recover(&self, host: &mut ProxyHost, error: &HostError) -> Vec<CallId> {
         eprintln!(
             "[grpc-wasm] {error}; the module instance is rebuilt and its calls fail with INTERNAL"
         );
@@ -58,7 +58,7 @@ impl Client {
     }
 
     /// Every call not yet ended ends with `reply`; returns them.
-    fn fail_all(&self, reply: &LocalReply) -> Vec<u32> {
+    fn fail_all(&self, reply: &LocalReply) -> Vec<CallId> {
         let mut woken = Vec::new();
         for (id, queue) in lock(&self.inner.events).iter_mut() {
             if !queue.ended {

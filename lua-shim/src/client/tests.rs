@@ -2,7 +2,7 @@
 
 use super::calls::check_metadata;
 use super::*;
-use crate::call::{events, HeaderBlock};
+use crate::call::{events, HeaderBlock, Token};
 use crate::sync::lock;
 use crate::transport::{Gate, Keepalive, TlsOptions};
 
@@ -26,7 +26,7 @@ pub(crate) fn client() -> Client {
 }
 
 /// A call that stays in flight: a stream on a connection no socket feeds.
-fn in_flight(client: &Client, conn: u32) -> u32 {
+fn in_flight(client: &Client, conn: ConnId) -> CallId {
     client
         .start(
             conn,
@@ -43,19 +43,19 @@ fn call_ids_stay_positive_and_never_reuse_a_held_id_across_the_wrap() {
     let conn = dead_conn(&client);
     let max = i32::MAX as u32;
     lock(&client.inner.host).set_last_id(max - 2);
-    let ids: Vec<u32> = (0..4).map(|_| in_flight(&client, conn)).collect();
-    assert_eq!(ids, [max - 1, max, 2, 3]);
+    let ids: Vec<CallId> = (0..4).map(|_| in_flight(&client, conn)).collect();
+    assert_eq!(ids, [max - 1, max, 2, 3].map(CallId));
     // Counting over ids still held skips them.
     lock(&client.inner.host).set_last_id(max - 2);
-    assert_eq!(in_flight(&client, conn), 4);
+    assert_eq!(in_flight(&client, conn), CallId(4));
     // A closed call's id is free again.
     client.close(ids[0]);
     lock(&client.inner.host).set_last_id(max - 2);
-    assert_eq!(in_flight(&client, conn), max - 1);
+    assert_eq!(in_flight(&client, conn), CallId(max - 1));
 }
 
 /// The call's end: its grpc-status and its status message.
-fn end(client: &Client, id: u32) -> (String, String) {
+fn end(client: &Client, id: CallId) -> (String, String) {
     match client.next_event(id) {
         Some(Event::End(reply)) => {
             let code = reply
@@ -91,7 +91,7 @@ fn with_memory_capped<T>(client: &Client, f: impl FnOnce() -> T) -> T {
 }
 
 /// A connection whose socket nobody drives: its calls stay in flight.
-fn dead_conn(client: &Client) -> u32 {
+fn dead_conn(client: &Client) -> ConnId {
     client
         .connect_wire("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
         .unwrap()
@@ -99,7 +99,7 @@ fn dead_conn(client: &Client) -> u32 {
 
 /// Starts a call the module cannot take: its body must grow the
 /// capped memory.
-fn trapping_call(client: &Client, conn: u32) -> u32 {
+fn trapping_call(client: &Client, conn: ConnId) -> CallId {
     let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(2 << 20));
     let options = CallOptions::default();
     with_memory_capped(client, || {
@@ -109,7 +109,7 @@ fn trapping_call(client: &Client, conn: u32) -> u32 {
 }
 
 /// The fresh instance has the protos: the module itself checks this.
-fn assert_serving(client: &Client, conn: u32) {
+fn assert_serving(client: &Client, conn: ConnId) {
     let later = client
         .start(
             conn,
@@ -164,7 +164,7 @@ fn calls_that_end_leave_no_token_behind() {
     let stream = client
         .start(conn, "/routeguide.RouteGuide/RouteChat", None, &options)
         .unwrap();
-    let tokens: Vec<u32> = lock(&client.inner.calls)
+    let tokens: Vec<Token> = lock(&client.inner.calls)
         .iter()
         .filter(|(_, call)| call.is_unary())
         .map(|(token, _)| *token)
@@ -263,7 +263,7 @@ fn traps_under_load_end_every_call_in_flight_and_the_instance_keeps_serving() {
     let client = client();
     let conn = dead_conn(&client);
     for _ in 0..10 {
-        let waiting: Vec<u32> = (0..200).map(|_| in_flight(&client, conn)).collect();
+        let waiting: Vec<CallId> = (0..200).map(|_| in_flight(&client, conn)).collect();
         let id = trapping_call(&client, conn);
         for &call in waiting.iter().chain([&id]) {
             assert_eq!(end(&client, call), ("13".to_string(), LOST.to_string()));

@@ -10,7 +10,7 @@ use wasmtime::{Caller, Linker};
 
 use super::state::{GrpcCommand, HostState, LocalReply, TokenKind};
 use crate::call::header_block as pairs;
-use crate::call::{GrpcTarget, HeaderBlock};
+use crate::call::{CallId, GrpcTarget, HeaderBlock, Token};
 
 /// The host function the shim offers through `proxy_call_foreign_function`.
 pub use grpc_wasm::proxy::contract::DELIVER_FUNCTION;
@@ -94,7 +94,7 @@ fn grpc_send(mut c: Ctx, token: u32, ptr: u32, len: u32, _end: u32) -> ProxyStat
     };
     let compress = !c.data().uncompressed_sends;
     c.data_mut().outputs.commands.push(GrpcCommand::Send {
-        token,
+        token: Token(token),
         message,
         compress,
     });
@@ -102,15 +102,15 @@ fn grpc_send(mut c: Ctx, token: u32, ptr: u32, len: u32, _end: u32) -> ProxyStat
 }
 
 fn grpc_close(mut c: Ctx, token: u32) -> ProxyStatus {
-    c.data_mut()
-        .outputs
-        .commands
-        .push(GrpcCommand::Close { token });
+    c.data_mut().outputs.commands.push(GrpcCommand::Close {
+        token: Token(token),
+    });
     ProxyStatus::Ok
 }
 
 fn grpc_cancel(mut c: Ctx, token: u32) -> ProxyStatus {
     // A cancelled call gets no more events, its close included.
+    let token = Token(token);
     c.data_mut().release(token);
     c.data_mut()
         .outputs
@@ -367,7 +367,7 @@ fn send_local_response(
         return ProxyStatus::BadArgument;
     }
     c.data_mut().outputs.replies.push((
-        effective,
+        CallId(effective),
         LocalReply {
             http_status: status,
             body,
@@ -419,7 +419,7 @@ fn call_foreign_function(
     c.data_mut()
         .outputs
         .messages
-        .push((context, args[4..].to_vec()));
+        .push((CallId(context), args[4..].to_vec()));
     ProxyStatus::Ok
 }
 
@@ -466,7 +466,7 @@ fn grpc_call(
         return ProxyStatus::InvalidMemoryAccess;
     };
     let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
-    let context = c.data().effective;
+    let context = CallId(c.data().effective);
     open_call(
         &mut c,
         parts,
@@ -496,7 +496,7 @@ fn grpc_stream(
     token_ptr: u32,
 ) -> ProxyStatus {
     let parts = ((uptr, ulen), (sptr, slen), (mptr, mlen), (hptr, hlen));
-    let context = c.data().effective;
+    let context = CallId(c.data().effective);
     open_call(
         &mut c,
         parts,
@@ -519,14 +519,14 @@ fn open_call(
     (upstream, service, method, metadata): (Span, Span, Span, Span),
     token_ptr: u32,
     kind: TokenKind,
-    command: impl FnOnce(u32, GrpcTarget) -> GrpcCommand,
+    command: impl FnOnce(Token, GrpcTarget) -> GrpcCommand,
 ) -> ProxyStatus {
     let target = match target(c, upstream, service, method, metadata) {
         Ok(t) => t,
         Err(status) => return status,
     };
     let token = c.data_mut().token(kind);
-    if !write_u32(c, token_ptr, token) {
+    if !write_u32(c, token_ptr, token.0) {
         c.data_mut().release(token);
         return ProxyStatus::InvalidMemoryAccess;
     }

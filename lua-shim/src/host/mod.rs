@@ -17,7 +17,7 @@ pub use imports::DELIVER_FUNCTION;
 pub use state::{GrpcCommand, LocalReply, Outputs};
 use state::{HostState, HttpContext};
 
-use crate::call::{GrpcEvent, HeaderBlock};
+use crate::call::{CallId, GrpcEvent, HeaderBlock, Token};
 
 use crate::limits::{CONTEXT_ID_PROBES, MAX_CONTEXT_ID};
 use crate::wasm::instance::{export, instantiate, load, trap};
@@ -226,15 +226,15 @@ impl ProxyHost {
     /// C ABI returns ids as signed numbers, negative meaning failure), and
     /// never one the module still runs or the caller still holds (`busy`).
     /// After `i32::MAX` the ids start over.
-    pub fn reserve_id(&mut self, busy: impl Fn(u32) -> bool) -> Result<u32, HostError> {
+    pub fn reserve_id(&mut self, busy: impl Fn(CallId) -> bool) -> Result<CallId, HostError> {
         for _ in 0..CONTEXT_ID_PROBES {
             self.next_context = match self.next_context {
                 n if (ROOT_ID + 1..MAX_CONTEXT_ID).contains(&n) => n + 1,
                 _ => ROOT_ID + 1,
             };
             let id = self.next_context;
-            if !self.store.data().http.contains_key(&id) && !busy(id) {
-                return Ok(id);
+            if !self.store.data().http.contains_key(&id) && !busy(CallId(id)) {
+                return Ok(CallId(id));
             }
         }
         Err(HostError::Busy(CONTEXT_ID_PROBES))
@@ -251,10 +251,11 @@ impl ProxyHost {
     /// request headers; with a body, the request ends with it.
     pub fn open(
         &mut self,
-        id: u32,
+        call: CallId,
         headers: HeaderBlock,
         body: Option<&[u8]>,
     ) -> Result<(), HostError> {
+        let id = call.0;
         let count = headers.len() as u32;
         self.store.data_mut().http.insert(
             id,
@@ -283,21 +284,26 @@ impl ProxyHost {
                 .outputs
                 .replies
                 .iter()
-                .all(|(c, _)| *c != id)
+                .all(|(c, _)| *c != call)
         {
             // The module let the request go on to the route's upstream; the
             // shim has none, as a proxy with no route for the path.
-            self.store.data_mut().outputs.replies.push((id, no_route()));
+            self.store
+                .data_mut()
+                .outputs
+                .replies
+                .push((call, no_route()));
             return Ok(());
         }
         if let Some(body) = body {
-            self.body(id, body, true)?;
+            self.body(call, body, true)?;
         }
         Ok(())
     }
 
     /// More request body for a context (a streamed message), or its end.
-    pub fn body(&mut self, id: u32, bytes: &[u8], end: bool) -> Result<(), HostError> {
+    pub fn body(&mut self, call: CallId, bytes: &[u8], end: bool) -> Result<(), HostError> {
+        let id = call.0;
         let state = self.store.data_mut();
         let Some(http) = state.http.get_mut(&id) else {
             return Ok(());
@@ -315,7 +321,8 @@ impl ProxyHost {
     }
 
     /// Ends a context: the module cancels whatever it still runs for it.
-    pub fn finish(&mut self, id: u32) -> Result<(), HostError> {
+    pub fn finish(&mut self, call: CallId) -> Result<(), HostError> {
+        let id = call.0;
         if self.store.data_mut().http.contains_key(&id) {
             self.store.data_mut().effective = id;
             if let Some(done) = &self.exports.done {
@@ -329,7 +336,8 @@ impl ProxyHost {
     }
 
     /// Hands a transport event to the module's root context.
-    pub fn grpc_event(&mut self, token: u32, event: GrpcEvent) -> Result<(), HostError> {
+    pub fn grpc_event(&mut self, token: Token, event: GrpcEvent) -> Result<(), HostError> {
+        let raw = token.0;
         self.store.data_mut().effective = ROOT_ID;
         let root = ROOT_ID;
         match event {
@@ -340,7 +348,7 @@ impl ProxyHost {
                     self,
                     self.exports
                         .grpc_initial
-                        .call(&mut self.store, (root, token, n))
+                        .call(&mut self.store, (root, raw, n))
                 )
             }
             GrpcEvent::Message(bytes) => {
@@ -351,7 +359,7 @@ impl ProxyHost {
                     self,
                     self.exports
                         .grpc_receive
-                        .call(&mut self.store, (root, token, n))
+                        .call(&mut self.store, (root, raw, n))
                 )
             }
             GrpcEvent::TrailingMetadata(map) => {
@@ -361,7 +369,7 @@ impl ProxyHost {
                     self,
                     self.exports
                         .grpc_trailing
-                        .call(&mut self.store, (root, token, n))
+                        .call(&mut self.store, (root, raw, n))
                 )
             }
             GrpcEvent::Close(code, message) => {
@@ -371,7 +379,7 @@ impl ProxyHost {
                     self,
                     self.exports
                         .grpc_close
-                        .call(&mut self.store, (root, token, code))
+                        .call(&mut self.store, (root, raw, code))
                 )
             }
         }

@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use wasmtime::{Memory, TypedFunc};
 
-use crate::call::{GrpcTarget, HeaderBlock};
+use crate::call::{CallId, GrpcTarget, HeaderBlock, Token};
 
 #[derive(Default)]
 pub struct HttpContext {
@@ -42,40 +42,40 @@ impl LocalReply {
 #[derive(Debug)]
 pub enum GrpcCommand {
     Call {
-        token: u32,
+        token: Token,
         target: GrpcTarget,
         message: Vec<u8>,
         timeout_ms: u32,
         /// The HTTP context (the shim's call) that opened it.
-        context: u32,
+        context: CallId,
     },
     Stream {
-        token: u32,
+        token: Token,
         target: GrpcTarget,
         /// The HTTP context (the shim's call) that opened it.
-        context: u32,
+        context: CallId,
     },
     Send {
-        token: u32,
+        token: Token,
         message: Vec<u8>,
         /// False: this message goes uncompressed in a compressed call.
         compress: bool,
     },
     Close {
-        token: u32,
+        token: Token,
     },
     Cancel {
-        token: u32,
+        token: Token,
     },
 }
 
 /// Everything the module produced during one host call.
 #[derive(Debug, Default)]
 pub struct Outputs {
-    pub replies: Vec<(u32, LocalReply)>,
+    pub replies: Vec<(CallId, LocalReply)>,
     pub commands: Vec<GrpcCommand>,
     /// Streamed messages handed over with `grpc_wasm.deliver`: context, JSON.
-    pub messages: Vec<(u32, Vec<u8>)>,
+    pub messages: Vec<(CallId, Vec<u8>)>,
 }
 
 #[derive(Default)]
@@ -95,7 +95,7 @@ pub struct HostState {
     pub next_token: u32,
     /// Tokens of the calls and streams not yet over: after 2^32 calls the
     /// counter wraps, and a stream may still hold an old one.
-    pub live_tokens: HashMap<u32, TokenKind>,
+    pub live_tokens: HashMap<Token, TokenKind>,
     pub tick_ms: u32,
     /// The module's last error-level log line (a refused configuration).
     pub last_error: String,
@@ -123,23 +123,24 @@ pub enum TokenKind {
 impl HostState {
     /// Tokens as Envoy numbers them: calls and streams never collide, and
     /// a token still held is never handed out again.
-    pub fn token(&mut self, kind: TokenKind) -> u32 {
+    pub fn token(&mut self, kind: TokenKind) -> Token {
         loop {
             self.next_token = self.next_token.wrapping_add(1).max(1);
-            if let Entry::Vacant(entry) = self.live_tokens.entry(self.next_token) {
+            let token = Token(self.next_token);
+            if let Entry::Vacant(entry) = self.live_tokens.entry(token) {
                 entry.insert(kind);
-                return self.next_token;
+                return token;
             }
         }
     }
 
     /// The call or stream `token` ended: its token may be used again.
-    pub fn release(&mut self, token: u32) {
+    pub fn release(&mut self, token: Token) {
         self.live_tokens.remove(&token);
     }
 
     /// A message arrived for `token`: a unary call's message is its end.
-    pub fn message_arrived(&mut self, token: u32) {
+    pub fn message_arrived(&mut self, token: Token) {
         if self.live_tokens.get(&token) == Some(&TokenKind::Call) {
             self.release(token);
         }
@@ -157,17 +158,17 @@ mod tests {
             ..HostState::default()
         };
         let held = state.token(TokenKind::Stream);
-        assert_eq!(held, u32::MAX - 1);
+        assert_eq!(held, Token(u32::MAX - 1));
         state.next_token = u32::MAX - 3;
         // u32::MAX - 2 is free, u32::MAX - 1 is held, then u32::MAX, then 0
         // is never a token.
-        assert_eq!(state.token(TokenKind::Stream), u32::MAX - 2);
-        assert_eq!(state.token(TokenKind::Stream), u32::MAX);
-        assert_eq!(state.token(TokenKind::Stream), 1);
-        state.release(u32::MAX);
+        assert_eq!(state.token(TokenKind::Stream), Token(u32::MAX - 2));
+        assert_eq!(state.token(TokenKind::Stream), Token(u32::MAX));
+        assert_eq!(state.token(TokenKind::Stream), Token(1));
+        state.release(Token(u32::MAX));
         state.next_token = u32::MAX - 3;
-        assert_eq!(state.token(TokenKind::Stream), u32::MAX);
-        assert_eq!(state.token(TokenKind::Stream), 2);
+        assert_eq!(state.token(TokenKind::Stream), Token(u32::MAX));
+        assert_eq!(state.token(TokenKind::Stream), Token(2));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use grpc_wasm::{Code, Status};
 pub use codec::RawCodec;
 pub use gate::Gate;
 
-use crate::call::{GrpcEvent, GrpcTarget, Produced};
+use crate::call::{GrpcEvent, GrpcTarget, Produced, Token};
 
 /// What the client needs of a connection to run the module's calls on it,
 /// whichever transport carries them. A call's events come back either at
@@ -71,7 +71,7 @@ pub trait CallerSocket {
 
 /// What starting a call needs besides its message or gate.
 pub struct NewCall<'a> {
-    pub token: u32,
+    pub token: Token,
     pub target: GrpcTarget,
     pub runtime: &'a tokio::runtime::Handle,
     pub sink: &'a Sink,
@@ -145,7 +145,7 @@ impl Keepalive {
 
 /// Where transport events go: the call's token and the events, in order;
 /// events that arrive together go together (one trip into the module).
-pub type Sink = Arc<dyn Fn(u32, Vec<GrpcEvent>) + Send + Sync>;
+pub type Sink = Arc<dyn Fn(Token, Vec<GrpcEvent>) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TransportError {

@@ -27,7 +27,7 @@ use super::{
     TlsOptions, TransportError, CONNECTION_WINDOW,
 };
 use crate::call::events::{self, close, close_as};
-use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced};
+use crate::call::{GrpcEvent, GrpcTarget, HeaderBlock, Produced, Token};
 
 /// A lazily connected, multiplexed HTTP/2 channel; it reconnects by itself
 /// after the server comes back. Must run inside the runtime. hyper's
@@ -198,7 +198,7 @@ fn pairs(metadata: &MetadataMap) -> HeaderBlock {
 
 /// A failed call as Envoy reports it: trailing metadata (with the details
 /// as `grpc-status-details-bin`), then the close.
-fn report_failure(sink: &Sink, token: u32, status: &tonic::Status, keepalive: &Keepalive) {
+fn report_failure(sink: &Sink, token: Token, status: &tonic::Status, keepalive: &Keepalive) {
     if status.code() == tonic::Code::Unavailable && keepalive_timed_out(status) {
         let message = format!(
             "the server did not answer a keepalive PING within {} ms",
@@ -254,7 +254,7 @@ fn message_too_large(status: &tonic::Status) -> Option<FrameError> {
 pub fn unary(
     rt: &tokio::runtime::Handle,
     upstream: Upstream,
-    token: u32,
+    token: Token,
     target: GrpcTarget,
     message: Vec<u8>,
     timeout_ms: u32,
@@ -306,7 +306,7 @@ pub fn unary(
     .abort_handle()
 }
 
-fn deadline_exceeded(sink: &Sink, token: u32, timeout: Duration) {
+fn deadline_exceeded(sink: &Sink, token: Token, timeout: Duration) {
     let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     sink(token, vec![close(&Status::deadline_exceeded(ms))]);
 }
@@ -317,7 +317,7 @@ fn deadline_exceeded(sink: &Sink, token: u32, timeout: Duration) {
 pub fn stream(
     rt: &tokio::runtime::Handle,
     upstream: Upstream,
-    token: u32,
+    token: Token,
     target: GrpcTarget,
     sink: Sink,
     gate: Arc<Gate>,
@@ -530,7 +530,7 @@ mod tests {
     ) -> (
         Upstream,
         Sink,
-        std::sync::mpsc::Receiver<(u32, Vec<GrpcEvent>)>,
+        std::sync::mpsc::Receiver<(Token, Vec<GrpcEvent>)>,
     ) {
         let upstream = connect(
             &addr.to_string(),
@@ -579,10 +579,10 @@ mod tests {
         };
         // Once the first call is in, the client knows the server's limit:
         // the second call waits in h2, the others in hyper's queue.
-        call(1);
+        call(Token(1));
         accepted.recv_timeout(Duration::from_secs(5)).unwrap();
         for token in 2..=4 {
-            call(token);
+            call(Token(token));
         }
         let mut ends = Vec::new();
         for _ in 1..=4 {
@@ -595,7 +595,7 @@ mod tests {
             }
         }
         ends.sort();
-        let codes: Vec<(u32, u32)> = ends.iter().map(|(t, c, _)| (*t, *c)).collect();
+        let codes: Vec<(u32, u32)> = ends.iter().map(|(t, c, _)| (t.0, *c)).collect();
         assert_eq!(codes, [(1, 14), (2, 14), (3, 14), (4, 14)], "{ends:?}");
     }
 
@@ -609,14 +609,14 @@ mod tests {
             unary(
                 rt.handle(),
                 upstream,
-                7,
+                Token(7),
                 greeter("1"),
                 Vec::new(),
                 100,
                 sink,
             );
             let (token, events) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-            assert_eq!(token, 7);
+            assert_eq!(token, Token(7));
             match &events[..] {
                 [GrpcEvent::Close(4, message)] => {
                     assert_eq!(message, b"deadline of 100 ms exceeded")

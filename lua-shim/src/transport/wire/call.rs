@@ -16,7 +16,7 @@ use h2::client::SendRequest;
 use super::super::exchange;
 use super::super::gate::Gate;
 use crate::call::events::{self, close, close_as};
-use crate::call::{GrpcEvent, HeaderBlock, Produced};
+use crate::call::{GrpcEvent, HeaderBlock, Produced, Token};
 use crate::sync::lock;
 
 /// A call's outgoing half, shared between the connection's methods and
@@ -132,7 +132,7 @@ impl Outgoing {
 
 /// What a call task needs besides its request.
 pub(super) struct Call {
-    pub(super) token: u32,
+    pub(super) token: Token,
     pub(super) unary: bool,
     /// A stream's backpressure: its data is taken only while this is open.
     pub(super) gate: Option<Arc<Gate>>,

@@ -11,35 +11,36 @@ use std::task::{Context, Wake, Waker};
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::call::Token;
 use crate::sync::lock;
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 #[derive(Default)]
 pub(super) struct Executor {
-    tasks: HashMap<u32, Task>,
+    tasks: HashMap<Token, Task>,
     /// A task keeps its waker from poll to poll.
-    wakers: HashMap<u32, Waker>,
+    wakers: HashMap<Token, Waker>,
     /// Tasks whose waker fired, each once, in the order they fired.
-    ready: Arc<Mutex<VecDeque<u32>>>,
+    ready: Arc<Mutex<VecDeque<Token>>>,
 }
 
 impl Executor {
     /// Runs `task` as `id` (replacing any task of that id), from its next
     /// [`Executor::poll_next`].
-    pub(super) fn spawn(&mut self, id: u32, task: impl Future<Output = ()> + Send + 'static) {
+    pub(super) fn spawn(&mut self, id: Token, task: impl Future<Output = ()> + Send + 'static) {
         self.tasks.insert(id, Box::pin(task));
         self.wakers.remove(&id);
         self.wake(id);
     }
 
-    pub(super) fn wake(&self, id: u32) {
+    pub(super) fn wake(&self, id: Token) {
         push_once(&self.ready, id);
     }
 
     /// A waker for `id`, for futures polled outside its task (the
     /// handshake, the PING's answer).
-    pub(super) fn waker(&self, id: u32) -> Waker {
+    pub(super) fn waker(&self, id: Token) -> Waker {
         Waker::from(Arc::new(TaskWaker {
             id,
             ready: self.ready.clone(),
@@ -47,7 +48,7 @@ impl Executor {
     }
 
     /// Drops task `id`, and with it whatever it held.
-    pub(super) fn remove(&mut self, id: u32) {
+    pub(super) fn remove(&mut self, id: Token) {
         self.tasks.remove(&id);
         self.wakers.remove(&id);
     }
@@ -58,13 +59,13 @@ impl Executor {
         lock(&self.ready).clear();
     }
 
-    pub(super) fn contains(&self, id: u32) -> bool {
+    pub(super) fn contains(&self, id: Token) -> bool {
         self.tasks.contains_key(&id)
     }
 
     /// Polls the next task whose waker fired: its id and whether it
     /// finished (then it is gone). `None`: no task is ready.
-    pub(super) fn poll_next(&mut self) -> Option<(u32, bool)> {
+    pub(super) fn poll_next(&mut self) -> Option<(Token, bool)> {
         loop {
             let id = lock(&self.ready).pop_front()?;
             let Some(task) = self.tasks.get_mut(&id) else {
@@ -91,8 +92,8 @@ impl Executor {
 
 /// Marks a task as ready to poll.
 struct TaskWaker {
-    id: u32,
-    ready: Arc<Mutex<VecDeque<u32>>>,
+    id: Token,
+    ready: Arc<Mutex<VecDeque<Token>>>,
 }
 
 impl Wake for TaskWaker {
@@ -105,7 +106,7 @@ impl Wake for TaskWaker {
     }
 }
 
-fn push_once(ready: &Mutex<VecDeque<u32>>, id: u32) {
+fn push_once(ready: &Mutex<VecDeque<Token>>, id: Token) {
     let mut ready = lock(ready);
     if !ready.contains(&id) {
         ready.push_back(id);

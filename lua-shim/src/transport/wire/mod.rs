@@ -35,12 +35,12 @@ use super::{
     TransportError, CONNECTION_WINDOW,
 };
 use crate::call::events::{self, close_as};
-use crate::call::GrpcTarget;
 pub use crate::call::Produced;
+use crate::call::{GrpcTarget, Token};
 use crate::sync::lock;
 
 /// The id of the connection's own task; calls use their tokens.
-const CONNECTION: u32 = 0;
+const CONNECTION: Token = Token(0);
 
 /// What the connection knows of its server being there (see [`Keepalive`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct Wire {
     pipe: Arc<Mutex<Pipe>>,
     send: Option<SendRequest<Bytes>>,
     executor: Executor,
-    outboxes: HashMap<u32, Arc<Mutex<Outbox>>>,
+    outboxes: HashMap<Token, Arc<Mutex<Outbox>>>,
     events: Events,
     /// Why the HTTP/2 connection ended, once it has.
     ended: Arc<Mutex<Option<String>>>,
@@ -223,7 +223,7 @@ impl Wire {
     /// `grpc-timeout` (the module enforces it, as with Envoy).
     pub fn unary(
         &mut self,
-        token: u32,
+        token: Token,
         target: GrpcTarget,
         message: &[u8],
         timeout_ms: u32,
@@ -234,13 +234,13 @@ impl Wire {
     /// A stream: messages follow with [`Wire::send`], the end with
     /// [`Wire::close_send`] (its deadline is in the module's metadata).
     /// The stream's response is read only while `gate` is open.
-    pub fn stream(&mut self, token: u32, target: GrpcTarget, gate: Arc<Gate>) -> Produced {
+    pub fn stream(&mut self, token: Token, target: GrpcTarget, gate: Arc<Gate>) -> Produced {
         self.start(token, target, None, None, Some(gate))
     }
 
     fn start(
         &mut self,
-        token: u32,
+        token: Token,
         target: GrpcTarget,
         message: Option<&[u8]>,
         timeout_ms: Option<u32>,
@@ -271,7 +271,7 @@ impl Wire {
 
     /// One more message of stream `token`; `compress: false` sends it
     /// uncompressed in a compressed stream.
-    pub fn send(&mut self, token: u32, message: &[u8], compress: bool) -> Produced {
+    pub fn send(&mut self, token: Token, message: &[u8], compress: bool) -> Produced {
         let Some(compression) = self.outboxes.get(&token).map(|o| lock(o).compression) else {
             return self.drive();
         };
@@ -285,20 +285,20 @@ impl Wire {
         }
     }
 
-    pub fn close_send(&mut self, token: u32) -> Produced {
+    pub fn close_send(&mut self, token: Token) -> Produced {
         self.outbox(token, Outbox::close)
     }
 
     /// Ends a call at once; h2 resets its stream (RST_STREAM) as the
     /// call's halves drop.
-    pub fn cancel(&mut self, token: u32) -> Produced {
+    pub fn cancel(&mut self, token: Token) -> Produced {
         self.executor.remove(token);
         self.outboxes.remove(&token);
         self.executor.wake(CONNECTION);
         self.drive()
     }
 
-    pub fn is_running(&self, token: u32) -> bool {
+    pub fn is_running(&self, token: Token) -> bool {
         self.executor.contains(token)
     }
 
@@ -370,7 +370,7 @@ impl Wire {
         }
     }
 
-    fn outbox(&mut self, token: u32, f: impl FnOnce(&mut Outbox)) -> Produced {
+    fn outbox(&mut self, token: Token, f: impl FnOnce(&mut Outbox)) -> Produced {
         if let Some(outbox) = self.outboxes.get(&token) {
             f(&mut lock(outbox));
         }
@@ -378,7 +378,7 @@ impl Wire {
     }
 
     fn fail_all(&mut self, reason: &str) -> Produced {
-        let tokens: Vec<u32> = self.outboxes.keys().copied().collect();
+        let tokens: Vec<Token> = self.outboxes.keys().copied().collect();
         self.executor.clear();
         self.outboxes.clear();
         self.send = None;
@@ -491,12 +491,12 @@ impl CallerSocket for Arc<Mutex<Wire>> {
 /// and return what they produced.
 struct WireCall {
     wire: Arc<Mutex<Wire>>,
-    token: u32,
+    token: Token,
     unary: bool,
 }
 
 impl WireCall {
-    fn boxed(wire: &Arc<Mutex<Wire>>, token: u32, unary: bool) -> Box<dyn RunningCall> {
+    fn boxed(wire: &Arc<Mutex<Wire>>, token: Token, unary: bool) -> Box<dyn RunningCall> {
         Box::new(WireCall {
             wire: wire.clone(),
             token,
@@ -577,13 +577,13 @@ mod tests {
     fn a_server_that_speaks_no_http2_ends_the_connection_and_its_calls() {
         let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
         let target = greeter();
-        assert!(wire.unary(3, target, b"", 500).is_empty());
+        assert!(wire.unary(Token(3), target, b"", 500).is_empty());
         assert!(!wire.is_over());
         let produced = wire.input(b"HTTP/1.1 400 Bad Request\r\n\r\n");
         assert!(wire.is_over());
         assert_eq!(produced.len(), 1, "{produced:?}");
         let (token, events) = &produced[0];
-        assert_eq!(*token, 3);
+        assert_eq!(*token, Token(3));
         match &events[..] {
             [GrpcEvent::Close(14, message)] => {
                 let message = String::from_utf8_lossy(message);
@@ -623,16 +623,16 @@ mod tests {
     fn a_reset_fails_running_calls() {
         let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
         let target = greeter();
-        assert!(wire.unary(7, target, b"\x0a\x01x", 500).is_empty());
-        assert!(wire.is_running(7));
+        assert!(wire.unary(Token(7), target, b"\x0a\x01x", 500).is_empty());
+        assert!(wire.is_running(Token(7)));
         let (produced, restarted) = wire.reset("connect failed: refused");
         restarted.unwrap();
         assert_eq!(produced.len(), 1);
-        assert_eq!(produced[0].0, 7);
+        assert_eq!(produced[0].0, Token(7));
         assert!(
             matches!(&produced[0].1[..], [GrpcEvent::Close(14, m)] if m == b"connect failed: refused")
         );
-        assert!(!wire.is_running(7));
+        assert!(!wire.is_running(Token(7)));
     }
 
     /// A tick's next due time, when it produced nothing.
@@ -691,14 +691,14 @@ mod tests {
         let mut wire = Wire::with_keepalive("127.0.0.1:1", None, keepalive(0, 0, 300)).unwrap();
         // The handshake's PING leaves with the preface.
         assert_eq!(pings(&wire.take_output()), 1);
-        assert!(wire.unary(3, greeter(), b"", 5000).is_empty());
+        assert!(wire.unary(Token(3), greeter(), b"", 5000).is_empty());
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         assert_eq!(quiet(wire.tick(t0)), Some(ms(300)));
         assert_eq!(quiet(wire.tick(t0 + ms(299))), Some(ms(1)));
         let (produced, next) = wire.tick(t0 + ms(300));
         assert_eq!(
-            only_close(&produced, 3),
+            only_close(&produced, Token(3)),
             (
                 14,
                 "the server did not answer the HTTP/2 handshake within 300 ms".to_string()
@@ -715,7 +715,7 @@ mod tests {
         let _ = wire.tick(Instant::now());
         let sent = wire.take_output();
         assert!(wire.input(&server_answer(&sent, true)).is_empty());
-        assert!(wire.unary(3, greeter(), b"", 60_000).is_empty());
+        assert!(wire.unary(Token(3), greeter(), b"", 60_000).is_empty());
         let _ = wire.take_output();
         wire
     }
@@ -741,7 +741,7 @@ mod tests {
         assert_eq!(quiet(wire.tick(t0 + ms(450))), Some(ms(50)));
         let (produced, next) = wire.tick(t0 + ms(500));
         assert_eq!(
-            only_close(&produced, 3),
+            only_close(&produced, Token(3)),
             (
                 14,
                 "the server did not answer a keepalive PING within 300 ms".to_string()
@@ -768,7 +768,7 @@ mod tests {
             }
         }
         let expected = format!("the connection failed: {}", pipe::unread());
-        assert_eq!(only_close(&produced, 3), (14, expected));
+        assert_eq!(only_close(&produced, Token(3)), (14, expected));
         assert!(wire.is_over());
         assert!(wire.take_output().len() <= crate::limits::MAX_UNSENT);
     }
@@ -785,9 +785,9 @@ mod tests {
         wide.extend_from_slice(&[0, 0, 4, 8, 0, 0, 0, 0, 0, 0x7f, 0xff, 0x00, 0x00]);
         assert!(wire.input(&wide).is_empty());
         let gate = Arc::new(Gate::default());
-        assert!(wire.stream(9, greeter(), gate.clone()).is_empty());
+        assert!(wire.stream(Token(9), greeter(), gate.clone()).is_empty());
         for _ in 0..8 {
-            assert!(wire.send(9, &vec![1u8; 1 << 20], true).is_empty());
+            assert!(wire.send(Token(9), &vec![1u8; 1 << 20], true).is_empty());
         }
         assert_eq!(gate.unsent(), 0);
         assert!(wire.output_len() > 8 << 20, "{}", wire.output_len());
@@ -818,7 +818,7 @@ mod tests {
     #[test]
     fn a_connection_without_calls_is_not_pinged() {
         let mut wire = answered(keepalive(200, 300, 1000));
-        let _ = wire.cancel(3);
+        let _ = wire.cancel(Token(3));
         let _ = wire.take_output();
         let later = Instant::now() + Duration::from_secs(60);
         assert_eq!(quiet(wire.tick(later)), None);
@@ -898,11 +898,11 @@ mod tests {
         let mut events: Vec<GrpcEvent> = Vec::new();
         let absorb = |produced: Produced, events: &mut Vec<GrpcEvent>| {
             for (token, mut list) in produced {
-                assert_eq!(token, 5);
+                assert_eq!(token, Token(5));
                 events.append(&mut list);
             }
         };
-        absorb(wire.unary(5, greeter(), b"", 10_000), &mut events);
+        absorb(wire.unary(Token(5), greeter(), b"", 10_000), &mut events);
         let mut buf = vec![0; 1 << 16];
         while !events
             .iter()
@@ -1047,7 +1047,7 @@ mod tests {
         let tls = ClientTls::new("localhost", &options).unwrap();
         let mut wire = Wire::new("localhost:443", Some(tls)).unwrap();
         let message = vec![7u8; 100_000];
-        assert!(wire.unary(3, greeter(), &message, 5000).is_empty());
+        assert!(wire.unary(Token(3), greeter(), &message, 5000).is_empty());
         assert!(!wire.is_over());
         let mut server = tls_server(&key);
         let mut plain = Vec::new();
@@ -1094,7 +1094,7 @@ mod tests {
             .expect("the wire did not return (spinning)")
     }
 
-    fn only_close(produced: &Produced, token: u32) -> (u32, String) {
+    fn only_close(produced: &Produced, token: Token) -> (u32, String) {
         assert_eq!(produced.len(), 1, "{produced:?}");
         assert_eq!(produced[0].0, token);
         match &produced[0].1[..] {
@@ -1115,21 +1115,21 @@ mod tests {
     #[test]
     fn a_tls_close_notify_ends_the_connection_and_its_calls() {
         let (mut wire, mut server) = tls_pair();
-        assert!(wire.unary(3, greeter(), b"", 500).is_empty());
+        assert!(wire.unary(Token(3), greeter(), b"", 500).is_empty());
         let bytes = close_notify(&mut server);
         let (produced, over) = within_5s(move || {
             let produced = wire.input(&bytes);
             (produced, wire.is_over())
         });
         let closed = (14, "the server closed the connection".to_string());
-        assert_eq!(only_close(&produced, 3), closed);
+        assert_eq!(only_close(&produced, Token(3)), closed);
         assert!(over);
     }
 
     #[test]
     fn bytes_after_a_tls_close_notify_in_the_same_read_fail_the_connection() {
         let (mut wire, mut server) = tls_pair();
-        assert!(wire.unary(3, greeter(), b"", 500).is_empty());
+        assert!(wire.unary(Token(3), greeter(), b"", 500).is_empty());
         // More than rustls takes in one read_tls.
         let mut bytes = close_notify(&mut server);
         bytes.extend(std::iter::repeat_n(0x17, 100_000));
@@ -1138,7 +1138,7 @@ mod tests {
             (produced, wire.is_over())
         });
         assert_eq!(
-            only_close(&produced, 3),
+            only_close(&produced, Token(3)),
             (14, AFTER_CLOSE_NOTIFY.to_string())
         );
         assert!(over);
