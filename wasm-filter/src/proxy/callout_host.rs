@@ -20,7 +20,8 @@ use super::callout_rules::{
 };
 use super::config::{Callout, FilterConfig};
 use super::contract::{
-    BufferType, MapType, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX, TRAILER_PREFIX,
+    BufferType, ContextId, MapType, Token, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX,
+    TRAILER_PREFIX,
 };
 use super::held::Held;
 use super::host::{self, *};
@@ -39,7 +40,7 @@ pub struct Call {
     deadline_ms: u64,
     started_ns: u64,
     /// 0 until the host accepted the call.
-    token: u32,
+    token: Token,
     /// Messages gathered for the final reply (hosts without delivery).
     messages: Vec<String>,
     /// The response messages' protobuf bytes so far, which
@@ -63,15 +64,15 @@ pub struct Call {
 }
 
 thread_local! {
-    static TOKENS: RefCell<IdMap<u32>> = RefCell::new(IdMap::default());
+    static TOKENS: RefCell<IdMap<Token, ContextId>> = RefCell::new(IdMap::default());
 }
 
 /// The context that owns a call's token.
-pub fn context_of(token: u32) -> Option<u32> {
+pub fn context_of(token: Token) -> Option<ContextId> {
     TOKENS.with(|t| t.borrow().get(&token).copied())
 }
 
-fn forget(token: u32) {
+fn forget(token: Token) {
     TOKENS.with(|t| t.borrow_mut().remove(&token));
 }
 
@@ -145,7 +146,7 @@ pub fn start_with_body(
     config: &FilterConfig,
     route: &Route,
     call: &mut Call,
-    context_id: u32,
+    context_id: ContextId,
     body: &[u8],
 ) -> Result<(), Reply> {
     let message = transcode_rules::encode_message(config, route, body)?;
@@ -174,7 +175,7 @@ pub fn open_stream(
     config: &FilterConfig,
     route: &Route,
     call: &mut Call,
-    context_id: u32,
+    context_id: ContextId,
 ) -> Result<(), Reply> {
     let token = grpc_stream(&target(route, call)).map_err(|s| host_refused(config, s))?;
     own(call, token, context_id);
@@ -225,7 +226,7 @@ fn target<'a>(route: &'a Route, call: &'a Call) -> GrpcTarget<'a> {
     }
 }
 
-fn own(call: &mut Call, token: u32, context_id: u32) {
+fn own(call: &mut Call, token: Token, context_id: ContextId) {
     call.token = token;
     TOKENS.with(|t| t.borrow_mut().insert(token, context_id));
 }
@@ -261,7 +262,7 @@ pub fn on_message(
     config: &FilterConfig,
     route: &Route,
     call: &mut Call,
-    context_id: u32,
+    context_id: ContextId,
     size: usize,
 ) -> Option<Reply> {
     // The host hands over whatever the server sent; the limit holds for
@@ -401,12 +402,12 @@ fn drop_messages(call: &mut Call) -> Vec<String> {
 
 /// Hands a message to the host's delivery function; false when the host has
 /// none (then the message waits for the final reply).
-fn deliver(call: &mut Call, context_id: u32, json: &str) -> bool {
+fn deliver(call: &mut Call, context_id: ContextId, json: &str) -> bool {
     if !call.delivering && !call.messages.is_empty() {
         return false;
     }
     let mut args = Vec::with_capacity(4 + json.len());
-    args.extend_from_slice(&context_id.to_le_bytes());
+    args.extend_from_slice(&context_id.0.to_le_bytes());
     args.extend_from_slice(json.as_bytes());
     call.delivering = call_foreign(DELIVER_FUNCTION, &args).is_ok();
     call.delivering
@@ -459,7 +460,7 @@ fn trailing_details(call: &Call) -> Option<Vec<u8>> {
 }
 
 fn fail(config: &FilterConfig, call: &mut Call, status: Status) -> Reply {
-    if call.token != 0 {
+    if call.token != Token(0) {
         let _ = grpc_cancel(call.token);
         forget(call.token);
     }
@@ -476,7 +477,7 @@ fn elapsed_ms(call: &Call) -> u64 {
 /// for the end of its request body (a caller that never half-closes a
 /// server-streaming call) expires too, rather than waiting on forever.
 pub fn expire(config: &FilterConfig, call: &mut Call) -> Option<Reply> {
-    let ended = call.token != 0 && context_of(call.token).is_none();
+    let ended = call.token != Token(0) && context_of(call.token).is_none();
     if ended || elapsed_ms(call) < call.deadline_ms {
         return None;
     }
@@ -489,7 +490,7 @@ pub fn expire(config: &FilterConfig, call: &mut Call) -> Option<Reply> {
 
 /// The HTTP stream ended first: the host would let the call run on.
 pub fn cancel(call: &Call) {
-    if call.token != 0 && context_of(call.token).is_some() {
+    if call.token != Token(0) && context_of(call.token).is_some() {
         let _ = grpc_cancel(call.token);
         forget(call.token);
     }

@@ -38,6 +38,37 @@ macro_rules! abi_enum {
     };
 }
 
+/// Defines a typed id for a `u32` an ABI passes bare, so that one kind of
+/// id cannot be given where another is meant; the shim defines its own
+/// ids (connections, calls) with it too.
+#[macro_export]
+macro_rules! typed_id {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+        #[repr(transparent)]
+        pub struct $name(pub u32);
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+typed_id! {
+    /// A context the host created: a root (one per plugin configuration)
+    /// or an HTTP stream.
+    ContextId
+}
+
+typed_id! {
+    /// A call the filter made through the host (`proxy_grpc_call`,
+    /// `proxy_grpc_stream`, `proxy_http_call`): the host's token for it.
+    Token
+}
+
 abi_enum! {
     /// What a host call answers (`proxy_status_t`).
     ProxyStatus {

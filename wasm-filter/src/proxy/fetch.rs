@@ -11,7 +11,7 @@ use crate::code::Code;
 use crate::status::Status;
 
 use super::config::{Fetch, FilterConfig};
-use super::contract::{BufferType, LogLevel, MapType};
+use super::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::transcode_rules::Reply;
@@ -22,20 +22,20 @@ struct Loading {
     inline: Vec<u8>,
     fetch: Fetch,
     /// The call in flight.
-    token: Option<u32>,
+    token: Option<Token>,
     retry_at_ns: u64,
     backoff_ms: u64,
 }
 
 thread_local! {
-    static LOADING: RefCell<IdMap<Loading>> = RefCell::new(IdMap::default());
+    static LOADING: RefCell<IdMap<ContextId, Loading>> = RefCell::new(IdMap::default());
     /// HTTP contexts created under a loading root, with that root's id.
-    static WAITING: RefCell<IdMap<u32>> = RefCell::new(IdMap::default());
+    static WAITING: RefCell<IdMap<ContextId, ContextId>> = RefCell::new(IdMap::default());
 }
 
 /// Starts loading `root_id`'s configuration; the first try is at the next
 /// tick.
-pub fn start(root_id: u32, inline: Vec<u8>, fetch: Fetch) {
+pub fn start(root_id: ContextId, inline: Vec<u8>, fetch: Fetch) {
     LOADING.with(|l| {
         l.borrow_mut().insert(
             root_id,
@@ -64,7 +64,7 @@ fn source(fetch: &Fetch) -> String {
 }
 
 /// Is `root_id` loading? Then the HTTP context `context_id` waits on it.
-pub fn adopt(context_id: u32, root_id: u32) -> bool {
+pub fn adopt(context_id: ContextId, root_id: ContextId) -> bool {
     let loading = LOADING.with(|l| l.borrow().get(&root_id).is_some());
     if loading {
         WAITING.with(|w| w.borrow_mut().insert(context_id, root_id));
@@ -73,7 +73,7 @@ pub fn adopt(context_id: u32, root_id: u32) -> bool {
 }
 
 /// The answer for a request under a root that has no configuration yet.
-pub fn not_ready(context_id: u32) -> Option<Reply> {
+pub fn not_ready(context_id: ContextId) -> Option<Reply> {
     let root_id = WAITING.with(|w| w.borrow().get(&context_id).copied())?;
     // Why goes to the log only: the source's address is no client's business.
     let message = if LOADING.with(|l| l.borrow().contains_key(&root_id)) {
@@ -84,13 +84,13 @@ pub fn not_ready(context_id: u32) -> Option<Reply> {
     Some(Reply::bare_error(&Status::new(Code::Unavailable, message)))
 }
 
-pub fn forget(context_id: u32) {
+pub fn forget(context_id: ContextId) {
     WAITING.with(|w| w.borrow_mut().remove(&context_id));
     LOADING.with(|l| l.borrow_mut().remove(&context_id));
 }
 
 /// A tick of `root_id`: starts the next try when one is due.
-pub fn on_tick(root_id: u32) {
+pub fn on_tick(root_id: ContextId) {
     LOADING.with(|l| {
         let mut loading = l.borrow_mut();
         let Some(state) = loading.get_mut(&root_id) else {
@@ -117,8 +117,8 @@ pub fn on_tick(root_id: u32) {
 /// The answer to a fetch: the finished configuration, or `None` (logged,
 /// and retried later) when the answer does not make one.
 pub fn on_response(
-    root_id: u32,
-    token: u32,
+    root_id: ContextId,
+    token: Token,
     body_size: usize,
     check: impl FnOnce(FilterConfig) -> Result<FilterConfig, String>,
 ) -> Option<FilterConfig> {

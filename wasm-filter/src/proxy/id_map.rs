@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-pub type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+/// A map keyed by an id (`ContextId`, `Token`: their `Hash` writes one
+/// `u32`).
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// Fibonacci hashing of one integer: spreads sequential ids over the high
 /// bits that the table's probing uses.

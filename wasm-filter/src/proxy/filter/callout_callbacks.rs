@@ -9,7 +9,7 @@ use crate::status::Status;
 
 use super::super::callout_host::{self, Call};
 use super::super::config::{Callout, FilterConfig};
-use super::super::contract::{BufferType, LogLevel};
+use super::super::contract::{BufferType, ContextId, LogLevel, Token};
 use super::super::host::{self, *};
 use super::super::transcode_rules::{self, Reply, Route};
 use super::contexts::{with_stream, STREAMS};
@@ -21,7 +21,10 @@ const NO_GRPC_CALLS: &str = "callout: this host (ngx_wasm_module) has no gRPC ca
 
 /// Runs `f` on the call of the stream that owns `token`; a reply it returns
 /// ends the HTTP exchange.
-pub(super) fn with_call(token: u32, f: impl FnOnce(&mut Stream, &mut Call, u32) -> Option<Reply>) {
+pub(super) fn with_call(
+    token: Token,
+    f: impl FnOnce(&mut Stream, &mut Call, ContextId) -> Option<Reply>,
+) {
     let Some(context_id) = callout_host::context_of(token) else {
         return;
     };
@@ -38,7 +41,7 @@ pub(super) fn with_call(token: u32, f: impl FnOnce(&mut Stream, &mut Call, u32) 
 }
 
 /// The final reply of a callout, sent from a root-context callback.
-fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Reply) {
+fn reply_to_call(stream: &mut Stream, context_id: ContextId, call: &Call, reply: &Reply) {
     if stream.phase.is_decided() {
         return;
     }
@@ -69,7 +72,7 @@ fn reply_to_call(stream: &mut Stream, context_id: u32, call: &Call, reply: &Repl
 /// Envoy does with `allow_on_headers_stop_iteration`).
 pub(super) fn start(
     stream: &mut Stream,
-    context_id: u32,
+    context_id: ContextId,
     route: Route,
     headers: &HeaderMap,
     end_of_stream: bool,
@@ -88,7 +91,7 @@ pub(super) fn start(
 /// server stream comes back gathered).
 pub(super) fn start_on_route(
     stream: &mut Stream,
-    context_id: u32,
+    context_id: ContextId,
     route: Route,
     headers: &HeaderMap,
     end_of_stream: bool,
@@ -114,7 +117,7 @@ fn route_cluster() -> Option<Vec<u8>> {
 
 fn start_prepared(
     stream: &mut Stream,
-    context_id: u32,
+    context_id: ContextId,
     mut route: Route,
     call: Result<Call, Status>,
     end_of_stream: bool,
@@ -153,7 +156,7 @@ fn start_prepared(
 /// messages complete; any other body waits for its end, then starts the call.
 pub(super) fn request_body(
     stream: &mut Stream,
-    context_id: u32,
+    context_id: ContextId,
     size: usize,
     end_of_stream: bool,
 ) -> u32 {
@@ -222,7 +225,7 @@ fn fail_call(stream: &mut Stream, reply: &Reply) -> u32 {
 
 /// The calls' deadlines, checked at each tick.
 pub(super) fn tick() {
-    let contexts: Vec<u32> = STREAMS.with(|s| {
+    let contexts: Vec<ContextId> = STREAMS.with(|s| {
         s.borrow()
             .iter()
             .filter(|(_, st)| st.try_borrow().is_ok_and(|st| st.call.is_some()))

@@ -5,18 +5,19 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::super::config::FilterConfig;
+use super::super::contract::ContextId;
 use super::super::id_map::IdMap;
 use super::stream::Stream;
 
 thread_local! {
-    pub(super) static ROOTS: RefCell<IdMap<Rc<FilterConfig>>> = RefCell::new(IdMap::default());
+    pub(super) static ROOTS: RefCell<IdMap<ContextId, Rc<FilterConfig>>> = RefCell::new(IdMap::default());
     /// Shared cells: a callback borrows its stream in place, and a re-entrant
     /// callback for the same stream finds it borrowed and does nothing.
-    pub(super) static STREAMS: RefCell<IdMap<Rc<RefCell<Stream>>>> = RefCell::new(IdMap::default());
+    pub(super) static STREAMS: RefCell<IdMap<ContextId, Rc<RefCell<Stream>>>> = RefCell::new(IdMap::default());
 }
 
 pub(super) fn with_stream(
-    context_id: u32,
+    context_id: ContextId,
     default: u32,
     f: impl FnOnce(&mut Stream) -> u32,
 ) -> u32 {

@@ -20,7 +20,7 @@ use std::rc::Rc;
 
 use super::callout_host;
 use super::config::{FilterConfig, Loaded};
-use super::contract::{BufferType, LogLevel, MapType};
+use super::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 use super::fetch;
 use super::host::{self, *};
 use super::http_rule::{escaped_again, is_raw_form_of};
@@ -48,7 +48,9 @@ pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
-    if parent_id == 0 {
+    let context_id = ContextId(context_id);
+    let parent_id = ContextId(parent_id);
+    if parent_id == ContextId(0) {
         return;
     }
     let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) else {
@@ -70,6 +72,7 @@ pub extern "C" fn proxy_on_vm_start(_root_id: u32, _size: u32) -> u32 {
 /// problem, so that it never fails later at request time.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
+    let root_id = ContextId(root_id);
     let bytes = match host::buffer(BufferType::PluginConfiguration, 0, size as usize) {
         Ok(bytes) => bytes,
         Err(status) => {
@@ -104,7 +107,7 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
 }
 
 /// Makes `config` the configuration of `root_id`, once the host checks pass.
-fn install(root_id: u32, config: FilterConfig) -> u32 {
+fn install(root_id: ContextId, config: FilterConfig) -> u32 {
     match check_host(config) {
         Ok(config) => {
             for why in &config.left_out {
@@ -142,6 +145,8 @@ pub extern "C" fn proxy_on_http_call_response(
     body_size: u32,
     _trailers: u32,
 ) {
+    let root_id = ContextId(root_id);
+    let token = Token(token);
     if let Some(config) = fetch::on_response(root_id, token, body_size as usize, check_host) {
         install(root_id, config);
     }
@@ -153,6 +158,7 @@ pub extern "C" fn proxy_on_request_headers(
     _headers: u32,
     end_of_stream: u32,
 ) -> u32 {
+    let context_id = ContextId(context_id);
     if let Some(reply) = fetch::not_ready(context_id) {
         return send_error(&reply);
     }
@@ -199,6 +205,7 @@ pub extern "C" fn proxy_on_request_body(
     body_size: u32,
     end_of_stream: u32,
 ) -> u32 {
+    let context_id = ContextId(context_id);
     with_stream(context_id, CONTINUE, |stream| {
         let (size, end_of_stream) = (body_size as usize, end_of_stream != 0);
         if stream.call.is_some() {
@@ -251,6 +258,7 @@ fn calls_on_route(route: &transcode_rules::Route, end_of_stream: bool) -> bool {
 /// A request that ends with trailers ends here, not in a body callback.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_request_trailers(context_id: u32, _trailers: u32) -> u32 {
+    let context_id = ContextId(context_id);
     with_stream(context_id, CONTINUE, request_trailers)
 }
 
@@ -289,6 +297,7 @@ pub extern "C" fn proxy_on_response_headers(
     _headers: u32,
     end_of_stream: u32,
 ) -> u32 {
+    let context_id = ContextId(context_id);
     with_stream(context_id, CONTINUE, |stream| {
         transcode_callbacks::response_headers(stream, end_of_stream != 0)
     })
@@ -300,6 +309,7 @@ pub extern "C" fn proxy_on_response_body(
     body_size: u32,
     end_of_stream: u32,
 ) -> u32 {
+    let context_id = ContextId(context_id);
     with_stream(context_id, CONTINUE, |stream| {
         transcode_callbacks::response_body(stream, body_size as usize, end_of_stream != 0)
     })
@@ -307,6 +317,7 @@ pub extern "C" fn proxy_on_response_body(
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_response_trailers(context_id: u32, _trailers: u32) -> u32 {
+    let context_id = ContextId(context_id);
     with_stream(context_id, CONTINUE, transcode_callbacks::response_trailers)
 }
 
@@ -324,6 +335,7 @@ pub extern "C" fn proxy_on_log(_context_id: u32) {}
 /// The host lets calls outlive the HTTP stream: ours end with it.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
+    let context_id = ContextId(context_id);
     let removed = STREAMS.with(|s| s.borrow_mut().remove(&context_id));
     if let Some(call) = removed.and_then(|st| st.try_borrow_mut().ok()?.call.take()) {
         callout_host::cancel(&call);
@@ -334,6 +346,7 @@ pub extern "C" fn proxy_on_delete(context_id: u32) {
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u32, _headers: u32) {
+    let token = Token(token);
     callout_callbacks::with_call(token, |_, call, _| {
         callout_host::on_initial_metadata(call);
         None
@@ -342,6 +355,7 @@ pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
+    let token = Token(token);
     callout_callbacks::with_call(token, |stream, call, context_id| {
         let route = stream.route.as_ref()?;
         callout_host::on_message(&stream.config, route, call, context_id, size as usize)
@@ -354,6 +368,7 @@ pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
     token: u32,
     _trailers: u32,
 ) {
+    let token = Token(token);
     callout_callbacks::with_call(token, |_, call, _| {
         callout_host::on_trailing_metadata(call);
         None
@@ -362,6 +377,7 @@ pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u32) {
+    let token = Token(token);
     callout_callbacks::with_call(token, |stream, call, _| {
         let route = stream.route.as_ref()?;
         Some(callout_host::on_close(
@@ -375,6 +391,7 @@ pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u3
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_tick(root_id: u32) {
+    let root_id = ContextId(root_id);
     fetch::on_tick(root_id);
     callout_callbacks::tick();
 }

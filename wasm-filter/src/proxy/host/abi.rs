@@ -2,7 +2,7 @@
 //! functions, each answer turned into a `Result`.
 
 use super::{GrpcCall, Host, HostStatus};
-use crate::proxy::contract::{BufferType, LogLevel, MapType, ProxyStatus};
+use crate::proxy::contract::{BufferType, ContextId, LogLevel, MapType, ProxyStatus, Token};
 
 const STATUS_OK: u32 = ProxyStatus::Ok as u32;
 
@@ -216,9 +216,9 @@ impl Host for AbiHost {
         unsafe { with_buffer(|ptr, len| proxy_get_property(path.as_ptr(), path.len(), ptr, len)) }
     }
 
-    fn set_effective_context(&self, context_id: u32) -> Result<(), HostStatus> {
+    fn set_effective_context(&self, context_id: ContextId) -> Result<(), HostStatus> {
         // SAFETY: a plain integer; no memory is shared.
-        check(unsafe { proxy_set_effective_context(context_id) })
+        check(unsafe { proxy_set_effective_context(context_id.0) })
     }
 
     fn call_foreign(&self, name: &str, args: &[u8]) -> Result<Vec<u8>, HostStatus> {
@@ -244,7 +244,7 @@ impl Host for AbiHost {
         headers: &[u8],
         trailers: &[u8],
         timeout_ms: u32,
-    ) -> Result<u32, HostStatus> {
+    ) -> Result<Token, HostStatus> {
         let mut token = 0u32;
         // SAFETY: every pointer and length comes from a live slice, and `token`
         // is a local the host writes once.
@@ -262,7 +262,7 @@ impl Host for AbiHost {
                 &mut token,
             )
         })
-        .map(|()| token)
+        .map(|()| Token(token))
     }
 
     fn grpc_call(
@@ -270,7 +270,7 @@ impl Host for AbiHost {
         call: &GrpcCall,
         message: &[u8],
         timeout_ms: u32,
-    ) -> Result<u32, HostStatus> {
+    ) -> Result<Token, HostStatus> {
         let (u, s, m, map) = (call.upstream, call.service, call.method, call.metadata);
         let mut token = 0u32;
         // SAFETY: every pointer and length comes from a live slice, and `token`
@@ -291,10 +291,10 @@ impl Host for AbiHost {
                 &mut token,
             )
         })
-        .map(|()| token)
+        .map(|()| Token(token))
     }
 
-    fn grpc_stream(&self, call: &GrpcCall) -> Result<u32, HostStatus> {
+    fn grpc_stream(&self, call: &GrpcCall) -> Result<Token, HostStatus> {
         let (u, s, m, map) = (call.upstream, call.service, call.method, call.metadata);
         let mut token = 0u32;
         // SAFETY: every pointer and length comes from a live slice, and `token`
@@ -312,22 +312,22 @@ impl Host for AbiHost {
                 &mut token,
             )
         })
-        .map(|()| token)
+        .map(|()| Token(token))
     }
 
-    fn grpc_send(&self, token: u32, message: &[u8]) -> Result<(), HostStatus> {
+    fn grpc_send(&self, token: Token, message: &[u8]) -> Result<(), HostStatus> {
         // SAFETY: every pointer and length comes from a live slice that outlives the call.
-        check(unsafe { proxy_grpc_send(token, message.as_ptr(), message.len(), 0) })
+        check(unsafe { proxy_grpc_send(token.0, message.as_ptr(), message.len(), 0) })
     }
 
-    fn grpc_close(&self, token: u32) -> Result<(), HostStatus> {
+    fn grpc_close(&self, token: Token) -> Result<(), HostStatus> {
         // SAFETY: a plain integer; no memory is shared.
-        check(unsafe { proxy_grpc_close(token) })
+        check(unsafe { proxy_grpc_close(token.0) })
     }
 
-    fn grpc_cancel(&self, token: u32) -> Result<(), HostStatus> {
+    fn grpc_cancel(&self, token: Token) -> Result<(), HostStatus> {
         // SAFETY: a plain integer; no memory is shared.
-        check(unsafe { proxy_grpc_cancel(token) })
+        check(unsafe { proxy_grpc_cancel(token.0) })
     }
 
     fn get_status(&self) -> Result<(u32, Vec<u8>), HostStatus> {

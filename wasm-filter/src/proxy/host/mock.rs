@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::{GrpcCall, Host, HostStatus};
-use crate::proxy::contract::{BufferType, LogLevel, MapType, ProxyStatus};
+use crate::proxy::contract::{BufferType, ContextId, LogLevel, MapType, ProxyStatus, Token};
 use crate::proxy::pairs;
 
 const BAD_ARGUMENT: HostStatus = HostStatus(ProxyStatus::BadArgument as u32);
@@ -204,8 +204,8 @@ impl Host for MockHost {
             .ok_or(HostStatus::NOT_FOUND)
     }
 
-    fn set_effective_context(&self, context_id: u32) -> Result<(), HostStatus> {
-        self.state.borrow_mut().effective_context = context_id;
+    fn set_effective_context(&self, context_id: ContextId) -> Result<(), HostStatus> {
+        self.state.borrow_mut().effective_context = context_id.0;
         Ok(())
     }
 
@@ -224,14 +224,14 @@ impl Host for MockHost {
         headers: &[u8],
         _trailers: &[u8],
         _timeout_ms: u32,
-    ) -> Result<u32, HostStatus> {
+    ) -> Result<Token, HostStatus> {
         let headers = pairs::deserialize(headers).unwrap_or_default();
         let token = self.token();
         self.state
             .borrow_mut()
             .http_calls
             .push((upstream.to_string(), headers));
-        Ok(token)
+        Ok(Token(token))
     }
 
     fn grpc_call(
@@ -239,26 +239,29 @@ impl Host for MockHost {
         call: &GrpcCall,
         message: &[u8],
         timeout_ms: u32,
-    ) -> Result<u32, HostStatus> {
-        Ok(self.open(call, Some(message), Some(timeout_ms)))
+    ) -> Result<Token, HostStatus> {
+        Ok(Token(self.open(call, Some(message), Some(timeout_ms))))
     }
 
-    fn grpc_stream(&self, call: &GrpcCall) -> Result<u32, HostStatus> {
-        Ok(self.open(call, None, None))
+    fn grpc_stream(&self, call: &GrpcCall) -> Result<Token, HostStatus> {
+        Ok(Token(self.open(call, None, None)))
     }
 
-    fn grpc_send(&self, token: u32, message: &[u8]) -> Result<(), HostStatus> {
-        self.state.borrow_mut().sent.push((token, message.to_vec()));
+    fn grpc_send(&self, token: Token, message: &[u8]) -> Result<(), HostStatus> {
+        self.state
+            .borrow_mut()
+            .sent
+            .push((token.0, message.to_vec()));
         Ok(())
     }
 
-    fn grpc_close(&self, token: u32) -> Result<(), HostStatus> {
-        self.state.borrow_mut().half_closed.push(token);
+    fn grpc_close(&self, token: Token) -> Result<(), HostStatus> {
+        self.state.borrow_mut().half_closed.push(token.0);
         Ok(())
     }
 
-    fn grpc_cancel(&self, token: u32) -> Result<(), HostStatus> {
-        self.state.borrow_mut().cancelled.push(token);
+    fn grpc_cancel(&self, token: Token) -> Result<(), HostStatus> {
+        self.state.borrow_mut().cancelled.push(token.0);
         Ok(())
     }
 

@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::contract::{BufferType, LogLevel, MapType, ProxyStatus};
+use super::contract::{BufferType, ContextId, LogLevel, MapType, ProxyStatus, Token};
 use super::pairs::{self, Change};
 
 #[cfg(target_arch = "wasm32")]
@@ -59,7 +59,7 @@ pub trait Host {
     fn current_time_nanos(&self) -> u64;
     /// `path`: the segments joined by NUL.
     fn get_property(&self, path: &[u8]) -> Result<Vec<u8>, HostStatus>;
-    fn set_effective_context(&self, context_id: u32) -> Result<(), HostStatus>;
+    fn set_effective_context(&self, context_id: ContextId) -> Result<(), HostStatus>;
     fn call_foreign(&self, name: &str, args: &[u8]) -> Result<Vec<u8>, HostStatus>;
     /// An HTTP call without a body; returns its token.
     fn http_call(
@@ -68,17 +68,17 @@ pub trait Host {
         headers: &[u8],
         trailers: &[u8],
         timeout_ms: u32,
-    ) -> Result<u32, HostStatus>;
+    ) -> Result<Token, HostStatus>;
     fn grpc_call(
         &self,
         call: &GrpcCall,
         message: &[u8],
         timeout_ms: u32,
-    ) -> Result<u32, HostStatus>;
-    fn grpc_stream(&self, call: &GrpcCall) -> Result<u32, HostStatus>;
-    fn grpc_send(&self, token: u32, message: &[u8]) -> Result<(), HostStatus>;
-    fn grpc_close(&self, token: u32) -> Result<(), HostStatus>;
-    fn grpc_cancel(&self, token: u32) -> Result<(), HostStatus>;
+    ) -> Result<Token, HostStatus>;
+    fn grpc_stream(&self, call: &GrpcCall) -> Result<Token, HostStatus>;
+    fn grpc_send(&self, token: Token, message: &[u8]) -> Result<(), HostStatus>;
+    fn grpc_close(&self, token: Token) -> Result<(), HostStatus>;
+    fn grpc_cancel(&self, token: Token) -> Result<(), HostStatus>;
     /// The status of the gRPC callback in progress: code and message.
     fn get_status(&self) -> Result<(u32, Vec<u8>), HostStatus>;
     fn send_local_response(
@@ -198,12 +198,12 @@ use crate::limits::TICK_MS;
 thread_local! {
     /// Roots whose ticks run. ngx_wasm_module traps when a period is set
     /// while one runs, so a running period is never set again.
-    static TICKING: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    static TICKING: RefCell<Vec<ContextId>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Starts or stops `root_id`'s ticks; `root_id` must be the current
 /// context.
-pub fn ticks(root_id: u32, on: bool) -> Result<(), HostStatus> {
+pub fn ticks(root_id: ContextId, on: bool) -> Result<(), HostStatus> {
     if TICKING.with(|t| t.borrow().contains(&root_id)) == on {
         return Ok(());
     }
@@ -238,7 +238,7 @@ pub fn is_shim() -> bool {
 
 /// Makes later calls (replies, headers) act on this HTTP stream; gRPC
 /// callbacks arrive on the root context.
-pub fn set_effective_context(context_id: u32) -> Result<(), HostStatus> {
+pub fn set_effective_context(context_id: ContextId) -> Result<(), HostStatus> {
     current().set_effective_context(context_id)
 }
 
@@ -255,7 +255,7 @@ pub fn http_get(
     authority: &str,
     path: &str,
     timeout_ms: u32,
-) -> Result<u32, HostStatus> {
+) -> Result<Token, HostStatus> {
     let headers = pairs::serialize(&[
         (":method", "GET"),
         (":path", path),
@@ -297,7 +297,11 @@ impl GrpcTarget<'_> {
 }
 
 /// A unary call; returns its token.
-pub fn grpc_call(target: &GrpcTarget, message: &[u8], timeout_ms: u64) -> Result<u32, HostStatus> {
+pub fn grpc_call(
+    target: &GrpcTarget,
+    message: &[u8],
+    timeout_ms: u64,
+) -> Result<Token, HostStatus> {
     let map = target.metadata_map();
     let timeout = u32::try_from(timeout_ms).unwrap_or(u32::MAX).max(1);
     current().grpc_call(&target.call(&map), message, timeout)
@@ -305,21 +309,21 @@ pub fn grpc_call(target: &GrpcTarget, message: &[u8], timeout_ms: u64) -> Result
 
 /// Opens a stream; returns its token. Streams have no host deadline: the
 /// caller enforces its own.
-pub fn grpc_stream(target: &GrpcTarget) -> Result<u32, HostStatus> {
+pub fn grpc_stream(target: &GrpcTarget) -> Result<Token, HostStatus> {
     let map = target.metadata_map();
     current().grpc_stream(&target.call(&map))
 }
 
-pub fn grpc_send(token: u32, message: &[u8]) -> Result<(), HostStatus> {
+pub fn grpc_send(token: Token, message: &[u8]) -> Result<(), HostStatus> {
     current().grpc_send(token, message)
 }
 
 /// Half-closes a stream (the spec's way; an empty message would be a message).
-pub fn grpc_close(token: u32) -> Result<(), HostStatus> {
+pub fn grpc_close(token: Token) -> Result<(), HostStatus> {
     current().grpc_close(token)
 }
 
-pub fn grpc_cancel(token: u32) -> Result<(), HostStatus> {
+pub fn grpc_cancel(token: Token) -> Result<(), HostStatus> {
     current().grpc_cancel(token)
 }
 
