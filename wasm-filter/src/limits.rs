@@ -80,7 +80,8 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
 pub const LARGE_MESSAGE_BYTES: u64 = 64 << 10;
 
 /// The deadline of a callout whose client and configuration set none
-/// (`callout.timeout_ms`): 10 s.
+/// (`callout.timeout_ms`): 10 s. README: the row "a call's deadline when
+/// neither the client nor the configuration sets one".
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
 /// The longest deadline a client's `grpc-timeout` may ask for by default
@@ -91,21 +92,25 @@ pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 300_000;
 
 /// The one period of every root's ticks: they enforce callout deadlines
 /// and pace configuration fetches, so a deadline ends at most this late.
+/// README: the same row.
 pub const TICK_MS: u32 = 50;
 
-/// The largest document a configuration fetch may bring (a descriptor set
-/// or `.proto` by URL): it is read into the module whole.
+/// The largest document a configuration fetch may bring: it is read into
+/// the module whole. README: the row "a configuration document fetched by
+/// `"fetch"`".
 pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
 
 /// The first wait before a failed configuration fetch is tried again;
-/// each failure doubles it, up to [`MAX_FETCH_BACKOFF_MS`].
+/// each failure doubles it, up to [`MAX_FETCH_BACKOFF_MS`]. README: the
+/// same row, and the ngx_wasm_module section.
 pub const FIRST_FETCH_BACKOFF_MS: u64 = 1_000;
 
 /// The longest wait between tries of a failing configuration fetch.
 pub const MAX_FETCH_BACKOFF_MS: u64 = 30_000;
 
 /// The longest `content_type` an `HttpBody` answer may carry: it is sent as
-/// a header, and hosts refuse or cut longer header blocks.
+/// a header, and hosts refuse or cut longer header blocks. README: the row
+/// "an `HttpBody` answer's `content_type`".
 pub const MAX_CONTENT_TYPE_BYTES: usize = 1024;
 
 /// The error text for input that nests deeper than [`MAX_NESTING`].
