@@ -97,11 +97,30 @@ impl Client {
     /// After a panic (`what`): nothing it may have left half-written is
     /// used again (see the module's documentation). The calls woken are
     /// woken here.
+    /// Never unwinds: its callers are the C ABI and the runtime's tasks,
+    /// where a second panic would abort the worker.
     pub fn after_panic(&self, what: &str) {
         eprintln!(
             "[grpc-wasm] a panic in the shim ({what}); every call in flight fails, every \
              connection is closed and the module instance is rebuilt"
         );
+        if catch_unwind(AssertUnwindSafe(|| self.rebuild_after_panic(what))).is_err() {
+            eprintln!("[grpc-wasm] rebuilding after a panic panicked too; later calls may fail");
+            self.clear_poison();
+        }
+    }
+
+    fn clear_poison(&self) {
+        let inner = &self.inner;
+        inner.conns.clear_poison();
+        inner.calls.clear_poison();
+        inner.changing.clear_poison();
+        inner.protos.clear_poison();
+        inner.host.clear_poison();
+        inner.events.clear_poison();
+    }
+
+    fn rebuild_after_panic(&self, what: &str) {
         let inner = &self.inner;
         inner.conns.clear_poison();
         let conns: Vec<Conn> = lock(&inner.conns).drain().map(|(_, conn)| conn).collect();

@@ -10,12 +10,7 @@ use crate::transport::{Gate, Keepalive, TlsOptions};
 /// module named by `GRPC_WASM_MODULE` (as `make unit` sets it), else
 /// `make wasm`'s. No module fails the test: it never passes untested.
 pub(crate) fn client() -> Client {
-    let path = std::env::var("GRPC_WASM_MODULE").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../target/grpc_wasm.wasm").to_string()
-    });
-    let wasm = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("cannot read the module {path} ({e}): run `make wasm`, or set GRPC_WASM_MODULE")
-    });
+    let wasm = module();
     let cache = crate::host::cache::default_dir();
     let client = Client::new(&wasm, Some(&cache), Arc::new(|_| {})).expect("the module loads");
     let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos/helloworld.proto");
@@ -23,6 +18,16 @@ pub(crate) fn client() -> Client {
         .load_file(&proto, &[])
         .expect("helloworld.proto loads");
     client
+}
+
+/// The module named by `GRPC_WASM_MODULE`, else `make wasm`'s.
+fn module() -> Vec<u8> {
+    let path = std::env::var("GRPC_WASM_MODULE").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../target/grpc_wasm.wasm").to_string()
+    });
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("cannot read the module {path} ({e}): run `make wasm`, or set GRPC_WASM_MODULE")
+    })
 }
 
 /// A call that stays in flight: a stream on a connection no socket feeds.
@@ -373,4 +378,27 @@ fn a_panic_fails_the_calls_and_connections_and_the_client_serves_after_it() {
     // A new connection serves, on the rebuilt instance.
     let conn = dead_conn(&client);
     assert_serving(&client, conn);
+}
+
+#[test]
+fn a_panic_while_rebuilding_after_a_panic_does_not_unwind_further() {
+    let wasm = module();
+    // A caller whose wake-up panics: rebuilding wakes the calls it fails.
+    let wake: Wake = Arc::new(|_| panic!("injected: a wake-up's bug"));
+    let client = Client::new(&wasm, None, wake).expect("the module loads");
+    let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos/helloworld.proto");
+    client
+        .load_file(&proto, &[])
+        .expect("helloworld.proto loads");
+    let waiting = in_flight(&client, dead_conn(&client));
+    let buggy = client.register(Arc::new(Panicking));
+    let options = CallOptions::default();
+    // Both panics stay inside: the first is returned, the second logged.
+    let started = client.contain(|| client.start(buggy, SAY_HELLO, Some(b"{}"), &options));
+    assert!(
+        matches!(started, Err(ClientError::Panicked(_))),
+        "{started:?}"
+    );
+    assert!(!client.inner.host.is_poisoned() && !client.inner.events.is_poisoned());
+    assert_eq!(end(&client, waiting).0, "13");
 }
