@@ -2,6 +2,7 @@
 //! binary `FileDescriptorSet`s, plus the files every user expects to import
 //! without supplying them.
 
+#[cfg(feature = "compiler")]
 use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 
 use prost::Message;
 use prost_reflect::{DescriptorPool, MessageDescriptor, MethodDescriptor};
+#[cfg(feature = "compiler")]
 use protox::file::{File, FileResolver, GoogleFileResolver};
 
 use crate::error::Error;
@@ -17,6 +19,7 @@ use crate::json::MessageType;
 /// google/api and google/rpc files, written for this project and bundled so
 /// that `import "google/api/annotations.proto"` just works. The well-known
 /// google/protobuf types come with protox.
+#[cfg(feature = "compiler")]
 const BUNDLED: [(&str, &str); 6] = [
     (
         "google/api/http.proto",
@@ -45,7 +48,14 @@ const BUNDLED: [(&str, &str); 6] = [
 ];
 
 /// Loaded up front: status details are decoded with them whatever the user loads.
+#[cfg(all(test, feature = "compiler"))]
 const PRELOADED: [&str; 2] = ["google/rpc/status.proto", "google/rpc/error_details.proto"];
+
+/// [`PRELOADED`] and their imports, compiled: what every registry starts
+/// with, so that a build without the compiler (descriptor sets only) has
+/// them too. A test checks it against a fresh compile
+/// (`UPDATE_BUNDLED=1 cargo test -p grpc-wasm bundled` rewrites it).
+const PRELOADED_SET: &[u8] = include_bytes!("preloaded.binpb");
 
 /// How a method streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,14 +157,14 @@ impl Registry {
         let mut registry = Registry {
             pool: DescriptorPool::new(),
         };
-        let none: [(&str, &str); 0] = [];
-        registry.compile(none, PRELOADED)?;
+        registry.add_descriptor_set(PRELOADED_SET)?;
         Ok(registry)
     }
 
     /// Compiles `.proto` sources given as (file name, contents). Imports are
     /// resolved among these files, files loaded before, and the bundled
     /// google/protobuf, google/api and google/rpc files.
+    #[cfg(feature = "compiler")]
     pub fn add_sources<'a>(
         &mut self,
         files: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -222,6 +232,7 @@ impl Registry {
         set.encode_to_vec()
     }
 
+    #[cfg(feature = "compiler")]
     fn compile<'a>(
         &mut self,
         files: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -359,16 +370,19 @@ mod wire {
 }
 
 /// protox's Debug output is `file:line:column: message`, the form users can act on.
+#[cfg(feature = "compiler")]
 fn compile_error(err: protox::Error) -> Error {
     Error::Proto(format!("{err:?}"))
 }
 
+#[cfg(feature = "compiler")]
 struct Resolver {
     sources: HashMap<String, String>,
     pool: DescriptorPool,
     google: GoogleFileResolver,
 }
 
+#[cfg(feature = "compiler")]
 impl FileResolver for Resolver {
     fn open_file(&self, name: &str) -> Result<File, protox::Error> {
         if let Some(source) = self.sources.get(name) {
@@ -399,6 +413,39 @@ impl Default for Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bundled_preloaded_set_is_current() {
+        let mut fresh = Registry {
+            pool: DescriptorPool::new(),
+        };
+        let none: [(&str, &str); 0] = [];
+        fresh.compile(none, PRELOADED).unwrap();
+        let encoded = fresh.encode_descriptor_set();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/preloaded.binpb");
+        if std::env::var_os("UPDATE_BUNDLED").is_some() {
+            std::fs::write(path, &encoded).unwrap();
+        }
+        assert!(
+            encoded == PRELOADED_SET,
+            "src/preloaded.binpb is stale: UPDATE_BUNDLED=1 cargo test -p grpc-wasm bundled"
+        );
+        let names: Vec<String> = Registry::new()
+            .unwrap()
+            .pool()
+            .files()
+            .map(|f| f.name().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "google/protobuf/any.proto",
+                "google/rpc/status.proto",
+                "google/protobuf/duration.proto",
+                "google/rpc/error_details.proto"
+            ]
+        );
+    }
 
     const HELLO: &str = include_str!("../../protos/helloworld.proto");
     const ROUTE: &str = include_str!("../../protos/route_guide.proto");

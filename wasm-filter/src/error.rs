@@ -48,6 +48,8 @@ pub enum Error {
     Metadata(#[from] MetadataError),
     #[error(transparent)]
     Timeout(#[from] TimeoutError),
+    #[error(transparent)]
+    Request(#[from] crate::web::RequestError),
 }
 
 impl Error {

@@ -47,7 +47,7 @@ impl Compression {
 pub enum FrameError {
     #[error("grpc: received message larger than max ({size} vs. {limit})")]
     MessageTooLarge { size: usize, limit: usize },
-    #[error("grpc: invalid compressed flag {0} (must be 0 or 1)")]
+    #[error("grpc: invalid frame flags {0:#04x}")]
     InvalidFlag(u8),
     #[error("grpc: compressed message received but grpc-encoding is identity or absent")]
     CompressedWithoutEncoding,
@@ -123,6 +123,17 @@ fn gzip(message: &[u8]) -> Result<Vec<u8>, FrameError> {
         .map_err(|e| FrameError::Compress(e.to_string()))
 }
 
+/// The flag bit of a compressed message, in every protocol's envelope.
+const COMPRESSED: u8 = 0x01;
+
+/// One length-prefixed envelope: its flags (compression already undone and
+/// cleared) and its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    pub flags: u8,
+    pub payload: Vec<u8>,
+}
+
 /// Reassembles messages from body chunks of any size: a byte at a time or
 /// many frames at once.
 #[derive(Debug)]
@@ -183,14 +194,23 @@ impl FrameDecoder {
     /// The next complete message, if one is buffered. Limits are checked on
     /// the length prefix, before anything is allocated for the message.
     pub fn next_message(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        Ok(self.next_envelope(0)?.map(|envelope| envelope.payload))
+    }
+
+    /// The next complete envelope, for the protocols that frame more than
+    /// messages in the same five bytes: gRPC-Web's trailers (flag `0x80`)
+    /// and Connect's end of stream (`0x02`). `extra_flags` are the flag bits
+    /// the protocol allows besides compression (`0x01`, which is inflated
+    /// here and cleared from the flags returned); any other bit is an error.
+    pub fn next_envelope(&mut self, extra_flags: u8) -> Result<Option<Envelope>, FrameError> {
         let pending = &self.buf[self.start..];
         if pending.len() < HEADER_LEN {
             return Ok(None);
         }
-        let flag = pending[0];
+        let flags = pending[0];
         let len = u32::from_be_bytes([pending[1], pending[2], pending[3], pending[4]]) as usize;
-        if flag > 1 {
-            return Err(FrameError::InvalidFlag(flag));
+        if flags & !(COMPRESSED | extra_flags) != 0 {
+            return Err(FrameError::InvalidFlag(flags));
         }
         if len > self.max_message_size {
             return Err(FrameError::MessageTooLarge {
@@ -204,18 +224,22 @@ impl FrameDecoder {
         if body.len() < len {
             return Ok(None);
         }
-        if flag == 0 && len > self.remaining {
+        let compressed = flags & COMPRESSED != 0;
+        if !compressed && len > self.remaining {
             return Err(self.over_total());
         }
         let payload = &body[..len];
-        let message = if flag == 1 {
+        let payload = if compressed {
             self.decompress(payload)?
         } else {
             payload.to_vec()
         };
-        self.remaining -= message.len();
+        self.remaining -= payload.len();
         self.start += HEADER_LEN + len;
-        Ok(Some(message))
+        Ok(Some(Envelope {
+            flags: flags & !COMPRESSED,
+            payload,
+        }))
     }
 
     /// The bytes the decoder's buffer has allocated: what it costs in

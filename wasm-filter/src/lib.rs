@@ -19,11 +19,13 @@ pub mod framing;
 pub mod json;
 pub mod limits;
 pub mod metadata;
+#[cfg(feature = "proxy-module")]
 pub mod proxy;
 pub mod status;
 pub mod timeout;
+pub mod web;
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "proxy-module"))]
 pub mod abi;
 
 pub use code::Code;
