@@ -12,7 +12,7 @@ HOST_TESTS_PYTHONPATH := $(HOST_TESTS):$(HOST_TESTS)/envoy:$(HOST_TESTS)/nginx:$
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-lua clean
+.PHONY: all deps wasm npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-lua bench-js clean
 
 all: build
 
@@ -25,8 +25,13 @@ wasm: deps
 	wasm-opt -O3 $(WASM_OPT_FEATURES) $(WASM_RAW) -o $(WASM)
 	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes (wasm-opt -O3; before: $$(stat -c %s $(WASM_RAW)))"
 
+# The npm package for browsers and Node (js/npm): the core built by
+# wasm-bindgen twice, with the .proto compiler and without, and its .d.ts.
+npm: deps
+	scripts/build-js.sh
+
 # liblua_shim.so finds the module next to itself by default.
-build: wasm
+build: wasm npm
 	cargo build --release --workspace --lib --bins --examples
 	cp $(WASM) target/release/grpc_wasm.wasm
 
@@ -39,12 +44,12 @@ dist: wasm
 # Everything `make test` runs, built in one go: with the tests'
 # dev-dependencies cargo resolves features differently from a plain build, so
 # building libs and bins alone first would compile the workspace twice.
-build-tests: wasm
+build-tests: wasm npm
 	cargo build --release --workspace --all-targets
 	cp $(WASM) target/release/grpc_wasm.wasm
 
 test: lint build-tests
-	$(MAKE) unit fuzz-ci differential filter envoy nginx resty-ffi conformance interop
+	$(MAKE) unit fuzz-ci differential filter envoy nginx resty-ffi conformance interop js
 
 unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
@@ -59,6 +64,8 @@ lint: deps
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p lua-shim --no-default-features --lib -- -D warnings
 	cargo clippy -p grpc-wasm --target wasm32-wasip1 --lib -- -D warnings
+	cargo clippy -p grpc-wasm-js --target wasm32-unknown-unknown -- -D warnings
+	cargo clippy -p grpc-wasm-js --target wasm32-unknown-unknown --no-default-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings -A rustdoc::private-intra-doc-links" \
 		cargo doc --workspace --no-deps --document-private-items
 	luacheck -q lua-shim/lib host-tests
@@ -107,6 +114,12 @@ resty-ffi:
 
 conformance:
 	scripts/conformance.sh
+
+# The npm package (js/npm) in Node and in Debian's Chromium: through Envoy's
+# own gRPC-Web and Connect filters, against Connect's own Node server, over
+# node:http2 to the tonic servers, and against broken answers.
+js:
+	python3 -m pytest host-tests/js -q
 
 # gRPC's interop client cases, resty.ffi.grpc against grpcio's TestService.
 interop:

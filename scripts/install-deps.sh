@@ -3,9 +3,13 @@
 # each step runs only when its tool is missing.
 set -euo pipefail
 
-if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
-  rustup target add wasm32-wasip1
-fi
+# wasm32-wasip1 for the proxies' module, wasm32-unknown-unknown for the
+# browser and Node package (js/).
+for target in wasm32-wasip1 wasm32-unknown-unknown; do
+  if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+    rustup target add "$target"
+  fi
+done
 
 # clippy and rustfmt for `make lint` (rustup's default profile has them).
 for component in clippy rustfmt; do
@@ -26,6 +30,11 @@ command -v h2load >/dev/null || apt_pkgs+=(nghttp2-client)
 command -v curl >/dev/null || apt_pkgs+=(curl)
 command -v luacheck >/dev/null || apt_pkgs+=(lua-check)
 command -v gcc >/dev/null || apt_pkgs+=(gcc)
+# The browser test drives Debian's Chromium (no browser download); Node and
+# npm run the package's tests.
+command -v chromium >/dev/null || apt_pkgs+=(chromium)
+command -v node >/dev/null || apt_pkgs+=(nodejs)
+command -v npm >/dev/null || apt_pkgs+=(npm)
 if ((${#apt_pkgs[@]})); then
   echo "installing ${apt_pkgs[*]} with apt-get" >&2
   apt-get update -qq
@@ -63,3 +72,20 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --version 0.13.2 --locked
 fi
+
+# wasm-bindgen-cli at exactly the version of the wasm-bindgen crate that
+# Cargo.lock pins: the two must match.
+root="$(dirname "$0")/.."
+bindgen=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3 }' "$root/Cargo.lock")
+if [[ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $bindgen" ]]; then
+  cargo install wasm-bindgen-cli --version "$bindgen"
+fi
+
+# npm packages, as their lock files pin them: TypeScript (js/npm's .d.ts)
+# and what the JavaScript tests run against (host-tests/js). Again only when
+# the lock file changed since the last install.
+for dir in js/npm host-tests/js; do
+  if [[ ! "$root/$dir/node_modules/.package-lock.json" -nt "$root/$dir/package-lock.json" ]]; then
+    (cd "$root/$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+done

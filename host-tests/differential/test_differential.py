@@ -66,11 +66,15 @@ JSON_CASES = corpus.json_cases()
 BINARY_CASES = corpus.binary_cases(CLASSES)
 
 
+# The npm package's batch tool (js/npm through Node), same line protocol.
+PACKAGE_TRANSCODE = os.path.join(ROOT, "host-tests", "js", "transcode.mjs")
+
+
 class Core:
     """The core's batch tool, one process for the whole run."""
 
-    def __init__(self):
-        self.proc = subprocess.Popen([TRANSCODE, HERE, "differential.proto"], stdin=subprocess.PIPE,
+    def __init__(self, tool=TRANSCODE):
+        self.proc = subprocess.Popen([tool, HERE, "differential.proto"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
 
     def ask(self, request):
@@ -152,3 +156,18 @@ def test_binary_input(core, case_id, type_name, data):
 
 def test_corpus_is_large_enough():
     assert len(JSON_CASES) + len(BINARY_CASES) >= 200
+
+
+def test_the_npm_package_answers_as_the_core_does(core):
+    """The browser and Node package against this core, byte for byte: the
+    same protobuf, the same JSON text, the same refusals."""
+    package = Core(PACKAGE_TRANSCODE)
+    try:
+        requests = [{"type": t, "json": text} for _, t, text in JSON_CASES]
+        requests += [{"type": t, "bin": base64.b64encode(data).decode()} for _, t, data in BINARY_CASES]
+        differences = [(r, core.ask(r), package.ask(r)) for r in requests]
+        differences = [d for d in differences if d[1] != d[2]]
+        assert not differences, f"{len(differences)} of {len(requests)} differ, e.g. {differences[0]}"
+    finally:
+        package.proc.stdin.close()
+        package.proc.wait(timeout=10)

@@ -81,12 +81,13 @@ def wasm_filter(plugin_config, module=WASM):
 
 
 def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=None, buffer_limit=None,
-                 more_listeners=()):
+                 more_listeners=(), virtual_host=None):
     """clusters: list of (route prefix, or None for a cluster only callouts use, cluster name, port).
     http_filters: the filters before the router, by default the grpc-wasm filter with plugin_config.
     buffer_limit: per_connection_buffer_limit_bytes of the listener and the clusters (Envoy's default is
     1 MiB). more_listeners: (port, http_filters) of more listeners with the same routes, to the same
-    clusters (one Envoy, two filters side by side)."""
+    clusters (one Envoy, two filters side by side). virtual_host: more fields of the one virtual host
+    (e.g. its typed_per_filter_config)."""
     if http_filters is None:
         http_filters = [wasm_filter(plugin_config)]
     routes = [{"match": {"prefix": prefix}, "route": {"cluster": name, "timeout": "10s"}}
@@ -107,7 +108,7 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
                         "stat_prefix": "ingress",
                         "codec_type": "AUTO",
                         "route_config": {"name": "local", "virtual_hosts": [
-                            {"name": "all", "domains": ["*"], "routes": routes}]},
+                            {"name": "all", "domains": ["*"], "routes": routes, **(virtual_host or {})}]},
                         "http_filters": [
                             *http_filters,
                             {"name": "envoy.filters.http.router", "typed_config": {
@@ -143,9 +144,11 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
 class Envoy:
     """Envoy on free loopback ports; its log is kept for failure reports."""
 
-    def __init__(self, plugin_config, clusters, http_filters=None, buffer_limit=None, more_filters=()):
+    def __init__(self, plugin_config, clusters, http_filters=None, buffer_limit=None, more_filters=(),
+                 virtual_host=None):
         """more_filters: the filters of more listeners (see envoy_config); their ports are `more_ports`."""
         self.more_filters = more_filters
+        self.virtual_host = virtual_host
         # A port free_port() found can be taken by another process before
         # Envoy binds it: start again on new ports then.
         for attempt in range(3):
@@ -165,7 +168,8 @@ class Envoy:
         self.config_path = os.path.join(self.dir, "envoy.json")
         more = list(zip(self.more_ports, self.more_filters, strict=True))
         with open(self.config_path, "w") as f:
-            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters, buffer_limit, more), f)
+            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters, buffer_limit, more,
+                                   self.virtual_host), f)
         self.log_path = os.path.join(self.dir, "envoy.log")
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", self.config_path, "--concurrency", "1", "--disable-hot-restart",

@@ -1,0 +1,69 @@
+// The package's API over one wasm-bindgen build (full or lite): schemas and
+// clients. The entry points (browser.js, node.js, lite/*) load the build
+// and pass it here with their platform's transports.
+
+import { GrpcError, useCodeNames } from './errors.js';
+import { Client } from './client.js';
+import { Schema } from './schema.js';
+
+/**
+ * @param {object} wasm the initialised wasm-bindgen module
+ * @param {{transport: (options: object) => object}} platform
+ */
+export function makeApi(wasm, platform) {
+  const names = wasm.codeNames();
+  useCodeNames(names);
+  /** @type {Readonly<Record<string, number>>} gRPC codes by name: Code.NOT_FOUND === 5 */
+  const Code = Object.freeze(Object.fromEntries(names.map((name, i) => [name, i])));
+
+  /** Options for JSON: the core's bit set, and whether int64 reads as BigInt. */
+  function jsonBits(options = {}) {
+    return wasm.jsonOptions(
+      !!options.emitDefaults,
+      !!options.enumsAsNumbers,
+      !!options.protoFieldNames,
+      !!options.ignoreUnknownFields,
+    );
+  }
+
+  /**
+   * Compiles `.proto` files; imports resolve among them, and google/protobuf,
+   * google/api and google/rpc are bundled. Throws an Error naming the file,
+   * line and column of the first problem.
+   * @param {Record<string, string>} files name → source
+   * @returns {Schema}
+   */
+  function loadProto(files) {
+    return new Schema(new wasm.Schema(), jsonBits).addProto(files);
+  }
+
+  /**
+   * Loads a binary FileDescriptorSet (`protoc --include_imports
+   * --descriptor_set_out`, `buf build -o x.binpb`).
+   * @param {Uint8Array} bytes
+   * @returns {Schema}
+   */
+  function loadDescriptorSet(bytes) {
+    return new Schema(new wasm.Schema(), jsonBits).addDescriptorSet(bytes);
+  }
+
+  /**
+   * A client for the services of `schema` at `options.baseUrl`.
+   * @param {Schema} schema
+   * @param {import('./client.js').ClientOptions} options
+   * @returns {Client}
+   */
+  function createClient(schema, options) {
+    return new Client(schema, options, platform);
+  }
+
+  return {
+    Code,
+    GrpcError,
+    /** @type {boolean} whether this build compiles .proto files (the lite build does not) */
+    hasCompiler: wasm.Schema.hasCompiler(),
+    loadProto,
+    loadDescriptorSet,
+    createClient,
+  };
+}

@@ -1,0 +1,276 @@
+// Calls: the same steps for every protocol and transport. The core builds
+// the request and reads the response; this file moves bytes, keeps time,
+// and turns the core's JSON into objects and errors.
+
+import { GrpcError, asGrpcError, localError as local, withBytes } from './errors.js';
+import { int64ToBigInt, toJsonText } from './values.js';
+
+const OK = 0;
+const CANCELLED = 1;
+const INVALID_ARGUMENT = 3;
+const UNIMPLEMENTED = 12;
+const INTERNAL = 13;
+const UNAVAILABLE = 14;
+
+/**
+ * @typedef {Record<string, string | Uint8Array | Array<string | Uint8Array>>} Metadata
+ *   request metadata; a key ending in -bin takes bytes
+ *
+ * @typedef {object} Status how a call ended
+ * @property {number} code
+ * @property {string} name the code's name, e.g. "OK", "NOT_FOUND"
+ * @property {string} message
+ * @property {object[]} details decoded google.rpc.Status details, each with its "@type"
+ * @property {Record<string, string | Uint8Array>} headers
+ * @property {Record<string, string | Uint8Array>} trailers
+ *
+ * @typedef {object} CallOptions
+ * @property {Metadata} [metadata]
+ * @property {number} [timeoutMs] the deadline: sent, and kept here
+ * @property {AbortSignal} [signal] aborting it cancels the call (CANCELLED)
+ * @property {(status: Status) => void} [onStatus] called with the final status, OK or not
+ * @property {import('./schema.js').JsonOptions} [json]
+ * @property {number} [maxMessageBytes] the largest response message taken (default 4 MiB)
+ * @property {'grpc-web' | 'grpc-web-text' | 'connect' | 'grpc'} [protocol]
+ * @property {'proto' | 'json'} [codec] Connect's codec
+ * @property {boolean} [useGet] Connect: unary calls of methods without side effects by GET
+ *
+ * @typedef {CallOptions & {baseUrl: string, transport?: object, fetch?: typeof fetch,
+ *   ca?: string | Uint8Array, cert?: string | Uint8Array, key?: string | Uint8Array,
+ *   servername?: string, rejectUnauthorized?: boolean}} ClientOptions
+ */
+
+export class Client {
+  #schema;
+  #options;
+  #transport;
+
+  constructor(schema, options = {}, platform) {
+    if (!options.baseUrl) throw new TypeError('createClient: options.baseUrl is required');
+    this.#schema = schema;
+    this.#options = { protocol: 'grpc-web', codec: 'proto', ...defined(options) };
+    this.#options.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.#transport = typeof options.transport === 'object' && options.transport
+      ? options.transport
+      : platform.transport(this.#options);
+  }
+
+  /**
+   * A unary call: resolves to the response message, or throws a GrpcError.
+   * @param {string} path "/package.Service/Method"
+   * @param {object} request
+   * @param {CallOptions} [options]
+   * @returns {Promise<any>}
+   */
+  async unary(path, request, options) {
+    return single(this.#run(path, 'unary', request, options));
+  }
+
+  /**
+   * A server-streaming call: the response messages as they arrive; throws a
+   * GrpcError when the call fails.
+   * @param {string} path
+   * @param {object} request
+   * @param {CallOptions} [options]
+   * @returns {AsyncGenerator<any, Status>}
+   */
+  serverStream(path, request, options) {
+    return this.#run(path, 'server_streaming', request, options);
+  }
+
+  /**
+   * A client-streaming call from an (async) iterable of requests; needs a
+   * transport that streams requests (node:http2).
+   * @param {string} path
+   * @param {Iterable<object> | AsyncIterable<object>} requests
+   * @param {CallOptions} [options]
+   * @returns {Promise<any>}
+   */
+  async clientStream(path, requests, options) {
+    return single(this.#run(path, 'client_streaming', requests, options));
+  }
+
+  /**
+   * A bidirectional call: requests from an (async) iterable, responses as
+   * they arrive.
+   * @param {string} path
+   * @param {Iterable<object> | AsyncIterable<object>} requests
+   * @param {CallOptions} [options]
+   * @returns {AsyncGenerator<any, Status>}
+   */
+  bidiStream(path, requests, options) {
+    return this.#run(path, 'bidi_streaming', requests, options);
+  }
+
+  /** Closes the transport's connections (the node:http2 transport's sessions). */
+  close() {
+    this.#transport.close?.();
+  }
+
+  async *#run(path, kind, input, callOptions = {}) {
+    const options = { ...this.#options, ...defined(callOptions) };
+    const json = { ...this.#options.json, ...callOptions.json };
+    let call;
+    try {
+      call = this.#schema._call(path, options.protocol, options.codec, json, options.maxMessageBytes);
+    } catch (thrown) {
+      throw asGrpcError(thrown, (e) => local(INTERNAL, String(e?.message ?? e)));
+    }
+    const timer = { id: undefined };
+    const controller = new AbortController();
+    let why = null;
+    const abort = (status) => {
+      why ??= status;
+      controller.abort();
+    };
+    const onUserAbort = () => abort(JSON.parse(call.localStatus(CANCELLED, cancelMessage(options.signal))));
+    try {
+      check(call, kind, this.#transport);
+      addMetadata(call, this.#options.metadata);
+      addMetadata(call, callOptions.metadata);
+      if (options.signal?.aborted) onUserAbort();
+      options.signal?.addEventListener('abort', onUserAbort, { once: true });
+      const timeoutMs = options.timeoutMs;
+      if (timeoutMs > 0) {
+        timer.id = setTimeout(() => abort(JSON.parse(call.deadlineStatus(timeoutMs))), timeoutMs);
+      }
+      if (why) throw new GrpcError(why);
+      const request = this.#request(call, kind, input, options, timeoutMs);
+      const describe = (n) => this.#schema.describe(n);
+      const output = json.bigint ? describe(call.path).output : null;
+      const read = (eventsJson) => {
+        const events = JSON.parse(eventsJson);
+        if (output) events.messages = events.messages.map((m) => int64ToBigInt(describe, output, m));
+        return events;
+      };
+      let response;
+      try {
+        response = await this.#transport.request({ ...request, signal: controller.signal });
+      } catch (e) {
+        throw failure(e, why, call);
+      }
+      let events = read(call.headers(response.status, response.headers));
+      yield* events.messages;
+      if (events.end) return end(events.end, options);
+      try {
+        for await (const chunk of response.body ?? []) {
+          events = read(call.push(chunk));
+          yield* events.messages;
+          if (events.end) return end(events.end, options);
+          if (why) throw new GrpcError(why);
+        }
+        if (why) throw new GrpcError(why);
+        const trailers = await response.trailers;
+        events = read(call.finish(trailers ?? undefined));
+      } catch (e) {
+        throw failure(e, why, call);
+      }
+      yield* events.messages;
+      return end(events.end, options);
+    } finally {
+      clearTimeout(timer.id);
+      options.signal?.removeEventListener('abort', onUserAbort);
+      // Ends the request if the caller stopped early, or the call failed.
+      controller.abort();
+      call.free();
+    }
+  }
+
+  #request(call, kind, input, options, timeoutMs) {
+    const headers = pairs(call.requestHeaders(timeoutMs));
+    const url = this.#options.baseUrl + call.path;
+    const streamsRequests = kind === 'client_streaming' || kind === 'bidi_streaming';
+    if (streamsRequests) {
+      return { url, path: call.path, method: 'POST', headers, body: encodeEach(call, input) };
+    }
+    const text = toJsonText(input);
+    if (options.useGet && options.protocol === 'connect' && kind === 'unary') {
+      const query = guarded(() => call.getQuery(text));
+      // A GET has no body, so no content-type either.
+      const getHeaders = headers.filter(([name]) => name !== 'content-type');
+      return { url: `${url}?${query}`, path: `${call.path}?${query}`, method: 'GET', headers: getHeaders, body: null };
+    }
+    const body = guarded(() => call.encodeRequest(text));
+    return { url, path: call.path, method: 'POST', headers, body };
+  }
+}
+
+function check(call, kind, transport) {
+  if (call.kind !== kind) {
+    const api = { unary: 'unary', server_streaming: 'serverStream', client_streaming: 'clientStream', bidi_streaming: 'bidiStream' };
+    throw local(INVALID_ARGUMENT, `${call.path} is ${call.kind.replace('_', '-')}: call it with client.${api[call.kind]}()`);
+  }
+  if ((kind === 'client_streaming' || kind === 'bidi_streaming') && !transport.streamsRequests) {
+    throw local(UNIMPLEMENTED, `${call.path} streams requests, which this transport cannot: fetch sends a request body whole (browsers stream none over HTTP/1.1 and half-duplex at best). In Node, use the node:http2 transport (protocol 'grpc').`);
+  }
+}
+
+function addMetadata(call, metadata) {
+  if (!metadata) return;
+  const entries = metadata instanceof Map ? [...metadata] : Object.entries(metadata);
+  for (const [key, value] of entries) {
+    for (const one of Array.isArray(value) ? value : [value]) {
+      guarded(() => (one instanceof Uint8Array
+        ? call.addBinaryMetadata(key, one)
+        : call.addMetadata(key, String(one))));
+    }
+  }
+}
+
+async function* encodeEach(call, requests) {
+  for await (const request of requests) {
+    yield guarded(() => call.encodeRequest(toJsonText(request)));
+  }
+}
+
+/** Runs a core operation that throws a status's JSON on bad input. */
+function guarded(operation) {
+  try {
+    return operation();
+  } catch (thrown) {
+    throw asGrpcError(thrown, (e) => local(INTERNAL, String(e?.message ?? e)));
+  }
+}
+
+async function single(messages) {
+  let result;
+  let count = 0;
+  for await (const message of messages) {
+    result = message;
+    count += 1;
+  }
+  if (count !== 1) throw local(INTERNAL, `a unary response must hold one message, not ${count}`);
+  return result;
+}
+
+function end(status, options) {
+  withBytes(status);
+  options.onStatus?.(status);
+  if (status.code !== OK) throw new GrpcError(status);
+  return status;
+}
+
+/** Why the transport failed: the deadline or cancellation that aborted it, else the network. */
+function failure(error, why, call) {
+  if (error instanceof GrpcError) return error;
+  if (why) return new GrpcError(why);
+  const message = `the request failed: ${error?.cause?.message ?? error?.message ?? error}`;
+  return new GrpcError(JSON.parse(call.localStatus(UNAVAILABLE, message)));
+}
+
+function cancelMessage(signal) {
+  const reason = signal?.reason;
+  const text = reason instanceof Error ? reason.message : reason === undefined ? '' : String(reason);
+  return text ? `the call was cancelled: ${text}` : 'the call was cancelled';
+}
+
+function pairs(flat) {
+  const out = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
+  return out;
+}
+
+/** The options that are set: an `undefined` value does not override a default. */
+function defined(options) {
+  return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+}

@@ -1,0 +1,59 @@
+// JavaScript values at the boundary: what JSON.stringify cannot write
+// (BigInt, Uint8Array), and 64-bit integers read back as BigInt on request.
+
+/** JSON text of a message object: BigInt as a decimal string, bytes as base64. */
+export function toJsonText(value) {
+  return JSON.stringify(value ?? {}, (_key, v) => {
+    if (typeof v === 'bigint') return v.toString();
+    if (v instanceof Uint8Array) return base64(v);
+    return v;
+  });
+}
+
+function base64(bytes) {
+  let binary = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
+}
+
+const INT64 = new Set(['int64', 'uint64', 'sint64', 'fixed64', 'sfixed64']);
+const INT64_WRAPPERS = new Set(['google.protobuf.Int64Value', 'google.protobuf.UInt64Value']);
+// Well-known types whose JSON is not an object of their fields.
+const OPAQUE = new Set([
+  'google.protobuf.Any', 'google.protobuf.Struct', 'google.protobuf.Value',
+  'google.protobuf.ListValue', 'google.protobuf.Timestamp', 'google.protobuf.Duration',
+  'google.protobuf.FieldMask',
+]);
+
+/**
+ * Turns the 64-bit integers of a decoded message (strings in proto3 JSON)
+ * into BigInt, walking the message type's description.
+ */
+export function int64ToBigInt(describe, typeName, message) {
+  if (message === null || typeof message !== 'object' || OPAQUE.has(typeName)) return message;
+  const fields = describe(typeName).fields;
+  for (const field of fields) {
+    const key = field.jsonName in message ? field.jsonName : field.name;
+    if (!(key in message)) continue;
+    message[key] = convert(describe, field, message[key]);
+  }
+  return message;
+}
+
+function convert(describe, field, value) {
+  if (field.map) {
+    for (const k of Object.keys(value)) value[k] = scalar(describe, field.map.value, value[k]);
+    return value;
+  }
+  if (field.repeated) return value.map((v) => scalar(describe, field.type, v));
+  return scalar(describe, field.type, value);
+}
+
+function scalar(describe, type, value) {
+  if (typeof type === 'string') return INT64.has(type) && value !== null ? BigInt(value) : value;
+  if (type.message && INT64_WRAPPERS.has(type.message)) return value === null ? value : BigInt(value);
+  if (type.message) return int64ToBigInt(describe, type.message, value);
+  return value;
+}

@@ -1,0 +1,12 @@
+// grpc-wasm for browsers (and any runtime with fetch): the lite build: descriptor
+// sets only, no .proto compiler.
+import init, * as wasm from '../wasm/lite/grpc_wasm.js';
+import { makeApi } from '../lib/api.js';
+import { fetchTransport } from '../lib/fetch.js';
+
+await init({ module_or_path: new URL('../wasm/lite/grpc_wasm_bg.wasm', import.meta.url) });
+
+export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, createClient } = makeApi(wasm, {
+  transport: (options) => fetchTransport(options),
+});
+export { fetchTransport };
