@@ -8,7 +8,7 @@ WASM     := target/grpc_wasm.wasm
 # reads them from pyproject.toml's pythonpath; the scripts run here directly
 # (soak, interop, demo, the benchmarks) get them as PYTHONPATH.
 HOST_TESTS := $(CURDIR)/host-tests
-HOST_TESTS_PYTHONPATH := $(HOST_TESTS):$(HOST_TESTS)/envoy:$(HOST_TESTS)/nginx:$(HOST_TESTS)/interop:$(HOST_TESTS)/filter
+HOST_TESTS_PYTHONPATH := $(HOST_TESTS):$(HOST_TESTS)/envoy:$(HOST_TESTS)/nginx:$(HOST_TESTS)/interop:$(HOST_TESTS)/filter:$(HOST_TESTS)/js
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
@@ -130,7 +130,12 @@ demo: build
 	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/demo.py
 
 bench: build
-	$(MAKE) bench-core bench-lua bench-envoy
+	$(MAKE) bench-core bench-lua bench-envoy bench-js
+
+# The npm package in Node against protobuf.js and @bufbuild/protobuf, and
+# through Envoy against a hand-written fetch (host-tests/js/bench.py).
+bench-js: build
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/js/bench.py
 
 # JSON <-> protobuf in wasm vs native.
 bench-core:

@@ -8,14 +8,20 @@
 3. nginx + Kong's ngx_wasm_module: the same filter in front of grpc_pass,
    its configuration fetched over HTTP (scripts/build-ngx-wasm.sh builds
    that nginx once and caches it).
+4. Node with the npm package (js/npm): gRPC-Web and Connect through
+   Envoy's own filters, and native gRPC over node:http2
+   (host-tests/js/demo.mjs, the README's Node example).
 """
 
 import json
+import os
+import subprocess
 import urllib.request
 
 from harness import Envoy, free_port, read_protos
 from nginx_harness import PROTOS, SHIM, Nginx, Server, ensure_certs
 from ngx_wasm import NgxWasm
+from web_envoy import web_envoy
 
 
 def lua_demo(servers, certs):
@@ -75,6 +81,17 @@ def ngx_wasm_demo(servers):
         proxy.stop()
 
 
+def node_demo(servers):
+    proxy = web_envoy(servers)
+    try:
+        demo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js", "demo.mjs")
+        print("== Node + the npm package (js/npm): node host-tests/js/demo.mjs", flush=True)
+        subprocess.run(["node", demo, f"http://127.0.0.1:{proxy.port}", f"http://{servers['routeguide'].addr}"],
+                       check=True, timeout=60)
+    finally:
+        proxy.stop()
+
+
 def main():
     certs = ensure_certs()
     servers = {
@@ -87,6 +104,7 @@ def main():
         lua_demo(servers, certs)
         envoy_demo(servers)
         ngx_wasm_demo(servers)
+        node_demo(servers)
     finally:
         for s in servers.values():
             s.stop()

@@ -4,8 +4,13 @@ tonic servers directly (plaintext and TLS), and against a server that
 answers with broken bodies. The JavaScript tests are node:test files here;
 this module starts what they call and runs them."""
 
+import functools
+import http.server
+import json
 import os
 import subprocess
+import threading
+from typing import ClassVar
 
 import pytest
 
@@ -68,3 +73,60 @@ def test_native_grpc_over_node_http2(servers):
 
 def test_broken_answers_end_in_clear_errors():
     node_test("bad_input.test.mjs", {})
+
+
+class PageHandler(http.server.SimpleHTTPRequestHandler):
+    """The example page, the package and the protos, from loopback, under a
+    strict Content-Security-Policy: no eval (WebAssembly compilation alone is
+    allowed), scripts and styles from this origin only, and fetches to this
+    origin and to Envoy."""
+
+    envoy_origin = ""
+    extensions_map: ClassVar = {".js": "text/javascript", ".wasm": "application/wasm", ".html": "text/html",
+                      ".css": "text/css", ".proto": "text/plain"}
+    roots: ClassVar = {"/pkg/": PACKAGE, "/protos/": os.path.join(ROOT, "protos"), "/": os.path.join(HERE, "page")}
+
+    def translate_path(self, path):
+        path = path.split("?", 1)[0]
+        for prefix, root in self.roots.items():
+            if path.startswith(prefix):
+                return os.path.join(root, os.path.normpath(path[len(prefix):]).lstrip("/."))
+        return ""
+
+    def end_headers(self):
+        self.send_header("Content-Security-Policy",
+                         "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self'; "
+                         f"connect-src 'self' {self.envoy_origin}")
+        super().end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_browser_example_in_chromium(envoy, tmp_path):
+    """The README's browser example (page/app.js) in Debian's Chromium: a
+    .proto loaded at run time, calls through Envoy cross-origin, under CSP."""
+    envoy_origin = f"http://127.0.0.1:{envoy.port}"
+    handler = type("Handler", (PageHandler,), {"envoy_origin": envoy_origin})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    screenshot = os.path.join(ROOT, "target", "js-browser", "example.png")
+    os.makedirs(os.path.dirname(screenshot), exist_ok=True)
+    try:
+        page = f"http://127.0.0.1:{server.server_address[1]}/index.html?envoy={envoy_origin}"
+        proc = subprocess.run(["node", os.path.join(HERE, "browser.mjs"), page, screenshot], capture_output=True,
+                              text=True, timeout=120, cwd=HERE)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["problems"] == []
+    assert result["shown"] == {
+        "hello": "Hello browser!",
+        "features": "35 features, first: 12 Orchard Lane, Chester, NJ 07930, USA",
+        "connect": "Hello connect!",
+        "error": "PERMISSION_DENIED: not for you [google.rpc.ErrorInfo, google.rpc.BadRequest]",
+        "log": "",
+    }
+    # Not blank: a page of text and colour compresses worse than an empty one.
+    assert result["screenshotBytes"] > 2 * result["blankBytes"], result

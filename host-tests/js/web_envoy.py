@@ -39,10 +39,10 @@ def cors_policy(origin_prefix):
 
 
 def web_envoy(servers):
-    """Envoy routing each test service's path prefix to its server."""
-    clusters = [("/grpcwasm.testing.", "testing", servers["testing"].port),
-                ("/routeguide.", "routeguide", servers["routeguide"].port),
-                ("/helloworld.", "greeter", servers["greeter"].port)]
+    """Envoy routing each test service's path prefix to its server (those of
+    testing, routeguide and greeter that `servers` has)."""
+    prefixes = {"testing": "/grpcwasm.testing.", "routeguide": "/routeguide.", "greeter": "/helloworld."}
+    clusters = [(prefixes[name], name, server.port) for name, server in servers.items() if name in prefixes]
     return Envoy(None, clusters, http_filters=web_filters(), virtual_host=cors_policy("http://127.0.0.1"))
 
 

@@ -1,5 +1,7 @@
 //! A schema: what has been loaded, described, and messages converted with it.
 
+use std::collections::hash_map::{Entry, HashMap};
+
 use grpc_wasm::json::MessageType;
 use grpc_wasm::{JsonOptions, Registry};
 use wasm_bindgen::prelude::*;
@@ -12,6 +14,8 @@ use crate::describe;
 #[wasm_bindgen]
 pub struct Schema {
     registry: Registry,
+    /// Types converted before, with their codec choices made once.
+    types: HashMap<String, MessageType>,
 }
 
 impl Default for Schema {
@@ -26,6 +30,7 @@ impl Schema {
     pub fn new() -> Schema {
         Schema {
             registry: Registry::default(),
+            types: HashMap::new(),
         }
     }
 
@@ -92,7 +97,12 @@ impl Schema {
 
     /// JSON → protobuf for the message type `type_name`; `options` are
     /// `JsonOptions::bits`.
-    pub fn encode(&self, type_name: &str, json: &str, options: u32) -> Result<Vec<u8>, JsError> {
+    pub fn encode(
+        &mut self,
+        type_name: &str,
+        json: &str,
+        options: u32,
+    ) -> Result<Vec<u8>, JsError> {
         let message_type = self.message_type(type_name)?;
         message_type
             .json_to_protobuf(json.as_bytes(), &JsonOptions::from_bits(options))
@@ -100,7 +110,12 @@ impl Schema {
     }
 
     /// Protobuf → JSON for the message type `type_name`.
-    pub fn decode(&self, type_name: &str, bytes: &[u8], options: u32) -> Result<String, JsError> {
+    pub fn decode(
+        &mut self,
+        type_name: &str,
+        bytes: &[u8],
+        options: u32,
+    ) -> Result<String, JsError> {
         let message_type = self.message_type(type_name)?;
         message_type
             .protobuf_to_json(bytes, &JsonOptions::from_bits(options))
@@ -122,10 +137,16 @@ impl Schema {
 }
 
 impl Schema {
-    fn message_type(&self, type_name: &str) -> Result<MessageType, JsError> {
-        self.registry
-            .message(type_name)
-            .map(MessageType::new)
-            .map_err(|e| JsError::new(&e.to_string()))
+    fn message_type(&mut self, type_name: &str) -> Result<&MessageType, JsError> {
+        match self.types.entry(type_name.to_string()) {
+            Entry::Occupied(known) => Ok(known.into_mut()),
+            Entry::Vacant(new) => {
+                let found = self
+                    .registry
+                    .message(type_name)
+                    .map_err(|e| JsError::new(&e.to_string()))?;
+                Ok(new.insert(MessageType::new(found)))
+            }
+        }
     }
 }
