@@ -5,6 +5,9 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import http2 from 'node:http2';
+import net from 'node:net';
+import { gzipSync } from 'node:zlib';
 import { createClient, GrpcError, Code, testSchema, TESTING, rejection } from './common.mjs';
 
 function frame(flags, payload) {
@@ -16,7 +19,16 @@ function frame(flags, payload) {
 }
 
 const WEB = { 'content-type': 'application/grpc-web+proto' };
+const OK_TRAILERS = frame(0x80, 'grpc-status: 0\r\n');
+// 64 frames of ~1 KiB that inflate to 1 MiB each (unknown protobuf fields).
+const BOMB = Buffer.concat(Array.from({ length: 64 }, () => frame(1, gzipSync(Buffer.alloc(1 << 20, 'x')))));
 const CASES = {
+  ok: [200, WEB, Buffer.concat([frame(0, ''), OK_TRAILERS])],
+  'gzip-bomb': [200, { ...WEB, 'grpc-encoding': 'gzip' }, Buffer.concat([BOMB, OK_TRAILERS])],
+  'repeated-bin': [200, { ...WEB, 'x-a-bin': ['AQI=', 'AwQ='] }, Buffer.concat([frame(0, ''), OK_TRAILERS])],
+  'lf-trailers': [200, WEB, frame(0x80, 'grpc-status:7\ngrpc-message:nope\n')],
+  'connect-huge-page': [503, { 'content-type': 'text/html' }, Buffer.alloc(5 << 20, '<')],
+  'connect-unknown-code': [500, { 'content-type': 'application/json' }, '{"code":"brand_new","message":"a new code"}'],
   'invalid-flags': [200, WEB, frame(0x40, 'x')],
   truncated: [200, WEB, frame(0, 'abcdef').subarray(0, 8)],
   'no-trailers': [200, WEB, frame(0, '')],
@@ -116,4 +128,129 @@ test('bad metadata and a bad request object are refused before anything is sent'
   const error = await rejection(web.unary(`${TESTING}/Sleep`, { millis: 'soon' }));
   assert.equal(error.code, Code.INVALID_ARGUMENT);
   assert.match(error.message, /^the request cannot be sent: millis: /);
+});
+
+test('a response of gzip frames that inflate a thousandfold is bounded', async () => {
+  const before = process.memoryUsage().rss;
+  // A unary call stops at the second message, the core at 4 MiB in all.
+  assert.deepEqual(await failure('gzip-bomb'), [Code.INTERNAL, 'a unary response must hold one message, not more']);
+  // A stream may carry them all, read a batch at a time.
+  let count = 0;
+  for await (const _ of web.serverStream(`${TESTING}/StreamThenFail`, {}, { metadata: { 'x-case': 'gzip-bomb' } })) count++;
+  assert.equal(count, 64);
+  const grown = (process.memoryUsage().rss - before) / (1 << 20);
+  // Before the bound, the unary call alone took the process past 1 GB.
+  assert.ok(grown < 300, `the process grew by ${grown.toFixed(0)} MiB`);
+});
+
+test('repeated -bin metadata keeps every value', async () => {
+  let status;
+  await web.unary(`${TESTING}/Sleep`, { millis: 1 }, { metadata: { 'x-case': 'repeated-bin' }, onStatus: (s) => { status = s; } });
+  assert.deepEqual(status.headers['x-a-bin'], [Uint8Array.from([1, 2]), Uint8Array.from([3, 4])]);
+});
+
+test('trailers written with bare line feeds', async () => {
+  assert.deepEqual(await failure('lf-trailers'), [Code.PERMISSION_DENIED, 'nope']);
+});
+
+test('Connect: a 5 MB error page and an unknown code', async () => {
+  const connect = createClient(schema, { baseUrl, protocol: 'connect' });
+  assert.deepEqual(await failure('connect-huge-page', {}, connect), [Code.UNAVAILABLE, 'HTTP status 503 from a non-gRPC response']);
+  assert.deepEqual(await failure('connect-unknown-code', {}, connect), [Code.UNKNOWN, 'a new code']);
+});
+
+test('onStatus hears of failures that have no status from the peer', async () => {
+  const seen = [];
+  await failure('hang-before-headers', { timeoutMs: 100, onStatus: (s) => seen.push([s.code, s.message]) });
+  assert.deepEqual(seen, [[Code.DEADLINE_EXCEEDED, 'deadline of 100 ms exceeded']]);
+});
+
+test('options the call cannot honour are refused at once', async () => {
+  const ok = (options) => web.unary(`${TESTING}/Sleep`, { millis: 1 }, { metadata: { 'x-case': 'ok' }, ...options });
+  // Deadlines past setTimeout's range, and none at all.
+  assert.deepEqual(await ok({ timeoutMs: Infinity }), {});
+  assert.deepEqual(await ok({ timeoutMs: 30 * 24 * 3600 * 1000 }), {});
+  let error = await rejection(ok({ maxMessageBytes: -1 }));
+  assert.deepEqual([error.code, error.message], [Code.INVALID_ARGUMENT, 'maxMessageBytes must be a whole number from 1 to 4294967295, not -1']);
+  error = await rejection(ok({ protocol: 'grpc' }));
+  assert.equal(error.code, Code.UNIMPLEMENTED);
+  assert.match(error.message, /^protocol 'grpc' needs HTTP\/2 trailers/);
+  error = await rejection(ok({ metadata: { 'connect-timeout-ms': '5' } }));
+  assert.deepEqual([error.code, error.message], [Code.INVALID_ARGUMENT, "metadata key 'connect-timeout-ms' is a header the protocol sets itself"]);
+  // Node's Buffer is bytes too.
+  assert.deepEqual(schema.encode('grpcwasm.testing.LargeReply', { payload: Buffer.from('hi') }),
+    schema.encode('grpcwasm.testing.LargeReply', { payload: new Uint8Array([104, 105]) }));
+});
+
+// gRPC over node:http2 against a server that misbehaves at the HTTP/2 level.
+const h2 = http2.createServer();
+h2.on('stream', (stream, headers) => {
+  // A stream closed with an error code errors on this side too.
+  stream.on('error', () => {});
+  const grpc = { ':status': 200, 'content-type': 'application/grpc' };
+  switch (headers['x-case']) {
+    case 'refuse':
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      break;
+    case 'deny-without-reading':
+      stream.respond({ ...grpc, 'grpc-status': '7', 'grpc-message': 'no' }, { endStream: true });
+      break;
+    default:
+      stream.respond(grpc, { waitForTrailers: true });
+      stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0', 'x-path': headers[':path'] }));
+      stream.end(frame(0, ''));
+  }
+});
+await new Promise((resolve) => h2.listen(0, '127.0.0.1', resolve));
+// A TCP server that accepts and never speaks: a TLS handshake waits forever.
+const sockets = [];
+const silent = net.createServer((socket) => sockets.push(socket));
+await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+after(() => {
+  h2.close();
+  silent.close();
+  for (const socket of sockets) socket.destroy();
+});
+const native = createClient(schema, { baseUrl: `http://127.0.0.1:${h2.address().port}/prefix`, protocol: 'grpc' });
+after(() => native.close());
+
+test('node:http2: the server refuses the stream', async () => {
+  assert.deepEqual(await failure('refuse', {}, native), [Code.UNAVAILABLE, 'the server reset the stream with REFUSED_STREAM']);
+});
+
+test('node:http2: a base URL with a path prefixes the method', async () => {
+  let status;
+  await native.unary(`${TESTING}/Sleep`, { millis: 1 }, { onStatus: (s) => { status = s; } });
+  assert.equal(status.trailers['x-path'], `/prefix${TESTING}/Sleep`);
+});
+
+test('node:http2: the deadline and the signal end a call whose connection never opens', async () => {
+  const stuck = createClient(schema, { baseUrl: `https://127.0.0.1:${silent.address().port}`, protocol: 'grpc' });
+  let started = Date.now();
+  let error = await rejection(stuck.unary(`${TESTING}/Sleep`, { millis: 1 }, { timeoutMs: 300 }));
+  assert.deepEqual([error.code, error.message], [Code.DEADLINE_EXCEEDED, 'deadline of 300 ms exceeded']);
+  assert.ok(Date.now() - started < 1500, `took ${Date.now() - started} ms`);
+  started = Date.now();
+  error = await rejection(stuck.unary(`${TESTING}/Sleep`, { millis: 1 }, { signal: AbortSignal.timeout(200) }));
+  assert.equal(error.code, Code.CANCELLED);
+  assert.ok(Date.now() - started < 1500, `took ${Date.now() - started} ms`);
+  stuck.close();
+});
+
+test('node:http2: a server that answers without reading ends the requests too', async () => {
+  let closed = false;
+  async function* forever() {
+    try {
+      for (let i = 0; ; i++) yield { location: { latitude: i, longitude: i }, message: 'x'.repeat(1000) };
+    } finally {
+      closed = true;
+    }
+  }
+  const error = await rejection((async () => {
+    for await (const _ of native.bidiStream('/routeguide.RouteGuide/RouteChat', forever(), { metadata: { 'x-case': 'deny-without-reading' } }));
+  })());
+  assert.deepEqual([error.code, error.message], [Code.PERMISSION_DENIED, 'no']);
+  const started = Date.now();
+  while (!closed && Date.now() - started < 2000) await new Promise((r) => setTimeout(r, 20));
+  assert.ok(closed, "the caller's request iterable was never closed");
 });

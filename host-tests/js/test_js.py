@@ -42,10 +42,15 @@ def envoy(servers):
 
 
 @pytest.fixture(scope="module")
-def connect_server(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("connect") / "tests.binpb")
-    protoc_descriptor_set(out, "testing.proto", "helloworld.proto", "google/rpc/error_details.proto")
-    server = ConnectServer(out)
+def descriptor_set(tmp_path_factory):
+    """The test services with their imports, as protoc (not our compiler) writes them."""
+    out = str(tmp_path_factory.mktemp("protoc") / "tests.binpb")
+    return protoc_descriptor_set(out, "testing.proto", "helloworld.proto", "google/rpc/error_details.proto")
+
+
+@pytest.fixture(scope="module")
+def connect_server(descriptor_set):
+    server = ConnectServer(descriptor_set)
     yield server
     server.stop()
 
@@ -69,6 +74,10 @@ def test_native_grpc_over_node_http2(servers):
         "ECHO_TLS_URL": f"https://localhost:{servers['echo_tls'].port}",
         "CA_PEM": os.path.join(CERTS, "ca.pem"),
     })
+
+
+def test_schemas_codecs_and_the_package_as_npm_sees_it(descriptor_set):
+    node_test("schema.test.mjs", {"DESCRIPTOR_SET": descriptor_set})
 
 
 def test_broken_answers_end_in_clear_errors():

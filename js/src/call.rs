@@ -124,7 +124,7 @@ impl Call {
     }
 
     /// The response's status line and headers (flat: name, value, ...;
-    /// names lower-case). Returns events JSON: `{messages, end}`.
+    /// names lower-case). Returns events JSON: `{messages, end, more}`.
     pub fn headers(&mut self, http_status: u16, headers: Vec<String>) -> String {
         let headers = pairs(headers);
         let events = self.reader.headers(http_status, &headers);
@@ -134,6 +134,14 @@ impl Call {
     /// The next body chunk. Returns events JSON.
     pub fn push(&mut self, chunk: &[u8]) -> String {
         let events = self.reader.push(chunk);
+        self.events(events)
+    }
+
+    /// The next messages of what was pushed, when the last events said
+    /// `more`: a chunk of many messages is read a batch at a time (each
+    /// about the message limit), so that memory holds one batch.
+    pub fn pull(&mut self) -> String {
+        let events = self.reader.pull();
         self.events(events)
     }
 
@@ -152,6 +160,13 @@ impl Call {
         status_json(&self.registry, &status, &self.options).to_string()
     }
 
+    /// A stream the server reset with HTTP/2 error code `reason`.
+    #[wasm_bindgen(js_name = resetStatus)]
+    pub fn reset_status(&self, reason: u32) -> String {
+        let status = Status::from_h2_reset(reason);
+        status_json(&self.registry, &status, &self.options).to_string()
+    }
+
     /// Ends the call locally with `code` (a number) and `message`: a
     /// cancellation, a network failure, a kind the transport cannot carry.
     #[wasm_bindgen(js_name = localStatus)]
@@ -163,6 +178,13 @@ impl Call {
 
 impl Call {
     fn append(&mut self, key: &str, value: MetadataValue) -> Result<(), JsValue> {
+        if web::is_protocol_request_key(&key.to_ascii_lowercase()) {
+            let message = format!("metadata key '{key}' is a header the protocol sets itself");
+            return Err(throw(
+                &self.registry,
+                Status::new(Code::InvalidArgument, message),
+            ));
+        }
         self.metadata.append(key, value).map_err(|e| {
             throw(
                 &self.registry,
@@ -202,7 +224,7 @@ impl Call {
                 Event::End(_) => {}
             }
         }
-        events_json(&messages, end)
+        events_json(&messages, end, self.reader.has_more())
     }
 
     fn message_json(&self, bytes: &[u8]) -> Result<String, grpc_wasm::Error> {

@@ -34,14 +34,28 @@ pub fn status_json(registry: &Registry, status: &Status, options: &JsonOptions) 
 
 /// Metadata as an object: one value per key as a string (repeated keys
 /// joined by ", ", as HTTP does), a `-bin` key's value as its decoded bytes
-/// (an array of numbers, which the JavaScript side makes a Uint8Array).
+/// (an array of numbers, which the JavaScript side makes a Uint8Array), or
+/// several such arrays when the key repeats (fetch joins repeated headers
+/// with ", "; base64 has no comma). A `-bin` value that is not base64 is
+/// kept as the text it came as, not dropped.
 fn metadata_json(pairs: &[(String, String)]) -> Value {
     let mut map = Map::new();
+    let mut binary: Vec<(String, Vec<Value>)> = Vec::new();
     for (key, value) in pairs {
         if grpc_wasm::metadata::is_binary_key(key) {
-            if let Ok(bytes) = grpc_wasm::metadata::decode_binary(key, value.as_bytes()) {
-                map.insert(key.clone(), json!(bytes));
-            }
+            let index = match binary.iter().position(|(k, _)| k == key) {
+                Some(index) => index,
+                None => {
+                    binary.push((key.clone(), Vec::new()));
+                    binary.len() - 1
+                }
+            };
+            binary[index].1.extend(value.split(',').map(|one| {
+                match grpc_wasm::metadata::decode_binary(key, one.trim().as_bytes()) {
+                    Ok(bytes) => json!(bytes),
+                    Err(_) => json!(one.trim()),
+                }
+            }));
             continue;
         }
         let joined = match map.get(key).and_then(Value::as_str) {
@@ -50,12 +64,44 @@ fn metadata_json(pairs: &[(String, String)]) -> Value {
         };
         map.insert(key.clone(), Value::String(joined));
     }
+    for (key, mut values) in binary {
+        let value = match values.len() {
+            1 => values.remove(0),
+            _ => Value::Array(values),
+        };
+        map.insert(key, value);
+    }
     Value::Object(map)
 }
 
-/// Events as `{"messages": [...], "end": outcome | null}`. Messages are
-/// already JSON text, spliced in without a second parse.
-pub fn events_json(messages: &[String], end: Option<Value>) -> String {
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn binary_metadata_keeps_every_value() {
+        // fetch joins repeated headers; HTTP/2 trailers repeat the key.
+        let joined = metadata_json(&pairs(&[("x-a-bin", "AQI=, AwQ=")]));
+        assert_eq!(joined, json!({ "x-a-bin": [[1, 2], [3, 4]] }));
+        let repeated = metadata_json(&pairs(&[("x-a-bin", "AQI="), ("x-a-bin", "AwQ")]));
+        assert_eq!(repeated, json!({ "x-a-bin": [[1, 2], [3, 4]] }));
+        let one = metadata_json(&pairs(&[("x-a-bin", "AQI="), ("x-t", "a"), ("x-t", "b")]));
+        assert_eq!(one, json!({ "x-a-bin": [1, 2], "x-t": "a, b" }));
+        let broken = metadata_json(&pairs(&[("x-a-bin", "not base64!")]));
+        assert_eq!(broken, json!({ "x-a-bin": "not base64!" }));
+    }
+}
+
+/// Events as `{"messages": [...], "end": outcome | null, "more": bool}`.
+/// Messages are already JSON text, spliced in without a second parse.
+pub fn events_json(messages: &[String], end: Option<Value>, more: bool) -> String {
     let mut out = String::from("{\"messages\":[");
     out.push_str(&messages.join(","));
     out.push_str("],\"end\":");
@@ -63,6 +109,10 @@ pub fn events_json(messages: &[String], end: Option<Value>) -> String {
         Some(value) => out.push_str(&value.to_string()),
         None => out.push_str("null"),
     }
-    out.push('}');
+    out.push_str(if more {
+        ",\"more\":true}"
+    } else {
+        ",\"more\":false}"
+    });
     out
 }

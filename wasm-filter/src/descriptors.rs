@@ -51,7 +51,7 @@ const BUNDLED: [(&str, &str); 6] = [
 #[cfg(all(test, feature = "compiler"))]
 const PRELOADED: [&str; 2] = ["google/rpc/status.proto", "google/rpc/error_details.proto"];
 
-/// [`PRELOADED`] and their imports, compiled: what every registry starts
+/// The `PRELOADED` files and their imports, compiled: what every registry starts
 /// with, so that a build without the compiler (descriptor sets only) has
 /// them too. A test checks it against a fresh compile
 /// (`UPDATE_BUNDLED=1 cargo test -p grpc-wasm bundled` rewrites it).

@@ -113,6 +113,11 @@ pub const MAX_FETCH_BACKOFF_MS: u64 = 30_000;
 /// "an `HttpBody` answer's `content_type`".
 pub const MAX_CONTENT_TYPE_BYTES: usize = 1024;
 
+/// How much of a Connect error answer's body is kept to read its JSON: an
+/// error is a few hundred bytes, and a proxy's page in its place is read
+/// only for its HTTP status. README: the row "a Connect error's body".
+pub const MAX_CONNECT_ERROR_BYTES: usize = 64 << 10;
+
 /// The error text for input that nests deeper than [`MAX_NESTING`].
 pub fn nesting_error() -> String {
     format!("message nesting exceeds {MAX_NESTING} levels")

@@ -63,6 +63,36 @@ impl Status {
         )
     }
 
+    /// A stream the server reset with HTTP/2 error code `reason`, on every
+    /// transport: the code [`Code::from_h2_reset`] maps it to, and its
+    /// name as RFC 9113 (section 7) writes it.
+    pub fn from_h2_reset(reason: u32) -> Status {
+        const NAMES: [&str; 14] = [
+            "NO_ERROR",
+            "PROTOCOL_ERROR",
+            "INTERNAL_ERROR",
+            "FLOW_CONTROL_ERROR",
+            "SETTINGS_TIMEOUT",
+            "STREAM_CLOSED",
+            "FRAME_SIZE_ERROR",
+            "REFUSED_STREAM",
+            "CANCEL",
+            "COMPRESSION_ERROR",
+            "CONNECT_ERROR",
+            "ENHANCE_YOUR_CALM",
+            "INADEQUATE_SECURITY",
+            "HTTP_1_1_REQUIRED",
+        ];
+        let name = match usize::try_from(reason).ok().and_then(|i| NAMES.get(i)) {
+            Some(name) => (*name).to_string(),
+            None => format!("error code {reason:#x}"),
+        };
+        Status::new(
+            Code::from_h2_reset(reason),
+            format!("the server reset the stream with {name}"),
+        )
+    }
+
     /// The status of an HTTP response that is not gRPC at all.
     pub fn from_http_status(status: u16) -> Status {
         Status::new(

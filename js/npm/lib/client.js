@@ -23,6 +23,7 @@ const UNAVAILABLE = 14;
  * @property {object[]} details decoded google.rpc.Status details, each with its "@type"
  * @property {Record<string, string | Uint8Array>} headers
  * @property {Record<string, string | Uint8Array>} trailers
+ * @property {Record<string, string | Uint8Array>} metadata headers and trailers together, trailers winning
  *
  * @typedef {object} CallOptions
  * @property {Metadata} [metadata]
@@ -112,30 +113,37 @@ export class Client {
     const json = { ...this.#options.json, ...callOptions.json };
     let call;
     try {
+      checkLimit(options.maxMessageBytes);
       call = this.#schema._call(path, options.protocol, options.codec, json, options.maxMessageBytes);
     } catch (thrown) {
-      throw asGrpcError(thrown, (e) => local(INTERNAL, String(e?.message ?? e)));
+      throw reported(options, asGrpcError(thrown, (e) => local(INTERNAL, String(e?.message ?? e))));
     }
     const timer = { id: undefined };
     const controller = new AbortController();
+    // Why the call was aborted (its deadline, or the caller's signal); every
+    // wait on the transport races this, so that none outlives the abort.
     let why = null;
-    // Whether the response was read to its status: then there is nothing to abort.
-    let ended = false;
+    let rejectAborted;
+    const aborted = new Promise((_, reject) => { rejectAborted = reject; });
+    aborted.catch(() => {});
+    const settle = (promise) => Promise.race([promise, aborted]);
     const abort = (status) => {
       why ??= status;
       controller.abort();
+      rejectAborted(new GrpcError(why));
     };
     const onUserAbort = () => abort(JSON.parse(call.localStatus(CANCELLED, cancelMessage(options.signal))));
+    // Whether the response was read to its status: then there is nothing to abort.
+    let ended = false;
+    let body = null;
     try {
-      check(call, kind, this.#transport);
+      check(call, kind, options, this.#transport);
       addMetadata(call, this.#options.metadata);
       addMetadata(call, callOptions.metadata);
       if (options.signal?.aborted) onUserAbort();
       options.signal?.addEventListener('abort', onUserAbort, { once: true });
-      const timeoutMs = options.timeoutMs;
-      if (timeoutMs > 0) {
-        timer.id = setTimeout(() => abort(JSON.parse(call.deadlineStatus(timeoutMs))), timeoutMs);
-      }
+      const timeoutMs = Number.isFinite(options.timeoutMs) && options.timeoutMs > 0 ? options.timeoutMs : undefined;
+      if (timeoutMs) later(() => abort(JSON.parse(call.deadlineStatus(timeoutMs))), timeoutMs, timer);
       if (why) throw new GrpcError(why);
       const request = this.#request(call, kind, input, options, timeoutMs);
       const describe = (n) => this.#schema.describe(n);
@@ -145,35 +153,31 @@ export class Client {
         if (output) events.messages = events.messages.map((m) => int64ToBigInt(describe, output, m));
         return events;
       };
-      let response;
+      let status;
       try {
-        response = await this.#transport.request({ ...request, signal: controller.signal });
-      } catch (e) {
-        throw failure(e, why, call);
-      }
-      let events = read(call.headers(response.status, response.headers));
-      yield* events.messages;
-      // Ended by its headers: the body, if any, is left to the abort below.
-      if (events.end) return end(events.end, options);
-      try {
-        for await (const chunk of response.body ?? []) {
-          events = read(call.push(chunk));
-          yield* events.messages;
-          if (events.end) {
-            ended = true;
-            return end(events.end, options);
+        const response = await settle(this.#transport.request({ ...request, signal: controller.signal }));
+        // Ended by its headers: the body, if any, is left to the abort below.
+        status = yield* drain(call, read(call.headers(response.status, response.headers)), read);
+        if (!status) {
+          body = response.body?.[Symbol.asyncIterator]() ?? null;
+          for (;;) {
+            const chunk = body ? await settle(body.next()) : { done: true };
+            if (chunk.done) break;
+            status = yield* drain(call, read(call.push(chunk.value)), read);
+            if (status) break;
           }
-          if (why) throw new GrpcError(why);
+          if (!status) {
+            const trailers = await settle(response.trailers);
+            status = yield* drain(call, read(call.finish(trailers ?? undefined)), read);
+          }
+          ended = true;
         }
-        if (why) throw new GrpcError(why);
-        const trailers = await response.trailers;
-        events = read(call.finish(trailers ?? undefined));
       } catch (e) {
         throw failure(e, why, call);
       }
-      yield* events.messages;
-      ended = true;
-      return end(events.end, options);
+      return end(status, options);
+    } catch (e) {
+      throw reported(options, e);
     } finally {
       clearTimeout(timer.id);
       options.signal?.removeEventListener('abort', onUserAbort);
@@ -181,6 +185,7 @@ export class Client {
       // (Not after a full read: an abort makes a DOMException, with its
       // stack, a fifth of a short call's time.)
       if (!ended) controller.abort();
+      body?.return?.()?.catch?.(() => {});
       call.free();
     }
   }
@@ -195,8 +200,9 @@ export class Client {
     const text = toJsonText(input);
     if (options.useGet && options.protocol === 'connect' && kind === 'unary') {
       const query = guarded(() => call.getQuery(text));
-      // A GET has no body, so no content-type either.
-      const getHeaders = headers.filter(([name]) => name !== 'content-type');
+      // A GET has no body, so no content-type either; its query names the
+      // protocol version (so that a browser needs no preflight for it).
+      const getHeaders = headers.filter(([name]) => name !== 'content-type' && name !== 'connect-protocol-version');
       return { url: `${url}?${query}`, path: `${call.path}?${query}`, method: 'GET', headers: getHeaders, body: null };
     }
     const body = guarded(() => call.encodeRequest(text));
@@ -204,14 +210,44 @@ export class Client {
   }
 }
 
-function check(call, kind, transport) {
+function check(call, kind, options, transport) {
   if (call.kind !== kind) {
     const api = { unary: 'unary', server_streaming: 'serverStream', client_streaming: 'clientStream', bidi_streaming: 'bidiStream' };
     throw local(INVALID_ARGUMENT, `${call.path} is ${call.kind.replace('_', '-')}: call it with client.${api[call.kind]}()`);
   }
+  if (options.protocol === 'grpc' && !transport.readsTrailers) {
+    throw local(UNIMPLEMENTED, "protocol 'grpc' needs HTTP/2 trailers, which fetch does not expose: use gRPC-Web or Connect, or in Node the node:http2 transport");
+  }
   if ((kind === 'client_streaming' || kind === 'bidi_streaming') && !transport.streamsRequests) {
     throw local(UNIMPLEMENTED, `${call.path} streams requests, which this transport cannot: fetch sends a request body whole (browsers stream none over HTTP/1.1 and half-duplex at best). In Node, use the node:http2 transport (protocol 'grpc').`);
   }
+}
+
+/** The message limit, when given: a whole number of bytes the core can hold (1 to 2^32 - 1). */
+function checkLimit(limit) {
+  if (limit !== undefined && !(Number.isInteger(limit) && limit > 0 && limit <= 0xffffffff)) {
+    throw local(INVALID_ARGUMENT, `maxMessageBytes must be a whole number from 1 to 4294967295, not ${limit}`);
+  }
+}
+
+/**
+ * Yields a batch's messages, and the batches the core holds back (a chunk
+ * of many messages is read about one message limit at a time); returns the
+ * final status once there is one.
+ */
+function* drain(call, events, read) {
+  for (;;) {
+    yield* events.messages;
+    if (events.end) return events.end;
+    if (!events.more) return null;
+    events = read(call.pull());
+  }
+}
+
+/** setTimeout for any delay: past 2^31 - 1 ms, it would fire at once. */
+function later(fn, ms, timer) {
+  const MAX = 2 ** 31 - 1;
+  timer.id = ms > MAX ? setTimeout(() => later(fn, ms - MAX, timer), MAX) : setTimeout(fn, ms);
 }
 
 function addMetadata(call, metadata) {
@@ -245,24 +281,40 @@ async function single(messages) {
   let result;
   let count = 0;
   for await (const message of messages) {
+    // A second message ends the call at once: nothing more is read.
+    if (++count > 1) throw local(INTERNAL, 'a unary response must hold one message, not more');
     result = message;
-    count += 1;
   }
-  if (count !== 1) throw local(INTERNAL, `a unary response must hold one message, not ${count}`);
+  if (count !== 1) throw local(INTERNAL, 'a unary response must hold one message, not 0');
   return result;
 }
 
 function end(status, options) {
   withBytes(status);
+  status.metadata = { ...status.headers, ...status.trailers };
   options.onStatus?.(status);
-  if (status.code !== OK) throw new GrpcError(status);
+  if (status.code !== OK) throw Object.assign(new GrpcError(status), { reported: true });
   return status;
+}
+
+/** Tells onStatus of a call that failed without a status from its peer (deadline, cancel, network, bad input). */
+function reported(options, error) {
+  if (error instanceof GrpcError && !error.reported) {
+    error.reported = true;
+    options.onStatus?.({
+      code: error.code, name: error.name, message: error.message, details: error.details,
+      headers: error.headers, trailers: error.trailers, metadata: error.metadata,
+    });
+  }
+  return error;
 }
 
 /** Why the transport failed: the deadline or cancellation that aborted it, else the network. */
 function failure(error, why, call) {
   if (error instanceof GrpcError) return error;
   if (why) return new GrpcError(why);
+  // An HTTP/2 stream the server reset takes the code of its error code.
+  if (Number.isInteger(error?.rstCode)) return new GrpcError(JSON.parse(call.resetStatus(error.rstCode)));
   const message = `the request failed: ${error?.cause?.message ?? error?.message ?? error}`;
   return new GrpcError(JSON.parse(call.localStatus(UNAVAILABLE, message)));
 }

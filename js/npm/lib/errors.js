@@ -46,7 +46,11 @@ export function withBytes(status) {
     const metadata = status[key];
     if (!metadata) continue;
     for (const [name, value] of Object.entries(metadata)) {
-      if (Array.isArray(value)) metadata[name] = Uint8Array.from(value);
+      if (!Array.isArray(value)) continue;
+      // One -bin value is an array of bytes; a repeated key, an array of those.
+      metadata[name] = Array.isArray(value[0]) || typeof value[0] === 'string'
+        ? value.map((one) => (Array.isArray(one) ? Uint8Array.from(one) : one))
+        : Uint8Array.from(value);
     }
   }
   return status;

@@ -3,6 +3,8 @@
 
 import http2 from 'node:http2';
 
+const { NGHTTP2_NO_ERROR } = http2.constants;
+
 /**
  * @param {{baseUrl: string, ca?: string|Buffer, cert?: string|Buffer, key?: string|Buffer,
  *          servername?: string, rejectUnauthorized?: boolean}} options
@@ -11,6 +13,8 @@ export function http2Transport(options) {
   let session = null;
   let active = 0;
   const tls = { ca: options.ca, cert: options.cert, key: options.key, servername: options.servername, rejectUnauthorized: options.rejectUnauthorized };
+  // A base URL's path, as fetch keeps it: https://host/api + /pkg.Svc/M.
+  const prefix = new URL(options.baseUrl).pathname.replace(/\/+$/, '');
 
   function connect() {
     if (session && !session.closed && !session.destroyed) return session;
@@ -33,6 +37,7 @@ export function http2Transport(options) {
 
   return {
     streamsRequests: true,
+    readsTrailers: true,
     close() {
       session?.close();
       session = null;
@@ -40,7 +45,7 @@ export function http2Transport(options) {
     request({ path, method, headers, body, signal }) {
       return new Promise((resolve, reject) => {
         const s = connect();
-        const outgoing = { ':method': method, ':path': path };
+        const outgoing = { ':method': method, ':path': prefix + path };
         for (const [name, value] of headers) {
           outgoing[name] = name in outgoing ? [].concat(outgoing[name], value) : value;
         }
@@ -53,26 +58,37 @@ export function http2Transport(options) {
         }
         track(1, s);
         let settled = false;
-        const trailers = new Promise((resolveTrailers) => {
-          stream.on('trailers', (t) => resolveTrailers(flatten(t)));
-          stream.on('close', () => resolveTrailers(null));
+        const fail = (error) => {
+          if (settled) return;
+          settled = true;
+          reject(error);
+        };
+        const trailers = new Promise((resolveTrailers, rejectTrailers) => {
+          let received = false;
+          stream.on('trailers', (t) => {
+            received = true;
+            resolveTrailers(flatten(t));
+          });
+          stream.on('close', () => {
+            if (!received && reset(stream, signal)) rejectTrailers(resetError(stream));
+            else resolveTrailers(null);
+          });
         });
-        const onAbort = () => stream.close(http2.constants.NGHTTP2_CANCEL);
+        trailers.catch(() => {});
+        const onAbort = () => {
+          fail(new Error('aborted'));
+          // Destroyed (RST_STREAM CANCEL), not closed: a close waits for the
+          // stream to be ready and for its unsent data to drain, which a
+          // stalled connection or a server that stops reading never allows.
+          stream.destroy();
+        };
         signal.addEventListener('abort', onAbort, { once: true });
         stream.on('close', () => {
           track(-1, s);
           signal.removeEventListener('abort', onAbort);
-          if (!settled) {
-            settled = true;
-            reject(new Error(stream.rstCode ? `the stream was reset (HTTP/2 code ${stream.rstCode})` : 'the stream closed before its response'));
-          }
+          fail(reset(stream, signal) ? resetError(stream) : new Error('the stream closed before its response'));
         });
-        stream.on('error', (e) => {
-          if (!settled) {
-            settled = true;
-            reject(e);
-          }
-        });
+        stream.on('error', (e) => fail(reset(stream, signal, e) ? resetError(stream) : e));
         stream.on('response', (responseHeaders) => {
           settled = true;
           resolve({
@@ -88,26 +104,71 @@ export function http2Transport(options) {
   };
 }
 
+/**
+ * Whether the server reset the stream: not this side's abort, and not a
+ * connection that failed (a stream still pending never reached the server).
+ */
+function reset(stream, signal, error) {
+  if (error && error.code !== 'ERR_HTTP2_STREAM_ERROR') return false;
+  return !signal.aborted && !stream.pending && Number.isInteger(stream.rstCode) && stream.rstCode !== NGHTTP2_NO_ERROR;
+}
+
+function resetError(stream) {
+  return Object.assign(new Error(`the stream was reset (HTTP/2 error code ${stream.rstCode})`), { rstCode: stream.rstCode });
+}
+
+/**
+ * Writes the request body: bytes, or the pieces of an (async) iterable as
+ * they come, waiting while the stream is full. A stream that closes ends
+ * the writing, and the caller's iterable is closed in every case.
+ */
 async function send(stream, body) {
   if (body === null) return;
   if (body instanceof Uint8Array) {
     stream.end(body);
     return;
   }
-  for await (const piece of body) {
-    if (!stream.write(piece)) await new Promise((r) => stream.once('drain', r));
+  const pieces = body[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      const { done, value } = await pieces.next();
+      if (done || stream.destroyed || stream.closed) break;
+      if (!stream.write(value)) await writable(stream);
+    }
+    if (!stream.destroyed && !stream.closed) stream.end();
+  } finally {
+    await pieces.return?.();
   }
-  stream.end();
+}
+
+/** Resolves when the stream drains, or can take no more writes. */
+function writable(stream) {
+  return new Promise((resolve) => {
+    if (stream.destroyed || stream.closed) {
+      resolve();
+      return;
+    }
+    const done = () => {
+      stream.off('drain', done);
+      stream.off('close', done);
+      stream.off('error', done);
+      resolve();
+    };
+    stream.on('drain', done);
+    stream.on('close', done);
+    stream.on('error', done);
+  });
 }
 
 async function* chunks(stream, signal) {
-  for await (const chunk of stream) {
-    yield new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  try {
+    for await (const chunk of stream) {
+      yield new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    }
+  } catch (e) {
+    throw reset(stream, signal, e) ? resetError(stream) : e;
   }
   if (signal.aborted) throw new Error('aborted');
-  if (stream.rstCode && stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR) {
-    throw new Error(`the stream was reset (HTTP/2 code ${stream.rstCode})`);
-  }
 }
 
 function flatten(headers) {

@@ -3,9 +3,12 @@
 
 /** JSON text of a message object: BigInt as a decimal string, bytes as base64. */
 export function toJsonText(value) {
-  return JSON.stringify(value ?? {}, (_key, v) => {
+  // `this[key]` is the value before its toJSON: Node's Buffer has one, which
+  // would turn the bytes into {"type": "Buffer", ...} first.
+  return JSON.stringify(value ?? {}, function replace(key, v) {
+    const raw = this[key];
+    if (raw instanceof Uint8Array) return base64(raw);
     if (typeof v === 'bigint') return v.toString();
-    if (v instanceof Uint8Array) return base64(v);
     return v;
   });
 }

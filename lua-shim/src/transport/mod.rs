@@ -199,17 +199,14 @@ impl TlsOptions {
 
 /// The status of a call that HTTP/2 itself ended, the same on both
 /// transports, as gRPC's HTTP/2 spec has it: a stream the server reset takes
-/// the code its error code maps to ([`Code::from_h2_reset`]); a GOAWAY, a
+/// the code its error code maps to ([`Status::from_h2_reset`]); a GOAWAY, a
 /// broken connection or one this side gave up on is UNAVAILABLE, as the call
 /// may never have reached the server; a stream this side reset over the
 /// server's answer (bad headers, a flow-control breach) is INTERNAL: the
 /// connection is fine, and a retry would meet the same answer.
 pub(crate) fn h2_failure(e: &h2::Error) -> Status {
     match e.reason() {
-        Some(reason) if e.is_reset() && e.is_remote() => Status::new(
-            Code::from_h2_reset(reason.into()),
-            format!("the server reset the stream with {reason:?}"),
-        ),
+        Some(reason) if e.is_reset() && e.is_remote() => Status::from_h2_reset(reason.into()),
         // h2's words carry the GOAWAY's debug data (`too_many_pings`).
         Some(_) if e.is_go_away() && e.is_remote() => Status::new(
             Code::Unavailable,

@@ -54,15 +54,16 @@ pub fn code_from_name(name: &str) -> Option<Code> {
     }
 }
 
-/// The status of a unary answer that is not 200: its JSON error, or, when
-/// the body is no such JSON (a proxy's page), the HTTP status's code.
+/// The status of a unary answer that is not 200: its JSON error (a code
+/// this client does not know is UNKNOWN, its message kept), or, when the
+/// body is no such JSON (a proxy's page), the HTTP status's code.
 pub fn error_from_body(http_status: u16, body: &[u8]) -> Status {
     match serde_json::from_slice::<ErrorJson>(body) {
-        Ok(error) => match code_from_name(&error.code) {
-            Some(code) => status_of(code, error),
-            None => Status::from_http_status(http_status),
-        },
-        Err(_) => Status::from_http_status(http_status),
+        Ok(error) if !error.code.is_empty() => {
+            let code = code_from_name(&error.code).unwrap_or(Code::Unknown);
+            status_of(code, error)
+        }
+        _ => Status::from_http_status(http_status),
     }
 }
 

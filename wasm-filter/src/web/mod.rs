@@ -74,13 +74,15 @@ impl Codec {
     }
 }
 
-/// One call's wire choices: the protocol, the codec, and whether its
-/// messages are enveloped (every protocol but Connect's unary calls).
+/// One call's wire choices: the protocol, the codec, whether its messages
+/// are enveloped (every protocol but Connect's unary calls), and whether
+/// its response holds one message (unary and client-streaming calls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wire {
     pub protocol: Protocol,
     pub codec: Codec,
     pub enveloped: bool,
+    pub single_response: bool,
 }
 
 impl Wire {
@@ -95,6 +97,7 @@ impl Wire {
             protocol,
             codec,
             enveloped: protocol != Protocol::Connect || kind != StreamingKind::Unary,
+            single_response: matches!(kind, StreamingKind::Unary | StreamingKind::ClientStreaming),
         }
     }
 
@@ -112,8 +115,15 @@ impl Wire {
     }
 }
 
-/// Response headers that belong to the protocol, not to the application:
-/// never reported as metadata.
+/// Request metadata a caller may not set: the headers each protocol
+/// writes itself (besides gRPC's reserved keys, which
+/// [`crate::Metadata::append`] refuses).
+pub fn is_protocol_request_key(name: &str) -> bool {
+    is_protocol_header(name) || matches!(name, "x-grpc-web" | "accept")
+}
+
+/// Response headers that belong to the protocol or to HTTP, not to the
+/// application: never reported as metadata.
 pub fn is_protocol_header(name: &str) -> bool {
     matches!(
         name,
@@ -121,6 +131,8 @@ pub fn is_protocol_header(name: &str) -> bool {
             | "content-length"
             | "content-encoding"
             | "transfer-encoding"
+            | "connection"
+            | "keep-alive"
             | "grpc-status"
             | "grpc-message"
             | "grpc-status-details-bin"

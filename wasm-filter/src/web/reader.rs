@@ -6,6 +6,7 @@ use super::text::Base64Stream;
 use super::{is_protocol_header, Protocol, Wire};
 use crate::code::Code;
 use crate::framing::{Compression, FrameDecoder, FrameError};
+use crate::limits::MAX_CONNECT_ERROR_BYTES;
 use crate::status::Status;
 
 /// gRPC-Web's flag for the frame that carries the trailers.
@@ -45,21 +46,28 @@ pub struct ResponseReader {
     error_status: Option<u16>,
     headers: Vec<(String, String)>,
     ended: bool,
+    /// Complete envelopes may be waiting: the last drain stopped at its
+    /// budget ([`ResponseReader::pull`] goes on).
+    more: bool,
 }
 
 impl ResponseReader {
     /// A reader for a call on `wire`; no message may exceed `max_message`
-    /// bytes, and a Connect unary body neither.
+    /// bytes, a Connect unary body neither, and a single-message response's
+    /// messages not together (gzip inflates a thousandfold). Each call that
+    /// yields events yields at most about `max_message` bytes of messages:
+    /// a chunk holding more leaves them for [`ResponseReader::pull`].
     pub fn new(wire: Wire, max_message: usize) -> ResponseReader {
         ResponseReader {
             wire,
             max_message,
-            frames: FrameDecoder::new(max_message, Compression::Identity),
+            frames: frame_decoder(wire, max_message, Compression::Identity),
             text: (wire.protocol == Protocol::GrpcWebText).then(Base64Stream::default),
             body: Vec::new(),
             error_status: None,
             headers: Vec::new(),
             ended: false,
+            more: false,
         }
     }
 
@@ -102,11 +110,30 @@ impl ResponseReader {
         self.drain_frames()
     }
 
+    /// The next messages of what was pushed, when the last events said
+    /// [`ResponseReader::has_more`].
+    pub fn pull(&mut self) -> Vec<Event> {
+        if self.ended {
+            return Vec::new();
+        }
+        self.drain_frames()
+    }
+
+    /// Whether complete messages may still wait for [`ResponseReader::pull`].
+    pub fn has_more(&self) -> bool {
+        self.more && !self.ended
+    }
+
     /// The end of the body, with the HTTP/2 trailers when the transport has
     /// them. Yields the `End` if nothing did before.
     pub fn finish(&mut self, trailers: Option<&[(String, String)]>) -> Vec<Event> {
         if self.ended {
             return Vec::new();
+        }
+        if self.more {
+            // The caller should have pulled first; ending here would call
+            // the messages still buffered a truncated frame.
+            return self.drain_frames();
         }
         if let Some(Err(e)) = self.text.as_ref().map(Base64Stream::finish) {
             return self.end(Status::new(Code::Internal, e), Vec::new());
@@ -199,11 +226,17 @@ impl ResponseReader {
                 format!("the response's message encoding '{encoding}' is not supported"),
             )
         })?;
-        self.frames = FrameDecoder::new(self.max_message, compression);
+        self.frames = frame_decoder(self.wire, self.max_message, compression);
         Ok(())
     }
 
     fn push_unary_body(&mut self, chunk: &[u8]) -> Vec<Event> {
+        if self.error_status.is_some() {
+            // Only the JSON error is read; past it, a page is for people.
+            let room = MAX_CONNECT_ERROR_BYTES.saturating_sub(self.body.len());
+            self.body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            return Vec::new();
+        }
         if self.body.len() + chunk.len() > self.max_message {
             let error = FrameError::MessageTooLarge {
                 size: self.body.len() + chunk.len(),
@@ -241,6 +274,8 @@ impl ResponseReader {
         trailers
     }
 
+    /// Envelopes into events, until about `max_message` bytes of messages:
+    /// a chunk of many compressed frames is inflated a batch at a time.
     fn drain_frames(&mut self) -> Vec<Event> {
         let extra = match self.wire.protocol {
             Protocol::Grpc => 0,
@@ -248,10 +283,17 @@ impl ResponseReader {
             Protocol::Connect => CONNECT_END,
         };
         let mut events = Vec::new();
+        let mut budget = self.max_message;
+        self.more = false;
         loop {
+            if budget == 0 {
+                self.more = true;
+                return events;
+            }
             match self.frames.next_envelope(extra) {
                 Ok(None) => return events,
                 Ok(Some(envelope)) if envelope.flags == 0 => {
+                    budget = budget.saturating_sub(envelope.payload.len().max(1));
                     events.push(Event::Message(envelope.payload));
                 }
                 Ok(Some(envelope)) => {
@@ -291,12 +333,22 @@ impl ResponseReader {
     }
 }
 
+/// The decoder of a call's frames: for a single-message response, the
+/// messages are bounded together too.
+fn frame_decoder(wire: Wire, max_message: usize, compression: Compression) -> FrameDecoder {
+    let mut frames = FrameDecoder::new(max_message, compression);
+    if wire.single_response {
+        frames.limit_total(max_message);
+    }
+    frames
+}
+
 /// The status and metadata of gRPC-Web's trailers frame: header lines,
-/// `name: value`, separated by CRLF.
+/// `name: value`, separated by CRLF (a bare LF is taken too).
 fn web_trailers(block: &[u8]) -> (Status, Vec<(String, String)>) {
     let text = String::from_utf8_lossy(block);
     let lines: Vec<(String, String)> = text
-        .split("\r\n")
+        .split('\n')
         .filter_map(|line| line.split_once(':'))
         .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
         .collect();

@@ -38,7 +38,10 @@ fn read_bytewise(r: &mut ResponseReader, body: &[u8]) -> Vec<Event> {
 fn end(events: &[Event]) -> &Outcome {
     match events.last() {
         Some(Event::End(outcome)) => outcome,
-        other => panic!("no End: {other:?}"),
+        Some(Event::Message(m)) => {
+            panic!("no End: the last event is a message of {} bytes", m.len())
+        }
+        None => panic!("no events"),
     }
 }
 
@@ -414,5 +417,109 @@ fn request_messages_per_wire() {
     assert_eq!(
         encode_message(&connect_stream, &ty, json, &options).unwrap(),
         frame(0, b"\x0a\x02id")
+    );
+}
+
+#[test]
+fn a_chunk_of_many_compressed_frames_is_read_a_batch_at_a_time() {
+    // 64 frames of 4 KiB gzip that inflate to 1 MiB each, in one chunk: a
+    // stream takes them a budget (here 2 MiB) at a time, not all at once.
+    let big = vec![b'x'; 1 << 20];
+    let frame = encode_frame(&big, Compression::Gzip).unwrap();
+    assert!(frame.len() < 8 << 10);
+    let body: Vec<u8> = std::iter::repeat_n(frame, 64).flatten().collect();
+    let wire = Wire::new(Protocol::Grpc, Codec::Proto, StreamingKind::ServerStreaming);
+    let mut r = ResponseReader::new(wire, 2 << 20);
+    r.headers(
+        200,
+        &headers(&[
+            ("content-type", "application/grpc"),
+            ("grpc-encoding", "gzip"),
+        ]),
+    );
+    let mut batches = vec![messages(&r.push(&body)).len()];
+    while r.has_more() {
+        batches.push(messages(&r.pull()).len());
+    }
+    assert_eq!(batches.iter().sum::<usize>(), 64);
+    assert!(batches.iter().all(|&n| n <= 2), "{batches:?}");
+    assert_eq!(
+        end(&r.finish(Some(&headers(&[("grpc-status", "0")])))).status,
+        Status::ok()
+    );
+
+    // A unary response's messages are bounded together.
+    let wire = Wire::new(Protocol::Grpc, Codec::Proto, StreamingKind::Unary);
+    let mut r = ResponseReader::new(wire, 2 << 20);
+    r.headers(
+        200,
+        &headers(&[
+            ("content-type", "application/grpc"),
+            ("grpc-encoding", "gzip"),
+        ]),
+    );
+    assert_eq!(messages(&r.push(&body)).len(), 2);
+    assert!(r.has_more());
+    assert_eq!(
+        end(&r.pull()).status,
+        Status::new(
+            Code::ResourceExhausted,
+            "grpc: received messages larger than max in total (limit 2097152 bytes)"
+        )
+    );
+}
+
+#[test]
+fn connect_errors_read_a_bounded_prefix_and_keep_unknown_codes() {
+    let mut r = reader(Protocol::Connect, Codec::Proto, StreamingKind::Unary);
+    r.headers(503, &headers(&[("content-type", "text/html")]));
+    assert!(r.push(&vec![b'<'; 5 << 20]).is_empty());
+    assert_eq!(
+        end(&r.finish(None)).status,
+        Status::new(
+            Code::Unavailable,
+            "HTTP status 503 from a non-gRPC response"
+        )
+    );
+
+    let mut r = reader(Protocol::Connect, Codec::Json, StreamingKind::Unary);
+    r.headers(500, &headers(&[("content-type", "application/json")]));
+    let events = read_bytewise(&mut r, br#"{"code":"brand_new","message":"m"}"#);
+    assert_eq!(end(&events).status, Status::new(Code::Unknown, "m"));
+}
+
+#[test]
+fn web_trailers_with_bare_line_feeds() {
+    let mut r = reader(Protocol::GrpcWeb, Codec::Proto, StreamingKind::Unary);
+    r.headers(
+        200,
+        &headers(&[("content-type", "application/grpc-web+proto")]),
+    );
+    let events = read_bytewise(&mut r, &frame(0x80, b"grpc-status:7\ngrpc-message:nope\n"));
+    assert_eq!(
+        end(&events).status,
+        Status::new(Code::PermissionDenied, "nope")
+    );
+}
+
+#[test]
+fn a_reset_stream_names_its_http2_error() {
+    assert_eq!(
+        Status::from_h2_reset(8),
+        Status::new(Code::Cancelled, "the server reset the stream with CANCEL")
+    );
+    assert_eq!(
+        Status::from_h2_reset(7),
+        Status::new(
+            Code::Unavailable,
+            "the server reset the stream with REFUSED_STREAM"
+        )
+    );
+    assert_eq!(
+        Status::from_h2_reset(0x99),
+        Status::new(
+            Code::Internal,
+            "the server reset the stream with error code 0x99"
+        )
     );
 }

@@ -1,0 +1,83 @@
+// Schemas without a network: loading (.proto and descriptor sets, errors
+// with their position), descriptions, encode/decode and their options, the
+// lite build, and the package as npm resolves it (exports map, npm pack).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { loadProto, loadDescriptorSet, hasCompiler, protos, testSchema } from './common.mjs';
+import * as lite from '../../js/npm/lite/node.js';
+
+const PACKAGE = fileURLToPath(new URL('../../js/npm/', import.meta.url));
+const schema = testSchema();
+
+test('a .proto that does not parse names its file, line and column', () => {
+  assert.throws(() => loadProto({ 'bad.proto': 'syntax = "proto3";\nmessage A { int32 x = 1 }' }),
+    { message: "bad.proto:2:25: expected ';' or '[', but found '}'" });
+  assert.throws(() => loadProto({ 'a.proto': 'syntax = "proto3";\nimport "missing.proto";' }),
+    /import 'missing.proto' not found/);
+});
+
+test('services and descriptions', () => {
+  const testing = schema.services().find((s) => s.name === 'grpcwasm.testing.Testing');
+  assert.deepEqual(testing.methods.find((m) => m.name === 'EchoMetadata'), {
+    kind: 'method', name: 'EchoMetadata', path: '/grpcwasm.testing.Testing/EchoMetadata', streaming: 'unary',
+    input: 'grpcwasm.testing.Empty', output: 'grpcwasm.testing.MetadataReply', idempotent: true,
+  });
+  assert.equal(schema.describe('/routeguide.RouteGuide/RouteChat').streaming, 'bidi_streaming');
+  assert.deepEqual(schema.describe('grpcwasm.testing.MetadataReply').fields, [
+    { name: 'metadata', jsonName: 'metadata', number: 1, map: { key: 'string', value: 'string' } },
+  ]);
+  assert.deepEqual(schema.describe('grpcwasm.testing.NestRequest').fields[2],
+    { name: 'child', jsonName: 'child', number: 3, type: { message: 'grpcwasm.testing.NestRequest' }, repeated: false });
+  assert.throws(() => schema.describe('no.Such'), { message: "nothing named 'no.Such' is loaded" });
+});
+
+test('encode and decode: exact bytes, int64 as strings or BigInt, bytes as base64', () => {
+  const bytes = schema.encode('grpcwasm.testing.SleepRequest', { millis: 12345678901234567n });
+  assert.deepEqual([...bytes], [8, 135, 151, 173, 235, 197, 138, 247, 21]);
+  assert.deepEqual(schema.decode('grpcwasm.testing.SleepRequest', bytes), { millis: '12345678901234567' });
+  assert.deepEqual(schema.decode('grpcwasm.testing.SleepRequest', bytes, { bigint: true }), { millis: 12345678901234567n });
+  const payload = schema.encode('grpcwasm.testing.LargeReply', { payload: new Uint8Array([0, 1, 255]) });
+  assert.deepEqual(schema.decode('grpcwasm.testing.LargeReply', payload), { payload: 'AAH/' });
+  assert.throws(() => schema.encode('grpcwasm.testing.SleepRequest', { millis: 1.5 }), /^Error: millis: /);
+});
+
+test('JSON options', () => {
+  const type = 'grpcwasm.testing.FailRequest';
+  const bytes = schema.fromJson(type, '{"code": 5, "with_details": true}');
+  assert.equal(schema.toJson(type, bytes), '{"code":5,"withDetails":true}');
+  assert.equal(schema.toJson(type, bytes, { protoFieldNames: true, emitDefaults: true }),
+    '{"code":5,"message":"","with_details":true}');
+  assert.throws(() => schema.fromJson(type, '{"nope": 1}'), /nope/);
+  assert.equal(schema.toJson(type, schema.fromJson(type, '{"nope": 1}', { ignoreUnknownFields: true })), '{}');
+});
+
+test('the lite build: descriptor sets only, the same answers', () => {
+  assert.equal(hasCompiler, true);
+  assert.equal(lite.hasCompiler, false);
+  assert.throws(() => lite.loadProto(protos('helloworld.proto')),
+    { message: 'this build has no .proto compiler: load a descriptor set, or use the full build' });
+  // A set protoc wrote, not our compiler.
+  const fromProtoc = lite.loadDescriptorSet(readFileSync(process.env.DESCRIPTOR_SET));
+  const value = { code: 9, message: 'é', withDetails: true };
+  const bytes = fromProtoc.encode('grpcwasm.testing.FailRequest', value);
+  assert.deepEqual(bytes, schema.encode('grpcwasm.testing.FailRequest', value));
+  assert.deepEqual(fromProtoc.decode('grpcwasm.testing.FailRequest', bytes), value);
+  assert.equal(loadDescriptorSet(schema.descriptorSet()).describe('routeguide.Point').fields.length, 2);
+});
+
+test('npm resolves the package by its exports map, and npm pack carries what it needs', () => {
+  const probe = `const full = await import('grpc-wasm'); const lite = await import('grpc-wasm/lite');
+    console.log(JSON.stringify([full.hasCompiler, typeof full.http2Transport, lite.hasCompiler]));`;
+  const resolved = execFileSync('node', ['--input-type=module', '-e', probe], { cwd: PACKAGE, encoding: 'utf8' });
+  assert.deepEqual(JSON.parse(resolved), [true, 'function', false]);
+  const [packed] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json'], { cwd: PACKAGE, encoding: 'utf8' }));
+  const files = packed.files.map((f) => f.path);
+  for (const needed of ['browser.js', 'node.js', 'lite/browser.js', 'lib/client.js', 'wasm/full/grpc_wasm_bg.wasm',
+    'wasm/lite/grpc_wasm_bg.wasm', 'wasm/full/grpc_wasm.js', 'types/node.d.ts', 'types/browser.d.ts', 'README.md']) {
+    assert.ok(files.includes(needed), `npm pack lacks ${needed}: ${files.join(' ')}`);
+  }
+  assert.ok(!files.some((f) => f.startsWith('node_modules/')));
+});
