@@ -74,6 +74,24 @@ fn metadata_json(pairs: &[(String, String)]) -> Value {
     Value::Object(map)
 }
 
+/// Events as `{"messages": [...], "end": outcome | null, "more": bool}`.
+/// Messages are already JSON text, spliced in without a second parse.
+pub fn events_json(messages: &[String], end: Option<Value>, more: bool) -> String {
+    let mut out = String::from("{\"messages\":[");
+    out.push_str(&messages.join(","));
+    out.push_str("],\"end\":");
+    match end {
+        Some(value) => out.push_str(&value.to_string()),
+        None => out.push_str("null"),
+    }
+    out.push_str(if more {
+        ",\"more\":true}"
+    } else {
+        ",\"more\":false}"
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,22 +115,4 @@ mod tests {
         let broken = metadata_json(&pairs(&[("x-a-bin", "not base64!")]));
         assert_eq!(broken, json!({ "x-a-bin": "not base64!" }));
     }
-}
-
-/// Events as `{"messages": [...], "end": outcome | null, "more": bool}`.
-/// Messages are already JSON text, spliced in without a second parse.
-pub fn events_json(messages: &[String], end: Option<Value>, more: bool) -> String {
-    let mut out = String::from("{\"messages\":[");
-    out.push_str(&messages.join(","));
-    out.push_str("],\"end\":");
-    match end {
-        Some(value) => out.push_str(&value.to_string()),
-        None => out.push_str("null"),
-    }
-    out.push_str(if more {
-        ",\"more\":true}"
-    } else {
-        ",\"more\":false}"
-    });
-    out
 }
