@@ -177,6 +177,20 @@ def filter_callbacks():
             write(target, name, data)
 
 
-for make in (frames, json_seeds, status_details, http_rule, header_map, descriptors, header_values,
+def web_reader():
+    web = frame(b"hi") + bytes([0x80]) + struct.pack(">I", 16) + b"grpc-status: 0\r\n"
+    write("web_reader", "grpc-web", bytes([1, 0, 1, 20, 3]) + web)
+    import base64
+    write("web_reader", "text", bytes([2, 0, 1, 20, 5]) + base64.b64encode(frame(b"a")) + base64.b64encode(web))
+    end = b'{"error":{"code":"not_found","message":"m"},"metadata":{"k":["v"]}}'
+    write("web_reader", "connect-stream", bytes([3 | 8, 0, 1, 20, 7]) + frame(b"x") + bytes([2])
+          + struct.pack(">I", len(end)) + end)
+    write("web_reader", "connect-error", bytes([3, 3, 0, 20, 9])
+          + b'{"code":"unavailable","details":[{"type":"google.rpc.ErrorInfo","value":"CgJpZA"}]}')
+    zipped = gzip.compress(bytes(5000), mtime=0)
+    write("web_reader", "grpc-gzip", bytes([0, 0, 3 | 8, 12, 4]) + frame(zipped, True) + frame(zipped, True))
+
+
+for make in (frames, web_reader, json_seeds, status_details, http_rule, header_map, descriptors, header_values,
              filter_callbacks):
     make()

@@ -238,11 +238,13 @@ impl ResponseReader {
             return Vec::new();
         }
         if self.body.len() + chunk.len() > self.max_message {
-            let error = FrameError::MessageTooLarge {
-                size: self.body.len() + chunk.len(),
-                limit: self.max_message,
-            };
-            return self.end(frame_status(error), Vec::new());
+            // The whole size is not known yet: the limit alone is said, the
+            // same however the body was cut.
+            let message = format!(
+                "the response message is larger than the limit of {} bytes",
+                self.max_message
+            );
+            return self.end(Status::new(Code::ResourceExhausted, message), Vec::new());
         }
         self.body.extend_from_slice(chunk);
         Vec::new()

@@ -523,3 +523,23 @@ fn a_reset_stream_names_its_http2_error() {
         )
     );
 }
+
+#[test]
+fn a_connect_unary_body_over_the_limit_says_the_limit_however_it_is_cut() {
+    for chunk in [1, 7, 4096] {
+        let mut r = reader(Protocol::Connect, Codec::Proto, StreamingKind::Unary);
+        r.headers(200, &headers(&[("content-type", "application/proto")]));
+        let mut events = Vec::new();
+        for piece in vec![b'x'; 2000].chunks(chunk) {
+            events.extend(r.push(piece));
+        }
+        events.extend(r.finish(None));
+        assert_eq!(
+            end(&events).status,
+            Status::new(
+                Code::ResourceExhausted,
+                "the response message is larger than the limit of 1024 bytes"
+            )
+        );
+    }
+}
