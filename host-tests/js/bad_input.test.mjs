@@ -43,6 +43,14 @@ const CASES = {
 const server = http.createServer((request, response) => {
   const name = request.headers['x-case'];
   if (name === 'hang-before-headers') return; // never answers
+  if (name === 'most-of-a-large-message') {
+    // A frame that declares 4,000,000 bytes, 3,500,000 of them sent, then silence.
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE(4_000_000, 1);
+    response.writeHead(200, WEB);
+    response.write(Buffer.concat([head, Buffer.alloc(3_500_000)]));
+    return;
+  }
   if (name === 'hang-after-headers') {
     response.writeHead(200, WEB);
     response.write(frame(0, ''));
@@ -253,4 +261,18 @@ test('node:http2: a server that answers without reading ends the requests too', 
   const started = Date.now();
   while (!closed && Date.now() - started < 2000) await new Promise((r) => setTimeout(r, 20));
   assert.ok(closed, "the caller's request iterable was never closed");
+});
+
+test('calls that each hold most of a large message share one budget', async () => {
+  // 40 such calls would hold 160 MiB; the module's calls hold 128 MiB at most together.
+  const calls = Array.from({ length: 40 }, () => failure('most-of-a-large-message', { timeoutMs: 3000 }));
+  const outcomes = await Promise.all(calls);
+  const refused = outcomes.filter(([code]) => code === Code.RESOURCE_EXHAUSTED);
+  assert.ok(refused.length >= 4, JSON.stringify(outcomes.map(([code]) => code)));
+  for (const [, message] of refused) {
+    assert.match(message, /^the module holds too many responses at once: \d+ bytes for other calls, the limit is 134217728$/);
+  }
+  assert.ok(outcomes.every(([code]) => code === Code.RESOURCE_EXHAUSTED || code === Code.DEADLINE_EXCEEDED));
+  // Ended calls give their share back.
+  assert.deepEqual(await web.unary(`${TESTING}/Sleep`, { millis: 1 }, { metadata: { 'x-case': 'ok' } }), {});
 });

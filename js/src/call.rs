@@ -9,6 +9,7 @@ use grpc_wasm::web::{self, Codec, Event, Protocol, ResponseReader, Wire};
 use grpc_wasm::{Code, Metadata, MetadataValue, Method, Registry, Status, StreamingKind};
 use wasm_bindgen::prelude::*;
 
+use crate::held::Share;
 use crate::outcome::{events_json, outcome_json, status_json};
 
 /// A call in progress. Methods that fail throw the JSON text of a status
@@ -22,6 +23,7 @@ pub struct Call {
     reader: ResponseReader,
     options: JsonOptions,
     metadata: Metadata,
+    held: Share,
 }
 
 impl Call {
@@ -54,6 +56,7 @@ impl Call {
             method,
             options: JsonOptions::from_bits(options),
             metadata: Metadata::new(),
+            held: Share::default(),
         })
     }
 }
@@ -201,7 +204,15 @@ impl Call {
     /// Messages become JSON with the call's options; one that cannot ends
     /// the call `INTERNAL`, as gRPC's own clients answer a response they
     /// cannot parse.
-    fn events(&mut self, events: Vec<Event>) -> String {
+    fn events(&mut self, mut events: Vec<Event>) -> String {
+        if let Err(message) = self.held.set(self.reader.held()) {
+            let outcome = self
+                .reader
+                .fail(Status::new(Code::ResourceExhausted, message));
+            events = vec![Event::End(outcome)];
+            // Ended, the reader holds nothing: shrinking its share cannot fail.
+            let _ = self.held.set(self.reader.held());
+        }
         let mut messages = Vec::new();
         let mut end = None;
         for event in events {

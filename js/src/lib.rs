@@ -13,6 +13,7 @@
 
 mod call;
 mod describe;
+mod held;
 mod outcome;
 mod schema;
 

@@ -170,6 +170,12 @@ impl ResponseReader {
         }
     }
 
+    /// The bytes this reader holds of the response (its buffers' capacity),
+    /// for a host that bounds all its calls together.
+    pub fn held(&self) -> usize {
+        self.frames.capacity() + self.body.capacity()
+    }
+
     /// Whether the `End` has been yielded.
     pub fn ended(&self) -> bool {
         self.ended
