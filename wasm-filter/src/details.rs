@@ -9,6 +9,19 @@ use crate::json::{decode_message, message_to_json, JsonOptions};
 use crate::metadata::encode_binary;
 use crate::status::Status;
 
+/// `google.rpc.Status` as its details travel: what a transport that
+/// carries them some other way (Connect's error JSON) encodes them back
+/// into, so that [`decode_details`] serves every protocol.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    pub(crate) code: i32,
+    #[prost(string, tag = "2")]
+    pub(crate) message: String,
+    #[prost(message, repeated, tag = "3")]
+    pub(crate) details: Vec<prost_types::Any>,
+}
+
 /// The status as a `google.rpc.Status` JSON object `{code, message, details}`.
 /// Details come from `grpc-status-details-bin` when present and decodable;
 /// each detail of a known type is written as that type (with `@type`), an
@@ -113,16 +126,7 @@ mod tests {
             &JsonOptions::default(),
         )
         .unwrap();
-        // google.rpc.Status { code = 5, message = "gone", details = [...] }, by hand.
-        #[derive(Message)]
-        struct RpcStatus {
-            #[prost(int32, tag = "1")]
-            code: i32,
-            #[prost(string, tag = "2")]
-            message: String,
-            #[prost(message, repeated, tag = "3")]
-            details: Vec<prost_types::Any>,
-        }
+        // google.rpc.Status { code = 5, message = "gone", details = [...] }.
         let bytes = RpcStatus {
             code: 5,
             message: "gone".into(),

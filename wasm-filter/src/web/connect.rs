@@ -9,6 +9,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 use crate::code::Code;
+use crate::details::RpcStatus;
 use crate::status::Status;
 
 /// The prefix of a unary response's trailers, sent as headers.
@@ -141,15 +142,4 @@ fn status_of(code: Code, error: ErrorJson) -> Status {
         details: encoded,
         ..Status::new(code, error.message)
     }
-}
-
-/// `google.rpc.Status`, to encode the details.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-    #[prost(message, repeated, tag = "3")]
-    details: Vec<prost_types::Any>,
 }
