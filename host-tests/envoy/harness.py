@@ -12,6 +12,9 @@ import time
 import urllib.error
 import urllib.request
 
+import config_schema
+from config_schema import STATS_TAGS
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "target", "release")
 WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
@@ -62,7 +65,11 @@ def read_protos(*names):
     return {n: open(os.path.join(PROTOS, n)).read() for n in names}
 
 
-def wasm_filter(plugin_config, module=WASM):
+def wasm_filter(plugin_config, module=WASM, check_schema=True):
+    """The filter with `plugin_config`, which the configuration's JSON
+    Schema (Kong's metadata) must take, unless the test gives a bad one."""
+    if check_schema:
+        config_schema.check(plugin_config)
     return {"name": "envoy.filters.http.wasm", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
         "config": {
@@ -95,6 +102,9 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
     limit = {} if buffer_limit is None else {"per_connection_buffer_limit_bytes": buffer_limit}
     config = {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "stats_config": {"stats_tags": STATS_TAGS},
+        # Histograms reach /stats when Envoy flushes them (5 s by default).
+        "stats_flush_interval": "0.5s",
         "static_resources": {
             "listeners": [{
                 "name": "ingress",
@@ -211,7 +221,8 @@ def validate(plugin_config):
     env.port, env.admin = free_port(), free_port()
     path = os.path.join(tempfile.mkdtemp(prefix="grpc-wasm-envoy-"), "envoy.json")
     with open(path, "w") as f:
-        json.dump(envoy_config(env.port, env.admin, plugin_config, [("/", "none", free_port())]), f)
+        filters = [wasm_filter(plugin_config, check_schema=False)]
+        json.dump(envoy_config(env.port, env.admin, plugin_config, [("/", "none", free_port())], filters), f)
     proc = subprocess.run([envoy_binary(), "--mode", "validate", "-c", path, "--disable-hot-restart", "-l", "info"],
                           capture_output=True, text=True, timeout=60)
     return proc.returncode, proc.stdout + proc.stderr

@@ -3,6 +3,7 @@ the gRPC method itself through proxy_grpc_call / proxy_grpc_stream."""
 
 import http.client
 import json
+import re
 import socket
 import time
 import urllib.error
@@ -156,6 +157,37 @@ def test_metadata_from_prefixed_headers(testing):
     assert status == 200, testing.log()
     assert body["metadata"]["user"] == "ann", body
     assert not any(k.startswith("grpc-metadata") for k in body["metadata"]), body
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_trace_context_and_user_agent_reach_the_upstream(testing):
+    """Envoy puts no trace context on the calls a filter makes (envoy#22028):
+    the filter carries traceparent and tracestate on, and names itself."""
+    status, body, _ = send(testing, "POST", "/grpcwasm.testing.Testing/EchoMetadata", {},
+                           {"traceparent": TRACEPARENT, "tracestate": "congo=t61rcWkgMzE",
+                            "x-request-id": "r-1", "user-agent": "curl/8"})
+    assert status == 200, testing.log()
+    metadata = body["metadata"]
+    assert metadata["traceparent"] == TRACEPARENT, body
+    assert metadata["tracestate"] == "congo=t61rcWkgMzE", body
+    assert "x-request-id" not in metadata, body
+    assert re.fullmatch(r"grpc-wasm/\d+\.\d+\.\d+( .*)?", metadata["user-agent"]), body
+
+
+def test_configured_headers_propagate_instead(servers):
+    proxy = callout_envoy(servers, "testing", propagate=["x-request-id", "b3"])
+    try:
+        b3 = "80f198ee56343ba8-e457b5a2e4d86bd1-1"
+        status, body, _ = send(proxy, "POST", "/grpcwasm.testing.Testing/EchoMetadata", {},
+                               {"traceparent": TRACEPARENT, "x-request-id": "r-1", "b3": b3})
+        assert status == 200, proxy.log()
+        metadata = body["metadata"]
+        assert (metadata["x-request-id"], metadata["b3"]) == ("r-1", b3), body
+        assert "traceparent" not in metadata, body
+    finally:
+        proxy.stop()
 
 
 def test_server_down_is_unavailable(servers):

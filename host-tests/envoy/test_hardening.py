@@ -344,3 +344,17 @@ def assert_serves_small_on(proxy, servers):
     status, body, _ = proxy.post("/grpcwasm.testing.Testing/Large", {"size": 1}, {"x-rogue": "none"})
     assert (status, body) == (501, {"code": 12, "message": "unknown x-rogue mode 'none'", "details": []}), \
         proxy.log()[-2000:]
+
+
+def test_a_down_upstream_is_unavailable_with_envoys_cause():
+    """A transcoded request whose upstream refuses the connection: Envoy
+    answers 503 itself, and the client learns why, not only the status."""
+    proxy = Envoy({"protos": read_protos("helloworld.proto")}, [("/", "down", free_port())])
+    try:
+        status, body, _ = proxy.post("/helloworld.Greeter/SayHello", {"name": "x"})
+        assert (status, body["code"]) == (503, 14), body
+        cause = "HTTP status 503 from a non-gRPC response: upstream_reset_before_response_started{"
+        assert body["message"].startswith(cause), body
+        assert "connection_failure" in body["message"], body
+    finally:
+        proxy.stop()

@@ -9,6 +9,7 @@ import tempfile
 import time
 import urllib.error
 
+import config_schema
 from harness import ROOT, WASM, free_port, post_json, stop_process
 
 BUILD_SCRIPT = os.path.join(ROOT, "scripts", "build-ngx-wasm.sh")
@@ -70,6 +71,9 @@ class NgxWasm:
 
     def __init__(self, plugin_config, routes, workers=1, inline=None,
                  body_buffer="16m", response_buffers="8 1m", wait=True, sha256=None):
+        # What the filter is given (inline and fetched) is what Kong's
+        # metadata says a configuration may be.
+        config_schema.check(plugin_config)
         self.port, self.config_port = free_port(), free_port()
         self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-ngx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
@@ -79,6 +83,7 @@ class NgxWasm:
             inline = {"fetch": {"upstream": f"127.0.0.1:{self.config_port}", "path": "/grpc-wasm.json"}}
             if sha256 is not None:
                 inline["fetch"]["sha256"] = sha256
+        config_schema.check(inline)
         text = json.dumps(inline)
         assert "'" not in text, "the inline configuration is quoted with '"
         locations = "".join(LOCATION.format(prefix=p, port=port) for p, _, port in routes)

@@ -242,3 +242,12 @@ def test_a_kept_stream_after_its_end_lets_the_worker_exit(servers, transport):
     proxy.stop()
     assert proxy.proc.returncode == 0, proxy.log()[-3000:]
     assert time.time() - started < 5
+
+
+@pytest.mark.parametrize("transport", ["runtime", "cosocket"])
+def test_a_plaintext_call_to_a_tls_server_hints_at_tls(nginx, transport):
+    status, body = nginx.get(f"/t/plaintext_to_tls?transport={transport}")
+    assert status == 200
+    ok, name, message = body.strip().split(" | ")
+    assert (ok, name) == ("false", "UNAVAILABLE"), body
+    assert "does the server want TLS? connect with TLS options: ca, host" in message, body

@@ -72,6 +72,12 @@ typedef struct {
 } grpc_wasm_event;
 
 /**
+ * The shim's version (the project's), as a static C string: the Lua API
+ * refuses a shim of another release.
+ */
+const char *grpc_wasm_version(void);
+
+/**
  * The last error of this thread, as a C string (valid until the next call).
  */
 const char *grpc_wasm_last_error(void);
@@ -168,6 +174,16 @@ int32_t grpc_wasm_wire_input(uint32_t conn,
  * else 0; -1 for an unknown connection.
  */
 int32_t grpc_wasm_wire_pending(uint32_t conn);
+
+/**
+ * This worker's metrics as text, one a line (NULL on failure, see
+ * [`grpc_wasm_last_error`]); valid until the next call of this function
+ * on this thread.
+ *
+ * # Safety
+ * `len` points to a writable size.
+ */
+const char *grpc_wasm_metrics(size_t *len);
 
 /**
  * The bytes a wire connection has for its socket (NULL when none); valid

@@ -126,6 +126,13 @@ unsafe fn text(ptr: *const c_char) -> Option<String> {
     })
 }
 
+/// The shim's version (the project's), as a static C string: the Lua API
+/// refuses a shim of another release.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
 /// The last error of this thread, as a C string (valid until the next call).
 #[no_mangle]
 pub extern "C" fn grpc_wasm_last_error() -> *const c_char {
@@ -465,6 +472,34 @@ pub extern "C" fn grpc_wasm_wire_pending(conn: u32) -> i32 {
 
 thread_local! {
     static OUTPUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static METRICS: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// This worker's metrics as text, one a line (NULL on failure, see
+/// [`grpc_wasm_last_error`]); valid until the next call of this function
+/// on this thread.
+///
+/// # Safety
+/// `len` points to a writable size.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_metrics(len: *mut usize) -> *const c_char {
+    let mut ptr = std::ptr::null();
+    let mut size = 0;
+    guard(|| {
+        let p = process()?;
+        METRICS.with(|m| {
+            let mut m = m.borrow_mut();
+            *m = p.client.metrics();
+            ptr = m.as_ptr();
+            size = m.len();
+        });
+        Ok(0)
+    });
+    if !len.is_null() {
+        // SAFETY: not NULL, so it points to a usize (this function's contract).
+        unsafe { *len = size };
+    }
+    ptr.cast()
 }
 
 /// The bytes a wire connection has for its socket (NULL when none); valid

@@ -37,6 +37,7 @@ impl Notifier {
     /// Listens on a socket in a fresh private directory under `parent`;
     /// the reader may connect (and reconnect) at any time.
     pub fn listen(parent: &Path) -> std::io::Result<Arc<Notifier>> {
+        sweep_stale(parent);
         let dir = private_dir(parent)?;
         let path = dir.join("wake.sock");
         let listener = match UnixListener::bind(&path) {
@@ -46,6 +47,7 @@ impl Notifier {
                 return Err(e);
             }
         };
+        remove_at_exit(&dir, &path);
         let notifier = Arc::new(Notifier {
             dir,
             path,
@@ -126,6 +128,72 @@ impl Drop for Notifier {
     }
 }
 
+/// What an exiting process removes: the worker's Notifier lives as long as
+/// the process, whose statics are never dropped, and an nginx worker ends
+/// with exit(), which runs atexit handlers.
+static AT_EXIT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+extern "C" {
+    fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
+}
+
+extern "C" fn remove_sockets() {
+    // Never panics: a poisoned lock still holds the paths.
+    let paths = match AT_EXIT.lock() {
+        Ok(paths) => paths,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    for path in paths.iter() {
+        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_dir(path);
+    }
+}
+
+/// Registers the socket and its directory (in that order) for removal at
+/// exit; the handler once per process.
+fn remove_at_exit(dir: &Path, socket: &Path) {
+    let mut paths = lock(&AT_EXIT);
+    if paths.is_empty() {
+        // SAFETY: `remove_sockets` is a plain `extern "C" fn()` that lives
+        // as long as the process; atexit only stores it.
+        let _ = unsafe { atexit(remove_sockets) };
+    }
+    paths.push(socket.to_path_buf());
+    paths.push(dir.to_path_buf());
+}
+
+/// Removes the directories that processes now gone left in `parent` (a
+/// worker killed by a signal runs no exit handler): only ours, of this
+/// user, named `grpc-wasm-<pid>-<hex>` with no process `pid`. A live
+/// process of that pid keeps its directory, whoever it is.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let me = rustix::process::geteuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = stale_pid(&name.to_string_lossy()) else {
+            continue;
+        };
+        let ours = entry
+            .metadata()
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == me && m.is_dir());
+        if ours && !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_file(entry.path().join("wake.sock"));
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
+/// The pid in a directory name `private_dir` makes.
+fn stale_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("grpc-wasm-")?;
+    let (pid, random) = rest.split_once('-')?;
+    let hex = random.len() == 8 && random.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then(|| pid.parse().ok()).flatten()
+}
+
 /// A new directory only this user can enter; `mkdir` fails on any existing
 /// name, so a directory (or link) planted in advance is never used.
 fn private_dir(parent: &Path) -> std::io::Result<PathBuf> {
@@ -197,6 +265,35 @@ mod tests {
     use std::io::{BufRead, Read};
     use std::os::unix::fs::MetadataExt;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn directories_of_gone_processes_are_swept_and_live_ones_kept() {
+        let parent = std::env::temp_dir().join(format!("grpc-wasm-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&parent).unwrap();
+        // A pid that was a process a moment ago and is none now.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let stale = parent.join(format!("grpc-wasm-{gone}-0000abcd"));
+        let live = parent.join(format!("grpc-wasm-{}-0000abcd", std::process::id()));
+        let other = parent.join(format!("grpc-wasm-{gone}-notours"));
+        for dir in [&stale, &live, &other] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        std::fs::write(stale.join("wake.sock"), b"").unwrap();
+        let notifier = Notifier::listen(&parent).unwrap();
+        assert!(!stale.exists());
+        assert!(live.exists() && other.exists());
+        // The new one registered for removal at exit.
+        assert!(lock(&AT_EXIT).contains(&notifier.path().to_path_buf()));
+        drop(notifier);
+        for dir in [&live, &other] {
+            std::fs::remove_dir(dir).unwrap();
+        }
+        std::fs::remove_dir(&parent).unwrap();
+        assert_eq!(stale_pid("grpc-wasm-12-0a0b0c0d"), Some(12));
+        assert_eq!(stale_pid("grpc-wasm-12-xyz"), None);
+    }
 
     /// Reads until a byte 1 ("calls are ready") comes, skipping heartbeats.
     fn woken(stream: &mut UnixStream, within: Duration) -> bool {

@@ -156,6 +156,16 @@ unsafe fn start(cfg: Option<&str>, tq: Task) -> Result<(), String> {
         }
         _ => Value::Null,
     };
+    // resty.ffi.grpc says its version; a shim of another release refuses
+    // it rather than misread its tasks.
+    if let Some(lua) = cfg["version"].as_str() {
+        let shim = env!("CARGO_PKG_VERSION");
+        if lua != shim {
+            return Err(format!(
+                "resty.ffi.grpc is {lua}, and liblua_shim.so is {shim}: install both from the same release"
+            ));
+        }
+    }
     let module = cfg["module"]
         .as_str()
         .map(str::to_string)
@@ -344,6 +354,7 @@ impl Runtime {
                     .map_err(|e| e.to_string())?;
                 done(c.load_descriptor_set(&bytes))
             }
+            "metrics" => Ok(c.metrics().into_bytes()),
             "json_options" => {
                 done(c.set_print_options(r["options"].as_object().cloned().unwrap_or_default()))
             }

@@ -46,6 +46,14 @@ pub extern "C" fn grpc_wasm_buffer(len: usize) -> *mut u8 {
     })
 }
 
+/// The module's version (`crate::VERSION`): address in the high 32 bits,
+/// length in the low. A host built from another version refuses the module.
+#[no_mangle]
+pub extern "C" fn grpc_wasm_version() -> u64 {
+    let version = crate::VERSION.as_bytes();
+    ((version.as_ptr() as usize as u64) << 32) | version.len() as u64
+}
+
 /// The last operation's output: address in the high 32 bits, length in the low.
 #[no_mangle]
 pub extern "C" fn grpc_wasm_result() -> u64 {

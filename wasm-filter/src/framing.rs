@@ -150,6 +150,8 @@ pub struct FrameDecoder {
     remaining: usize,
     /// The budget `remaining` was set to, for the error.
     total: usize,
+    /// The envelopes returned so far.
+    returned: u64,
 }
 
 impl Default for FrameDecoder {
@@ -168,6 +170,7 @@ impl FrameDecoder {
             encoding,
             remaining: usize::MAX,
             total: usize::MAX,
+            returned: 0,
         }
     }
 
@@ -236,6 +239,7 @@ impl FrameDecoder {
         };
         self.remaining -= payload.len();
         self.start += HEADER_LEN + len;
+        self.returned += 1;
         Ok(Some(Envelope {
             flags: flags & !COMPRESSED,
             payload,
@@ -246,6 +250,11 @@ impl FrameDecoder {
     /// memory, whatever of it is still to be returned.
     pub fn capacity(&self) -> usize {
         self.buf.capacity()
+    }
+
+    /// How many envelopes (messages) it returned.
+    pub fn returned(&self) -> u64 {
+        self.returned
     }
 
     /// Bytes received but not yet returned as a message.

@@ -28,6 +28,14 @@ pub mod web;
 #[cfg(all(target_arch = "wasm32", feature = "proxy-module"))]
 pub mod abi;
 
+/// The project's version: the workspace's, in every artifact (the
+/// module, the shim, the Lua API, the npm package).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The `user-agent` of every call the module makes, in gRPC's
+/// `grpc-<implementation>/<version>` form.
+pub const USER_AGENT: &str = concat!("grpc-wasm/", env!("CARGO_PKG_VERSION"));
+
 pub use code::Code;
 pub use descriptors::{Method, Registry, StreamingKind};
 pub use deterministic::encode_deterministic;

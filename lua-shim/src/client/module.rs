@@ -14,6 +14,12 @@ use crate::sync::lock;
 use crate::transport::{NewCall, RunningCall, Sink, Started};
 
 impl Client {
+    /// The module's metrics in this process, as text (one metric a line;
+    /// see `host::metrics::Metrics::text`).
+    pub fn metrics(&self) -> String {
+        lock(&self.inner.host).metrics_text()
+    }
+
     /// Transport events into the module; returns the calls woken.
     pub(super) fn produced(&self, produced: Produced) -> Vec<CallId> {
         if produced.is_empty() {

@@ -5,7 +5,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use grpc_wasm::proxy::contract::{BufferType, MapType, ProxyStatus, HOST_PROPERTY, SHIM_HOST};
+use grpc_wasm::proxy::contract::{
+    BufferType, MapType, MetricType, ProxyStatus, HOST_PROPERTY, SHIM_HOST,
+};
 use wasmtime::{Caller, Linker};
 
 use super::state::{GrpcCommand, HostState, LocalReply, TokenKind};
@@ -71,7 +73,39 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     answering!(linker, "proxy_grpc_close", grpc_close, (token: u32));
     answering!(linker, "proxy_grpc_cancel", grpc_cancel, (token: u32));
     answering!(linker, "proxy_get_status", get_status, (code_ptr: u32, ret_ptr: u32, ret_len: u32));
+    answering!(linker, "proxy_define_metric", define_metric,
+        (kind: u32, ptr: u32, len: u32, id_ptr: u32));
+    answering!(linker, "proxy_increment_metric", increment_metric, (id: u32, offset: i64));
+    answering!(linker, "proxy_record_metric", record_metric, (id: u32, value: u64));
     Ok(())
+}
+
+fn define_metric(mut c: Ctx, kind: u32, ptr: u32, len: u32, id_ptr: u32) -> ProxyStatus {
+    let Ok(kind) = MetricType::try_from(kind) else {
+        return ProxyStatus::BadArgument;
+    };
+    let Some(name) = read_str(&mut c, ptr, len) else {
+        return ProxyStatus::InvalidMemoryAccess;
+    };
+    match c.data_mut().metrics.define(kind, &name) {
+        Ok(id) if write_u32(&mut c, id_ptr, id) => ProxyStatus::Ok,
+        Ok(_) => ProxyStatus::InvalidMemoryAccess,
+        Err(status) => status,
+    }
+}
+
+fn increment_metric(mut c: Ctx, id: u32, offset: i64) -> ProxyStatus {
+    match c.data_mut().metrics.increment(id, offset) {
+        Ok(()) => ProxyStatus::Ok,
+        Err(status) => status,
+    }
+}
+
+fn record_metric(mut c: Ctx, id: u32, value: u64) -> ProxyStatus {
+    match c.data_mut().metrics.record(id, value) {
+        Ok(()) => ProxyStatus::Ok,
+        Err(status) => status,
+    }
 }
 
 fn set_tick_period(mut c: Ctx, ms: u32) -> ProxyStatus {

@@ -6,6 +6,7 @@
 
 pub mod cache;
 mod imports;
+pub mod metrics;
 pub mod state;
 
 use std::path::Path;
@@ -69,7 +70,11 @@ impl ProxyHost {
     pub fn restart(&mut self) -> Result<(), HostError> {
         let fresh = Self::instantiate(self.module.clone(), self.memory_limit)?;
         let (last_id, last_token) = (self.next_context, self.store.data().next_token);
+        let metrics = std::mem::take(&mut self.store.data_mut().metrics);
         *self = fresh;
+        // The metrics count on: the fresh module defines the same names
+        // again, and gets the same ids.
+        self.store.data_mut().metrics = metrics;
         // Ids and tokens keep counting: a late transport event of an old
         // call must not reach a new call that took its token.
         self.next_context = last_id;
@@ -89,6 +94,11 @@ impl ProxyHost {
     /// (their caller's choice, for the message being fed).
     pub fn send_uncompressed(&mut self, on: bool) {
         self.store.data_mut().uncompressed_sends = on;
+    }
+
+    /// The module's metrics as text (see [`metrics::Metrics::text`]).
+    pub fn metrics_text(&self) -> String {
+        self.store.data().metrics.text()
     }
 
     /// The module's memory size in bytes.
@@ -137,6 +147,7 @@ impl ProxyHost {
             scratch: export(&instance, &mut store, "grpc_wasm_buffer")?,
             result: export(&instance, &mut store, "grpc_wasm_result")?,
         };
+        check_version(module_version(&instance, &mut store, memory)?.as_deref())?;
         let start: TypedFunc<(u32, u32), u32> = export(&instance, &mut store, "proxy_on_vm_start")?;
         exports
             .context_create
@@ -445,5 +456,55 @@ fn no_route() -> LocalReply {
         http_status: 404,
         body: Vec::new(),
         headers: HeaderBlock::default(),
+    }
+}
+
+/// The version a module says it is (`grpc_wasm_version`); `None` for a
+/// module from before it said.
+fn module_version(
+    instance: &wasmtime::Instance,
+    store: &mut Store<HostState>,
+    memory: wasmtime::Memory,
+) -> Result<Option<String>, HostError> {
+    let Ok(version) = instance.get_typed_func::<(), u64>(&mut *store, "grpc_wasm_version") else {
+        return Ok(None);
+    };
+    let packed = version.call(&mut *store, ()).map_err(trap)?;
+    let (addr, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+    let bytes = memory
+        .data(&*store)
+        .get(addr..addr.saturating_add(len))
+        .ok_or(HostError::BadBuffer)?;
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// The shim runs only the module of its own release: the two agree on
+/// the host's contract (its functions, properties and foreign functions),
+/// which changes between versions.
+fn check_version(module: Option<&str>) -> Result<(), HostError> {
+    let shim = env!("CARGO_PKG_VERSION");
+    match module {
+        Some(version) if version == shim => Ok(()),
+        other => Err(HostError::Load(format!(
+            "the module is grpc-wasm {}, and liblua_shim.so is {shim}: install both from the same release",
+            other.unwrap_or("from before 0.1.0 (it has no grpc_wasm_version)")
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    #[test]
+    fn only_the_modules_of_the_shims_own_version_load() {
+        let mine = env!("CARGO_PKG_VERSION");
+        assert!(super::check_version(Some(mine)).is_ok());
+        assert_eq!(
+            super::check_version(Some("0.0.1")).unwrap_err().to_string(),
+            format!("cannot load the wasm module: the module is grpc-wasm 0.0.1, and liblua_shim.so is {mine}: install both from the same release")
+        );
+        assert!(super::check_version(None)
+            .unwrap_err()
+            .to_string()
+            .contains("from before 0.1.0"));
     }
 }

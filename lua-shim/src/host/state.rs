@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use wasmtime::{Memory, TypedFunc};
 
+use super::metrics::Metrics;
 use crate::call::{CallId, GrpcTarget, HeaderBlock, Token};
 
 #[derive(Default)]
@@ -108,6 +109,8 @@ pub struct HostState {
     /// While the client feeds a message its caller sends uncompressed: the
     /// message the module sends meanwhile goes so.
     pub uncompressed_sends: bool,
+    /// The module's metrics (see `metrics`).
+    pub metrics: Metrics,
 }
 
 /// What a token names. A unary call that succeeds ends with its message:

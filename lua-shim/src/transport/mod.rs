@@ -216,6 +216,11 @@ pub(crate) fn h2_failure(e: &h2::Error) -> Status {
             Code::Internal,
             format!("the server's answer broke HTTP/2: {e}"),
         ),
+        // A TLS server's alert, read as HTTP/2, is a frame far too large.
+        Some(h2::Reason::FRAME_SIZE_ERROR) if !e.is_remote() => Status::new(
+            Code::Unavailable,
+            format!("the connection failed: {e} (does the server want TLS? connect with TLS options: ca, host)"),
+        ),
         _ if e.is_io() || e.is_go_away() => {
             Status::new(Code::Unavailable, format!("the connection failed: {e}"))
         }

@@ -16,7 +16,8 @@ use crate::status::Status;
 use crate::timeout::encode_timeout;
 
 use super::callout_rules::{
-    call_metadata, check_whole, closed_status, deadline_ms, split_messages, ValueScanner,
+    add_user_agent, call_metadata, check_whole, closed_status, deadline_ms, split_messages,
+    ValueScanner,
 };
 use super::config::{Callout, FilterConfig};
 use super::contract::{
@@ -27,6 +28,7 @@ use super::held::Held;
 use super::host::{self, *};
 use super::http_body::{self, At, RawBody};
 use super::id_map::IdMap;
+use super::metrics::Meter;
 use super::pairs;
 use super::transcode_rules::{self, Reply, Route};
 
@@ -61,6 +63,16 @@ pub struct Call {
     unary_stream: bool,
     /// An HttpBody response gathered for the final reply.
     raw: Option<RawBody>,
+    /// The call ended in an error of the filter's own (a limit, a message
+    /// it could not transcode), not the upstream's.
+    failed_here: bool,
+}
+
+impl Call {
+    /// Whether the call ended in an error of the filter's own.
+    pub fn failed_here(&self) -> bool {
+        self.failed_here
+    }
 }
 
 thread_local! {
@@ -101,7 +113,8 @@ pub fn prepare_with(callout: &Callout, headers: &HeaderMap) -> Result<Call, Stat
     }
     let timeout = timeout.map(String::from_utf8_lossy);
     let deadline_ms = deadline_ms(callout, timeout.as_deref())?;
-    let metadata = call_metadata(callout, headers.pairs())?;
+    let mut metadata = call_metadata(callout, headers.pairs())?;
+    add_user_agent(&mut metadata);
     let upstream = match chosen {
         Some(chosen) => chosen.to_vec(),
         None => callout.upstream.clone(),
@@ -148,6 +161,7 @@ pub fn start_with_body(
     call: &mut Call,
     context_id: ContextId,
     body: &[u8],
+    meter: &mut Meter,
 ) -> Result<(), Reply> {
     let message = transcode_rules::encode_message(config, route, body)?;
     let unary = route.method.streaming() == StreamingKind::Unary;
@@ -167,6 +181,7 @@ pub fn start_with_body(
     }
     .map_err(|s| host_refused(config, s))?;
     own(call, token, context_id);
+    meter.sent(1, message.len() + 5);
     Ok(())
 }
 
@@ -191,6 +206,7 @@ pub fn send_streamed(
     call: &mut Call,
     body: &[u8],
     end: bool,
+    meter: &mut Meter,
 ) -> Result<usize, Reply> {
     let bad_request =
         |message: String| Reply::error(config, &Status::new(Code::InvalidArgument, message));
@@ -209,6 +225,7 @@ pub fn send_streamed(
     for value in values {
         let message = transcode_rules::encode_message(config, &plain, value)?;
         grpc_send(call.token, &message).map_err(|s| host_refused(config, s))?;
+        meter.sent(1, message.len() + 5);
     }
     if end {
         check_whole(&body[used..]).map_err(bad_request)?;
@@ -383,6 +400,7 @@ fn gather(config: &FilterConfig, call: &mut Call, wire: usize, added: usize) -> 
 /// Ends a call whose response passed `max_response_bytes`.
 fn over_limit(config: &FilterConfig, call: &mut Call, size: usize) -> Reply {
     let reply = transcode_rules::too_large(config, "response", size, config.max_response_bytes);
+    call.failed_here = true;
     let _ = grpc_cancel(call.token);
     forget(call.token);
     let _ = drop_messages(call);
@@ -460,6 +478,7 @@ fn trailing_details(call: &Call) -> Option<Vec<u8>> {
 }
 
 fn fail(config: &FilterConfig, call: &mut Call, status: Status) -> Reply {
+    call.failed_here = true;
     if call.token != Token(0) {
         let _ = grpc_cancel(call.token);
         forget(call.token);
@@ -481,11 +500,10 @@ pub fn expire(config: &FilterConfig, call: &mut Call) -> Option<Reply> {
     if ended || elapsed_ms(call) < call.deadline_ms {
         return None;
     }
-    Some(fail(
-        config,
-        call,
-        Status::deadline_exceeded(call.deadline_ms),
-    ))
+    let reply = fail(config, call, Status::deadline_exceeded(call.deadline_ms));
+    // The call's own end, as the host's deadline would have made it.
+    call.failed_here = false;
+    Some(reply)
 }
 
 /// The HTTP stream ended first: the host would let the call run on.

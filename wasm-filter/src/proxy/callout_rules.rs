@@ -55,7 +55,7 @@ pub fn call_metadata<'a>(
         let prefixed = name.len() >= METADATA_PREFIX.len()
             && name[..METADATA_PREFIX.len()].eq_ignore_ascii_case(METADATA_PREFIX.as_bytes());
         if !prefixed {
-            if callout.forward_request_headers {
+            if callout.forward_request_headers || propagates(callout, name) {
                 forward_header(name, value, &mut checked, &mut out);
             }
             continue;
@@ -78,6 +78,21 @@ pub fn call_metadata<'a>(
         out.push((key, text));
     }
     Ok(out)
+}
+
+/// Names the call's client: gRPC's `grpc-<implementation>/<version>`,
+/// unless a forwarded request's own `user-agent` goes on.
+pub fn add_user_agent(metadata: &mut Vec<(String, String)>) {
+    if !metadata.iter().any(|(k, _)| k == "user-agent") {
+        metadata.push(("user-agent".into(), crate::USER_AGENT.into()));
+    }
+}
+
+fn propagates(callout: &Callout, name: &[u8]) -> bool {
+    callout
+        .propagate
+        .iter()
+        .any(|p| p.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// Request headers that say something about the HTTP exchange rather than
@@ -351,8 +366,51 @@ mod tests {
             upstream_header: None,
             max_timeout_ms: 60_000,
             forward_metadata: None,
+            propagate: crate::proxy::config::DEFAULT_PROPAGATE
+                .map(String::from)
+                .to_vec(),
             forward_request_headers: false,
         }
+    }
+
+    #[test]
+    fn trace_context_goes_on_under_its_own_names() {
+        let headers: Vec<(&[u8], &[u8])> = vec![
+            (
+                b"TraceParent",
+                b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            (b"tracestate", b"congo=t61rcWkgMzE"),
+            (b"x-request-id", b"r-1"),
+            (b"authorization", b"Bearer t"),
+        ];
+        let traced = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            call_metadata(&callout(), headers.iter().copied()).unwrap(),
+            vec![
+                traced("x-origin", "proxy"),
+                traced(
+                    "traceparent",
+                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+                ),
+                traced("tracestate", "congo=t61rcWkgMzE"),
+            ]
+        );
+        let more = Callout {
+            propagate: vec!["x-request-id".into()],
+            ..callout()
+        };
+        let mut metadata = call_metadata(&more, headers.iter().copied()).unwrap();
+        add_user_agent(&mut metadata);
+        assert_eq!(
+            metadata,
+            vec![
+                traced("x-origin", "proxy"),
+                traced("x-request-id", "r-1"),
+                traced("user-agent", crate::USER_AGENT),
+            ]
+        );
+        assert!(crate::USER_AGENT.starts_with("grpc-wasm/0."));
     }
 
     #[test]

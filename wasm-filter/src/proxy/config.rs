@@ -141,7 +141,13 @@ struct RawCallout {
     max_timeout_ms: u64,
     #[serde(default)]
     forward_metadata: Option<Vec<String>>,
+    #[serde(default)]
+    propagate: Option<Vec<String>>,
 }
+
+/// The request headers a call carries on as metadata by default: W3C trace
+/// context, which Envoy does not put on the calls a filter makes.
+pub const DEFAULT_PROPAGATE: [&str; 2] = ["traceparent", "tracestate"];
 
 fn default_timeout_ms() -> u64 {
     DEFAULT_TIMEOUT_MS
@@ -170,6 +176,10 @@ pub struct Callout {
     /// The `grpc-metadata-<key>` keys a client may send (lower case); `None`
     /// forwards every key the metadata rules allow.
     pub forward_metadata: Option<Vec<String>>,
+    /// Request headers (lower case) that the call carries on as metadata
+    /// under their own names: trace context (`traceparent`, `b3`,
+    /// `x-request-id`).
+    pub propagate: Vec<String>,
     /// Whether the request's own headers become the call's metadata, as
     /// they would reach the upstream if the request went on (the calls of
     /// bodiless requests in transcoding mode; see [`Callout::to_cluster`]).
@@ -188,6 +198,7 @@ impl Callout {
             upstream_header: None,
             max_timeout_ms: DEFAULT_MAX_TIMEOUT_MS,
             forward_metadata: None,
+            propagate: Vec::new(),
             forward_request_headers: true,
         }
     }
@@ -438,6 +449,13 @@ fn check_callout(raw: RawCallout) -> Result<Callout, String> {
             .append(key, MetadataValue::Ascii(value.clone()))
             .map_err(|e| format!("callout.metadata: {e}"))?;
     }
+    let propagate = match raw.propagate {
+        Some(names) => names.iter().map(|n| n.to_ascii_lowercase()).collect(),
+        None => DEFAULT_PROPAGATE.map(String::from).to_vec(),
+    };
+    for name in &propagate {
+        check_propagated(name)?;
+    }
     Ok(Callout {
         upstream,
         timeout_ms: raw.timeout_ms,
@@ -447,8 +465,28 @@ fn check_callout(raw: RawCallout) -> Result<Callout, String> {
         forward_metadata: raw
             .forward_metadata
             .map(|keys| keys.iter().map(|k| k.to_ascii_lowercase()).collect()),
+        propagate,
         forward_request_headers: false,
     })
+}
+
+/// A header `callout.propagate` may name: one that metadata can carry,
+/// and not one of the proxy's own controls.
+fn check_propagated(name: &str) -> Result<(), String> {
+    let value = if crate::metadata::is_binary_key(name) {
+        MetadataValue::Binary(Vec::new())
+    } else {
+        MetadataValue::Ascii(String::new())
+    };
+    Metadata::new()
+        .append(name, value)
+        .map_err(|e| format!("callout.propagate: {e}"))?;
+    if name.starts_with("x-envoy-") || name.starts_with("grpc-") {
+        return Err(format!(
+            "callout.propagate: {name}: the proxy's and gRPC's own headers are not propagated"
+        ));
+    }
+    Ok(())
 }
 
 /// The bindings of the exposed methods, and the ones left out with why.
@@ -656,5 +694,28 @@ mod tests {
             with_callout(serde_json::json!({"upstream": "a", "metadata": {"grpc-timeout": "1S"}}))
                 .unwrap_err();
         assert!(err.starts_with("callout.metadata: "), "{err}");
+        let c = with_callout(serde_json::json!({"upstream": "a"})).unwrap();
+        assert_eq!(c.callout.unwrap().propagate, ["traceparent", "tracestate"]);
+        let c = with_callout(serde_json::json!({"upstream": "a", "propagate": ["X-B3-TraceId"]}))
+            .unwrap();
+        assert_eq!(c.callout.unwrap().propagate, ["x-b3-traceid"]);
+        for (name, why) in [
+            (
+                "x-envoy-retry-on",
+                "x-envoy-retry-on: the proxy's and gRPC's own headers are not propagated",
+            ),
+            (
+                "grpc-timeout",
+                "metadata key 'grpc-timeout' is reserved for the gRPC protocol",
+            ),
+            (
+                "a b",
+                "invalid metadata key 'a b': only letters, digits, '-', '_' and '.'",
+            ),
+        ] {
+            let err = with_callout(serde_json::json!({"upstream": "a", "propagate": [name]}))
+                .unwrap_err();
+            assert_eq!(err, format!("callout.propagate: {why}"));
+        }
     }
 }

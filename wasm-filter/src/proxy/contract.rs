@@ -133,6 +133,15 @@ abi_enum! {
     }
 }
 
+abi_enum! {
+    /// A metric's kind (`proxy_metric_type_t`).
+    MetricType {
+        Counter = 0,
+        Gauge = 1,
+        Histogram = 2,
+    }
+}
+
 /// The shim's foreign function that hands a streamed message to its caller
 /// (arguments: the HTTP context id, little-endian u32, then the JSON).
 pub const DELIVER_FUNCTION: &str = "grpc_wasm.deliver";

@@ -41,6 +41,9 @@ impl Held {
             return Err(OverBudget { others, budget });
         }
         VM_TOTAL.with(|t| t.set(others + bytes));
+        if bytes != self.bytes {
+            super::metrics::held_bytes(others + bytes);
+        }
         self.bytes = bytes;
         Ok(())
     }

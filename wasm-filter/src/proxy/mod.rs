@@ -32,3 +32,4 @@ mod fetch;
 pub mod filter;
 mod held;
 pub mod host;
+pub mod metrics;

@@ -11,6 +11,7 @@
 local ffi = require("ffi")
 local cjson = require("cjson.safe")
 local native = require("resty.ffi.grpc.shim")
+local metrics = require("resty.ffi.grpc.metrics")
 
 local ngx = ngx
 local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring
@@ -22,7 +23,8 @@ local concat = table.concat
 local ffi_new, ffi_gc = ffi.new, ffi.gc
 local settings, getenv = native.settings, native.getenv
 
-local _M = { _VERSION = "0.1.0" }
+-- version and _VERSION: the project's (the shim's and the module's too).
+local _M = { _VERSION = native.VERSION, version = native.VERSION }
 
 local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
 -- A backend is a table of functions; ids are the shim's (numbers). Each
@@ -60,6 +62,29 @@ local BACKENDS = {
 }
 local backend
 local initialised
+
+-- Each worker publishes its metrics in the lua_shared_dict grpc.init
+-- named (metrics_dict), every metrics_interval ms, for grpc.prometheus.
+local function publish_metrics(premature)
+    if premature or not backend then
+        return
+    end
+    local text = backend.metrics()
+    if text then
+        metrics.publish(settings.metrics_dict, text)
+    end
+end
+
+local function start_publishing()
+    if not settings.metrics_dict then
+        return
+    end
+    local ok, err = ngx.timer.every((settings.metrics_interval or 1000) / 1000, publish_metrics)
+    if not ok then
+        ngx.log(ngx.ERR, "grpc-wasm: cannot publish metrics: ", err)
+    end
+end
+
 local function ready()
     if initialised == ngx.worker.pid() then
         return true
@@ -85,6 +110,7 @@ local function ready()
     backend = chosen
     _M.mode = mode
     initialised = ngx.worker.pid()
+    start_publishing()
     return true
 end
 
@@ -145,6 +171,50 @@ local function check_compression(compression)
     return true
 end
 
+-- The phases with a request whose headers a call may carry on.
+local REQUEST_PHASES = { rewrite = true, server_rewrite = true, access = true, content = true }
+
+-- The request headers grpc.init{propagate = ...} names (trace context),
+-- added to a call made while serving a request, under their own names,
+-- unless the call's metadata sets them. Values go as they came (a -bin
+-- header is base64 already).
+local function propagate(metadata)
+    local names = settings.propagate
+    if not names or not REQUEST_PHASES[ngx.get_phase()] then
+        return metadata
+    end
+    local var = ngx.var
+    for _, name in ipairs(names) do
+        if not (metadata and metadata[name[1]]) then
+            local value = var[name[2]]
+            if value then
+                metadata = metadata or {}
+                metadata[name[1]] = value
+            end
+        end
+    end
+    return metadata
+end
+
+-- grpc.init's propagate: a list of header names, kept as { key, variable }.
+local function check_propagate(list)
+    if list == nil then
+        return nil
+    end
+    if type(list) ~= "table" then
+        return nil, "propagate must be a list of header names, got " .. type(list)
+    end
+    local names = {}
+    for i, name in ipairs(list) do
+        if type(name) ~= "string" or not name:match("^[%w%-_.]+$") then
+            return nil, "propagate[" .. i .. "] must be a header name, got " .. tostring(name)
+        end
+        local key = name:lower()
+        names[i] = { key, "http_" .. key:gsub("[-.]", "_") }
+    end
+    return names
+end
+
 --- Sets where things are before first use: shim (path of liblua_shim.so),
 -- module (path of grpc_wasm.wasm), cache_dir (compiled module cache;
 -- default $XDG_CACHE_HOME/grpc-wasm, ~/.cache/grpc-wasm or
@@ -157,7 +227,12 @@ end
 -- max_queued_bytes (the response bytes, as JSON, a call holds for its
 -- caller before its stream is no longer read: the server is then held by
 -- HTTP/2 flow control; default 4 MiB), compression (how requests are sent:
--- "identity", the default, or "gzip"; a call's own opts.compression wins).
+-- "identity", the default, or "gzip"; a call's own opts.compression wins),
+-- propagate (request headers, e.g. { "traceparent", "tracestate" }, that
+-- calls made while serving a request carry on as metadata; default none),
+-- metrics_dict (the name of a lua_shared_dict where each worker publishes
+-- its metrics for grpc.prometheus), metrics_interval (how often, in ms;
+-- default 1000).
 -- In init_by_lua (the master) it only records them: each worker sets
 -- itself up at its first use.
 function _M.init(opts)
@@ -181,13 +256,30 @@ function _M.init(opts)
     if not ok then
         return false, err
     end
+    ok, err = check_timeout(opts and opts.metrics_interval, "metrics_interval")
+    if not ok then
+        return false, err
+    end
+    if opts and opts.metrics_dict ~= nil then
+        local dok, derr = metrics.check_dict(opts.metrics_dict)
+        if not dok then
+            return false, derr
+        end
+    end
     local cap = opts and opts.max_queued_bytes
     if cap ~= nil and (type(cap) ~= "number" or cap ~= cap or cap < 1) then
         return false, "max_queued_bytes must be a number of bytes (1 or more), got " .. type(cap)
             .. (type(cap) == "number" and " " .. tostring(cap) or "")
     end
+    local propagated, perr = check_propagate(opts and opts.propagate)
+    if perr then
+        return false, perr
+    end
     for k, v in pairs(opts or {}) do
         settings[k] = v
+    end
+    if propagated then
+        settings.propagate = propagated
     end
     if settings.timeout then
         DEFAULT_TIMEOUT = settings.timeout
@@ -283,6 +375,56 @@ function _M.set_json_options(opts)
         return false, serr
     end
     return true
+end
+
+--- This worker's metrics: a list of { name, labels, kind ("counter",
+-- "gauge", "histogram"), value } or, for a histogram (milliseconds),
+-- { name, labels, kind, count, sum, buckets = { { le, count }, ... } },
+-- bucket counts cumulative. Or nil and an error.
+function _M.metrics()
+    local ok, err = ready()
+    if not ok then
+        return nil, err
+    end
+    local text, merr = backend.metrics()
+    if not text then
+        return nil, merr
+    end
+    local entries = metrics.parse(text)
+    for _, e in ipairs(entries) do
+        e.series, e.label_order = nil, nil
+    end
+    return entries
+end
+
+--- Every worker's metrics in Prometheus' text format (0.0.4): counters and
+-- histograms added up, gauges per worker (label worker), the call
+-- duration in seconds (grpc_client_handling_seconds). Needs
+-- grpc.init{metrics_dict = ...}; a worker's latest figures arrive within
+-- metrics_interval. Or nil and an error.
+function _M.prometheus()
+    local ok, err = ready()
+    if not ok then
+        return nil, err
+    end
+    local dict = settings.metrics_dict
+    local dok, derr = metrics.check_dict(dict)
+    if not dok then
+        return nil, derr
+    end
+    local text, merr = backend.metrics()
+    if not text then
+        return nil, merr
+    end
+    local pok, perr = metrics.publish(dict, text)
+    if not pok then
+        return nil, perr
+    end
+    local texts, cerr = metrics.collect(dict)
+    if not texts then
+        return nil, cerr
+    end
+    return metrics.exposition(texts)
 end
 
 local Conn = {}
@@ -525,6 +667,7 @@ local function start(conn, path, body, opts)
     if merr then
         return nil, merr
     end
+    metadata = propagate(metadata)
     local compression = opts and opts.compression
     local cok, cerr = check_compression(compression)
     if not cok then

@@ -167,7 +167,7 @@ impl Wire {
         self.executor.spawn(CONNECTION, async move {
             let why = match connection.await {
                 Ok(()) => "the server closed the connection".to_string(),
-                Err(e) => format!("the connection failed: {e}"),
+                Err(e) => super::h2_failure(&e).message,
             };
             *lock(&ended) = Some(why);
         });

@@ -15,7 +15,7 @@ use super::super::transcode_rules::{self, Reply, Route};
 use super::contexts::{with_stream, STREAMS};
 use super::host_kind::host_kind;
 use super::reply::{answer, internal, reply_details, PAUSE};
-use super::stream::{Phase, Stream};
+use super::stream::{Origin, Phase, Stream};
 
 const NO_GRPC_CALLS: &str = "callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" from the filter's configuration and put the filter in front of grpc_pass to transcode";
 
@@ -46,6 +46,12 @@ fn reply_to_call(stream: &mut Stream, context_id: ContextId, call: &Call, reply:
         return;
     }
     stream.phase = Phase::Answered;
+    let origin = if call.failed_here() {
+        Origin::Filter
+    } else {
+        Origin::Upstream
+    };
+    stream.end(reply.code, origin);
     if let Err(s) = set_effective_context(context_id) {
         log(
             LogLevel::Warn,
@@ -133,14 +139,16 @@ fn start_prepared(
     let started = if transcode_rules::streams_requests(&route) {
         callout_host::open_stream(&stream.config, &route, &mut call, context_id).and_then(|()| {
             if end_of_stream {
-                callout_host::send_streamed(&stream.config, &route, &mut call, b"", true)
+                let meter = &mut stream.meter;
+                callout_host::send_streamed(&stream.config, &route, &mut call, b"", true, meter)
                     .map(|_| ())
             } else {
                 Ok(())
             }
         })
     } else if end_of_stream {
-        callout_host::start_with_body(&stream.config, &route, &mut call, context_id, b"")
+        let meter = &mut stream.meter;
+        callout_host::start_with_body(&stream.config, &route, &mut call, context_id, b"", meter)
     } else {
         Ok(())
     };
@@ -183,6 +191,7 @@ pub(super) fn request_body(
                 &mut call,
                 &body,
                 end_of_stream,
+                &mut stream.meter,
             )?;
             // Sent messages leave the host's buffer (Envoy drains `used` bytes).
             let _ = set_buffer(BufferType::HttpRequestBody, used, b"");
@@ -190,7 +199,15 @@ pub(super) fn request_body(
         })
     } else if end_of_stream {
         read_body(&stream.config, size).and_then(|body| {
-            callout_host::start_with_body(&stream.config, &route, &mut call, context_id, &body)
+            let meter = &mut stream.meter;
+            callout_host::start_with_body(
+                &stream.config,
+                &route,
+                &mut call,
+                context_id,
+                &body,
+                meter,
+            )
         })
     } else {
         Ok(())

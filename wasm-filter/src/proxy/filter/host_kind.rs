@@ -33,6 +33,17 @@ impl HostKind {
     }
 
     /// Whether the host calls the filter with the response trailers.
+    /// Whether the host says why it made a response itself, in the property
+    /// `response.code_details` (Envoy).
+    pub(super) fn names_response_cause(self) -> bool {
+        self == HostKind::Other
+    }
+
+    /// Whether the filter defines metrics here (see `metrics`).
+    pub(super) fn defines_metrics(self) -> bool {
+        !self.is_ngx_wasm_module()
+    }
+
     pub(super) fn calls_trailers(self) -> bool {
         !self.is_ngx_wasm_module()
     }
@@ -171,9 +182,11 @@ mod tests {
     }
 
     /// Every capability, in a fixed order, for a table per host.
-    fn capabilities(kind: HostKind) -> [(&'static str, bool); 12] {
+    fn capabilities(kind: HostKind) -> [(&'static str, bool); 14] {
         [
             ("has_grpc_calls", kind.has_grpc_calls()),
+            ("names_response_cause", kind.names_response_cause()),
+            ("defines_metrics", kind.defines_metrics()),
             ("calls_trailers", kind.calls_trailers()),
             (
                 "sets_request_body_at_headers",
@@ -212,12 +225,23 @@ mod tests {
         let shim = learnt(Some((HOST_PROPERTY.as_bytes(), SHIM_HOST)));
         assert_eq!(shim, HostKind::Shim);
         for (name, has) in capabilities(envoy) {
-            let expected = matches!(name, "has_grpc_calls" | "calls_trailers");
+            let expected = matches!(
+                name,
+                "has_grpc_calls" | "calls_trailers" | "defines_metrics" | "names_response_cause"
+            );
             assert_eq!(has, expected, "Envoy: {name}");
         }
-        assert_eq!(capabilities(shim), capabilities(envoy));
+        for (shim, envoy) in capabilities(shim).iter().zip(capabilities(envoy)) {
+            // The shim makes no responses of its own.
+            if shim.0 != "names_response_cause" {
+                assert_eq!(*shim, envoy);
+            }
+        }
         for (name, has) in capabilities(ngx) {
-            let expected = !matches!(name, "has_grpc_calls" | "calls_trailers");
+            let expected = !matches!(
+                name,
+                "has_grpc_calls" | "calls_trailers" | "defines_metrics" | "names_response_cause"
+            );
             assert_eq!(has, expected, "ngx_wasm_module: {name}");
         }
     }

@@ -24,6 +24,7 @@ use super::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 use super::fetch;
 use super::host::{self, *};
 use super::http_rule::{escaped_again, is_raw_form_of};
+use super::metrics;
 use super::transcode_rules::{self, Plan};
 use crate::code::Code;
 use crate::status::Status;
@@ -122,6 +123,15 @@ fn install(root_id: ContextId, config: FilterConfig) -> u32 {
             // started them).
             let calls = config.callout.is_some() || !config.bindings.is_empty();
             let _ = host::ticks(root_id, calls);
+            if host_kind().defines_metrics() {
+                metrics::descriptor_files(config.registry.pool().files().len());
+                metrics::held_bytes(super::held::vm_total());
+            } else {
+                // Its metrics live in a shared slab that only its Lua
+                // bridge reads, and a definition the slab cannot hold
+                // traps the module.
+                metrics::turn_off("ngx_wasm_module traps a metric definition its shared memory cannot hold, and only its Lua bridge reads metrics");
+            }
             ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
             log(LogLevel::Info, "grpc-wasm: configured");
             1
@@ -168,12 +178,18 @@ pub extern "C" fn proxy_on_request_headers(
         let path = headers.get(":path").unwrap_or_default();
         let end_of_stream = end_of_stream != 0;
         let client_path = client_path();
-        match transcode_rules::plan(
+        let plan = transcode_rules::plan(
             &stream.config,
             http_method,
             client_path.as_deref().unwrap_or(path),
             headers.get("content-type"),
-        ) {
+        );
+        if let Plan::Transcode(route) = &plan {
+            let method = &route.method;
+            let metrics = metrics::of_method(method.path(), method.service_name(), method.name());
+            stream.meter.start(metrics);
+        }
+        match plan {
             Plan::PassThrough => CONTINUE,
             Plan::Reply(reply) => answer(stream, &reply),
             Plan::Transcode(route) if stream.config.callout.is_some() => {
@@ -337,8 +353,13 @@ pub extern "C" fn proxy_on_log(_context_id: u32) {}
 pub extern "C" fn proxy_on_delete(context_id: u32) {
     let context_id = ContextId(context_id);
     let removed = STREAMS.with(|s| s.borrow_mut().remove(&context_id));
-    if let Some(call) = removed.and_then(|st| st.try_borrow_mut().ok()?.call.take()) {
-        callout_host::cancel(&call);
+    if let Some(cell) = removed {
+        if let Ok(mut stream) = cell.try_borrow_mut() {
+            if let Some(call) = stream.call.take() {
+                callout_host::cancel(&call);
+            }
+            stream.meter.drop_unended();
+        }
     }
     ROOTS.with(|r| r.borrow_mut().remove(&context_id));
     fetch::forget(context_id);
@@ -357,6 +378,8 @@ pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u
 pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
     let token = Token(token);
     callout_callbacks::with_call(token, |stream, call, context_id| {
+        // The message as it came, in its gRPC frame.
+        stream.meter.received(1, size as usize + 5);
         let route = stream.route.as_ref()?;
         callout_host::on_message(&stream.config, route, call, context_id, size as usize)
     });

@@ -8,7 +8,7 @@ use super::super::contract::{Action, LogLevel, MapType};
 use super::super::host::*;
 use super::super::transcode_rules::Reply;
 use super::host_kind::host_kind;
-use super::stream::{Phase, Stream};
+use super::stream::{Origin, Phase, Stream};
 
 pub(super) const CONTINUE: u32 = Action::Continue as u32;
 pub(super) const PAUSE: u32 = Action::Pause as u32;
@@ -22,10 +22,17 @@ pub(super) fn internal(config: &FilterConfig, message: &str) -> Reply {
 /// Answers the stream with `reply`. Only a reply the host took answers
 /// it: when the host refuses one, the request goes on (CONTINUE) and the
 /// later callbacks must treat it as any other.
+/// `reply` is the filter's own answer.
 pub(super) fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
+    answer_from(stream, reply, Origin::Filter)
+}
+
+/// [`answer`] with a reply that says what `origin` decided.
+pub(super) fn answer_from(stream: &mut Stream, reply: &Reply, origin: Origin) -> u32 {
     let action = send_error(reply);
     if action == PAUSE {
         stream.phase = Phase::Answered;
+        stream.end(reply.code, origin);
     }
     action
 }
@@ -61,9 +68,14 @@ pub(super) fn reply_details() -> &'static str {
 }
 
 /// A reply from the response-headers callback.
-pub(super) fn answer_response(stream: &mut Stream, reply: &Reply, headers: &HeaderMap) -> u32 {
+pub(super) fn answer_response(
+    stream: &mut Stream,
+    reply: &Reply,
+    headers: &HeaderMap,
+    origin: Origin,
+) -> u32 {
     if !host_kind().replies_keep_response_headers() {
-        return answer(stream, reply);
+        return answer_from(stream, reply, origin);
     }
     // ngx_wasm_module's local reply from this callback keeps the upstream's
     // headers, and from nginx's own error pages (502, 504) it sends
@@ -96,5 +108,6 @@ pub(super) fn answer_response(stream: &mut Stream, reply: &Reply, headers: &Head
         );
     }
     stream.phase = Phase::ReplyInFirstChunk(reply.body.clone());
+    stream.end(reply.code, origin);
     CONTINUE
 }

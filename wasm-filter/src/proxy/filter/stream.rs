@@ -2,12 +2,14 @@
 
 use std::rc::Rc;
 
+use crate::code::Code;
 use crate::framing::{Compression, FrameDecoder};
 use crate::status::Status;
 
 use super::super::callout_host::Call;
 use super::super::config::FilterConfig;
 use super::super::held::Held;
+use super::super::metrics::{Cause, Meter};
 use super::super::transcode_rules::Route;
 
 pub(super) struct Stream {
@@ -25,6 +27,16 @@ pub(super) struct Stream {
     /// The gRPC request was written from the request line alone, before
     /// any body (see `transcode_callbacks::body_from_the_request_line`).
     pub(super) request_written: bool,
+    /// The call's metrics.
+    pub(super) meter: Meter,
+}
+
+/// Who decided how an exchange ended: the filter itself (its error is a
+/// transcoding failure), or the upstream's call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    Filter,
+    Upstream,
 }
 
 impl Stream {
@@ -37,7 +49,20 @@ impl Stream {
             encoding: Compression::Identity,
             held: Held::default(),
             request_written: false,
+            meter: Meter::default(),
         }
+    }
+
+    /// Ends the call's metrics with `code`, once.
+    pub(super) fn end(&mut self, code: Code, origin: Origin) {
+        let failure = (origin == Origin::Filter && code != Code::Ok).then(|| {
+            if self.meter.has_sent() {
+                Cause::Response
+            } else {
+                Cause::Request
+            }
+        });
+        self.meter.end(code, failure);
     }
 
     /// Makes the stream's share of the VM's budget what its phase holds

@@ -20,10 +20,11 @@ use crate::status::Status;
 
 use super::super::contract::{BufferType, LogLevel, MapType};
 use super::super::host::{self, *};
+use super::super::metrics::frames_in;
 use super::super::transcode_rules::{self, Reply, Route};
 use super::host_kind::host_kind;
 use super::reply::{answer, answer_response, internal, CONTINUE, PAUSE};
-use super::stream::{Phase, Stream};
+use super::stream::{Origin, Phase, Stream};
 
 /// Request headers of a method to transcode here: the request becomes a
 /// gRPC request, whose body the body callback writes. The request line
@@ -114,6 +115,7 @@ fn body_from_the_request_line(
     }
     stream.route = Some(Rc::new(route));
     stream.request_written = true;
+    stream.meter.sent(frames_in(&frame), frame.len());
     CONTINUE
 }
 
@@ -166,17 +168,13 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
     match transcode_rules::encode_request(&stream.config, &route, &body) {
         // Some hosts cut the new body to `size`: pass the larger length.
         Ok(frame) => match set_buffer(BufferType::HttpRequestBody, size.max(frame.len()), &frame) {
-            Ok(()) if host_kind().keeps_old_content_length() => {
-                let length = frame.len().to_string();
-                if set_header(MapType::HttpRequestHeaders, "content-length", &length).is_err() {
-                    log(
-                        LogLevel::Warn,
-                        "grpc-wasm: the host refused the new content-length",
-                    );
+            Ok(()) => {
+                stream.meter.sent(frames_in(&frame), frame.len());
+                if host_kind().keeps_old_content_length() {
+                    set_content_length(frame.len());
                 }
                 CONTINUE
             }
-            Ok(()) => CONTINUE,
             Err(s) => {
                 let reply = internal(
                     &stream.config,
@@ -186,6 +184,16 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
             }
         },
         Err(reply) => refuse(stream, &reply),
+    }
+}
+
+fn set_content_length(length: usize) {
+    let length = length.to_string();
+    if set_header(MapType::HttpRequestHeaders, "content-length", &length).is_err() {
+        log(
+            LogLevel::Warn,
+            "grpc-wasm: the host refused the new content-length",
+        );
     }
 }
 
@@ -223,11 +231,11 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
             &stream.config,
             transcode_rules::ENVOY_REQUEST_BUFFER,
         );
-        return answer_response(stream, &reply, &headers);
+        return answer_response(stream, &reply, &headers, Origin::Filter);
     }
     if headers.get("grpc-status").is_some() || !is_grpc || end_of_stream {
         // Trailers-only (the status is in these headers), or not gRPC at all.
-        let status = status_in(&headers).unwrap_or_else(|| Status::from_http_status(http_status));
+        let status = status_in(&headers).unwrap_or_else(|| non_grpc_status(http_status));
         let reply = transcode_rules::decode_response(
             &stream.config,
             &route,
@@ -235,7 +243,7 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
             Compression::Identity,
             &status,
         );
-        return answer_response(stream, &reply, &headers);
+        return answer_response(stream, &reply, &headers, Origin::Upstream);
     }
     // The headers leave now (a paused header block would also hold the
     // body back from this filter): a status that arrives in trailers
@@ -469,6 +477,7 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
         return CONTINUE;
     };
     let chunk = host::buffer(BufferType::HttpResponseBody, 0, size).unwrap_or_default();
+    let before = decoder.returned();
     // The incomplete frames a stream holds count against the VM's budget
     // before they are taken (the frame limit bounds one stream only).
     let holding = decoder.buffered().saturating_add(chunk.len());
@@ -485,14 +494,18 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
             )),
         ),
     };
+    let messages = decoder.returned() - before;
+    stream.meter.received(messages, chunk.len());
     if let Some(status) = error {
         // What follows cannot be read: the error ends the stream, and the
         // upstream's own status (in trailers) gives way to it.
         piece.push_str(&transcode_rules::stream_end(&stream.config, &status));
+        stream.end(status.code, Origin::Filter);
         stream.phase = Phase::Failed(status);
     } else if end_of_stream {
         let status = status_at_end_without_trailers();
         piece.push_str(&transcode_rules::stream_end(&stream.config, &status));
+        stream.end(status.code, Origin::Upstream);
         stream.phase = Phase::Answered;
     }
     let _ = replace_response_chunk(size, piece.as_bytes(), end_of_stream);
@@ -654,6 +667,7 @@ fn data_after_the_message(stream: &mut Stream, size: usize, end_of_stream: bool)
         &format!("grpc-wasm: {} bytes after the response message", size),
     );
     let _ = replace_response_chunk(size, b"", end_of_stream);
+    stream.end(status.code, Origin::Filter);
     stream.phase = Phase::Failed(status);
     CONTINUE
 }
@@ -669,6 +683,7 @@ fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
         held.len()
     );
     stream.phase = Phase::Answered;
+    stream.end(Code::Internal, Origin::Filter);
     log(LogLevel::Warn, &format!("grpc-wasm: {message}"));
     set_status_trailers(trailers, &Status::new(Code::Internal, message));
     CONTINUE
@@ -679,6 +694,7 @@ fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
 fn fail_in_body(stream: &mut Stream, size: usize, status: Status, end_of_stream: bool) {
     let reply = Reply::error(&stream.config, &status);
     let _ = replace_response_chunk(size, reply.body.as_bytes(), end_of_stream);
+    stream.end(status.code, Origin::Filter);
     stream.phase = Phase::Failed(status);
 }
 
@@ -722,6 +738,7 @@ fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus
 /// status stays in the HTTP trailers (`grpc-status`, `grpc-message`).
 fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
     stream.phase = Phase::Answered;
+    stream.end(status.code, Origin::Upstream);
     let end = transcode_rules::stream_end(&stream.config, status);
     let written =
         end.is_empty() || set_buffer(BufferType::HttpResponseBody, 0, end.as_bytes()).is_ok();
@@ -749,6 +766,14 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
     };
     let reply =
         transcode_rules::decode_response(&stream.config, &route, &body, stream.encoding, &status);
+    stream.meter.received(frames_in(&body), body.len());
+    // An OK call whose answer the filter could not transcode.
+    let origin = if status.is_ok() && reply.code != Code::Ok {
+        Origin::Filter
+    } else {
+        Origin::Upstream
+    };
+    stream.end(reply.code, origin);
     match set_buffer(
         BufferType::HttpResponseBody,
         body.len().max(reply.body.len()),
@@ -766,6 +791,23 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
             CONTINUE
         }
     }
+}
+
+/// The status of a response that is not gRPC, with the proxy's cause when
+/// it made the response itself (Envoy: `upstream_reset_before_response_started{remote_connection_failure,...}`
+/// for a refused connection): a client then learns why, not only "503".
+fn non_grpc_status(http_status: u16) -> Status {
+    let mut status = Status::from_http_status(http_status);
+    if !host_kind().names_response_cause() {
+        return status;
+    }
+    let details = host::property(&["response", "code_details"])
+        .and_then(|d| String::from_utf8(d).ok())
+        .filter(|d| !d.is_empty() && d != "via_upstream");
+    if let Some(details) = details {
+        status.message = format!("{}: {details}", status.message);
+    }
+    status
 }
 
 fn status_in(headers: &HeaderMap) -> Option<Status> {

@@ -2,7 +2,9 @@
 //! functions, each answer turned into a `Result`.
 
 use super::{GrpcCall, Host, HostStatus};
-use crate::proxy::contract::{BufferType, ContextId, LogLevel, MapType, ProxyStatus, Token};
+use crate::proxy::contract::{
+    BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token,
+};
 
 const STATUS_OK: u32 = ProxyStatus::Ok as u32;
 
@@ -100,6 +102,9 @@ extern "C" {
     fn proxy_grpc_close(token: u32) -> u32;
     fn proxy_grpc_cancel(token: u32) -> u32;
     fn proxy_get_status(code: *mut u32, message_ptr: *mut *mut u8, message_len: *mut usize) -> u32;
+    fn proxy_define_metric(kind: u32, name: *const u8, name_len: usize, id: *mut u32) -> u32;
+    fn proxy_increment_metric(id: u32, offset: i64) -> u32;
+    fn proxy_record_metric(id: u32, value: u64) -> u32;
 }
 
 /// Takes ownership of a buffer the host allocated in this module through
@@ -358,5 +363,23 @@ impl Host for AbiHost {
                 -1,
             )
         })
+    }
+
+    fn define_metric(&self, kind: MetricType, name: &str) -> Result<u32, HostStatus> {
+        let mut id = 0u32;
+        // SAFETY: the name comes from a live slice that outlives the call,
+        // and `id` is a local the host writes once.
+        check(unsafe { proxy_define_metric(kind.into(), name.as_ptr(), name.len(), &mut id) })
+            .map(|()| id)
+    }
+
+    fn increment_metric(&self, id: u32, offset: i64) -> Result<(), HostStatus> {
+        // SAFETY: plain integers; no memory is shared.
+        check(unsafe { proxy_increment_metric(id, offset) })
+    }
+
+    fn record_metric(&self, id: u32, value: u64) -> Result<(), HostStatus> {
+        // SAFETY: plain integers; no memory is shared.
+        check(unsafe { proxy_record_metric(id, value) })
     }
 }

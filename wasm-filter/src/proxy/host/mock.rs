@@ -7,7 +7,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::{GrpcCall, Host, HostStatus};
-use crate::proxy::contract::{BufferType, ContextId, LogLevel, MapType, ProxyStatus, Token};
+use crate::proxy::contract::{
+    BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token,
+};
 use crate::proxy::pairs;
 
 const BAD_ARGUMENT: HostStatus = HostStatus(ProxyStatus::BadArgument as u32);
@@ -36,6 +38,15 @@ pub struct GrpcOpened {
     pub timeout_ms: Option<u32>,
 }
 
+/// A metric the filter defined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metric {
+    pub kind: MetricType,
+    pub name: String,
+    pub value: i64,
+    pub recorded: Vec<u64>,
+}
+
 /// What a [`MockHost`] holds and what it saw.
 #[derive(Debug, Default)]
 pub struct MockState {
@@ -60,6 +71,11 @@ pub struct MockState {
     pub http_calls: Vec<(String, Pairs)>,
     /// Refuse local replies (InternalFailure), as a host may.
     pub refuse_replies: bool,
+    /// The metrics defined, by id (their index): kind, name, the value of
+    /// a counter or gauge, and every value recorded.
+    pub metrics: Vec<Metric>,
+    /// Refuse `proxy_define_metric`, as a host without metrics does.
+    pub refuse_metrics: bool,
     /// Buffer reads the filter made: each is a host call, which costs a
     /// real proxy thousands of instructions.
     pub buffer_reads: u32,
@@ -95,6 +111,12 @@ impl MockHost {
 
     pub fn buffer_bytes(&self, kind: BufferType) -> Option<Vec<u8>> {
         self.state.borrow().buffers.get(&kind).cloned()
+    }
+
+    /// The metric named `name`, if the filter defined it.
+    pub fn metric(&self, name: &str) -> Option<Metric> {
+        let state = self.state.borrow();
+        state.metrics.iter().find(|m| m.name == name).cloned()
     }
 
     fn token(&self) -> u32 {
@@ -289,6 +311,50 @@ impl Host for MockHost {
             body: body.to_vec(),
             headers,
         });
+        Ok(())
+    }
+
+    fn define_metric(&self, kind: MetricType, name: &str) -> Result<u32, HostStatus> {
+        let mut state = self.state.borrow_mut();
+        if state.refuse_metrics {
+            return Err(HostStatus(ProxyStatus::Unimplemented as u32));
+        }
+        // Envoy answers the same id for a name defined again.
+        if let Some(id) = state.metrics.iter().position(|m| m.name == name) {
+            return Ok(id as u32);
+        }
+        state.metrics.push(Metric {
+            kind,
+            name: name.to_string(),
+            value: 0,
+            recorded: Vec::new(),
+        });
+        Ok(state.metrics.len() as u32 - 1)
+    }
+
+    fn increment_metric(&self, id: u32, offset: i64) -> Result<(), HostStatus> {
+        let mut state = self.state.borrow_mut();
+        let metric = state
+            .metrics
+            .get_mut(id as usize)
+            .ok_or(HostStatus::NOT_FOUND)?;
+        if metric.kind == MetricType::Histogram {
+            return Err(BAD_ARGUMENT);
+        }
+        metric.value += offset;
+        Ok(())
+    }
+
+    fn record_metric(&self, id: u32, value: u64) -> Result<(), HostStatus> {
+        let mut state = self.state.borrow_mut();
+        let metric = state
+            .metrics
+            .get_mut(id as usize)
+            .ok_or(HostStatus::NOT_FOUND)?;
+        if metric.kind != MetricType::Histogram {
+            metric.value = i64::try_from(value).map_err(|_| BAD_ARGUMENT)?;
+        }
+        metric.recorded.push(value);
         Ok(())
     }
 }

@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::contract::{BufferType, ContextId, LogLevel, MapType, ProxyStatus, Token};
+use super::contract::{BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token};
 use super::pairs::{self, Change};
 
 #[cfg(target_arch = "wasm32")]
@@ -88,6 +88,10 @@ pub trait Host {
         body: &[u8],
         headers: &[u8],
     ) -> Result<(), HostStatus>;
+    /// Returns the metric's id.
+    fn define_metric(&self, kind: MetricType, name: &str) -> Result<u32, HostStatus>;
+    fn increment_metric(&self, id: u32, offset: i64) -> Result<(), HostStatus>;
+    fn record_metric(&self, id: u32, value: u64) -> Result<(), HostStatus>;
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -358,4 +362,16 @@ pub fn send_reply_map(
     map: &[u8],
 ) -> Result<(), HostStatus> {
     current().send_local_response(u32::from(http_status), details, body, map)
+}
+
+pub fn define_metric(kind: MetricType, name: &str) -> Result<u32, HostStatus> {
+    current().define_metric(kind, name)
+}
+
+pub fn increment_metric(id: u32, offset: i64) -> Result<(), HostStatus> {
+    current().increment_metric(id, offset)
+}
+
+pub fn record_metric(id: u32, value: u64) -> Result<(), HostStatus> {
+    current().record_metric(id, value)
 }

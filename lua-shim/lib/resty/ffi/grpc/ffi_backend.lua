@@ -124,6 +124,13 @@ function ffi_backend.init()
     if not ok then
         return nil, "cannot load " .. shim .. ": " .. tostring(lib)
     end
+    -- A shim of another release (or one from before it said) is refused.
+    local vok, version = pcall(function() return ffi_string(lib.grpc_wasm_version()) end)
+    version = vok and version or "from before 0.1.0"
+    if version ~= native.VERSION then
+        return nil, "resty.ffi.grpc is " .. native.VERSION .. ", and " .. shim .. " is " .. version
+            .. ": install both from the same release"
+    end
     local module, merr = find_module(shim)
     if not module then
         return nil, merr
@@ -163,6 +170,15 @@ end
 
 function ffi_backend.set_json_options(json)
     return status(C.grpc_wasm_set_print_options(json, #json))
+end
+
+function ffi_backend.metrics()
+    local len = ffi_new("size_t[1]")
+    local text = C.grpc_wasm_metrics(len)
+    if text == nil then
+        return nil, last_error()
+    end
+    return ffi_string(text, len[0])
 end
 
 -- Cosocket connections: HTTP/2 and TLS run in the shim, on this thread;

@@ -56,7 +56,7 @@ function resty_backend.init()
     if not module then
         return nil, merr
     end
-    local cfg = cjson.encode({ module = module, cache_dir = cache_dir(),
+    local cfg = cjson.encode({ module = module, cache_dir = cache_dir(), version = native.VERSION,
                                max_queued_bytes = settings.max_queued_bytes })
     -- ngx.load_ffi raises when the library cannot be loaded (ffi.load).
     local ok, rt, rc = pcall(ngx.load_ffi, shim, cfg)
@@ -81,6 +81,10 @@ end
 
 function resty_backend.set_json_options(json)
     return task({ op = "json_options", options = cjson.decode(json) })
+end
+
+function resty_backend.metrics()
+    return task({ op = "metrics" })
 end
 
 function resty_backend.connect(addr, opts)

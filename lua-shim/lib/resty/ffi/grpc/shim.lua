@@ -6,7 +6,9 @@ local ffi = require("ffi")
 
 local tostring = tostring
 
-local _M = {}
+-- The project's version: liblua_shim.so and grpc_wasm.wasm must be of the
+-- same release (the backends check the shim; the shim checks the module).
+local _M = { VERSION = "0.1.0" }
 
 -- The shim's C ABI as lua-shim/include/grpc_wasm.h declares it (cbindgen,
 -- from src/ffi.rs); lua-shim/tests/c_header.rs fails when they differ.
@@ -33,6 +35,7 @@ typedef struct {
     int32_t resumed;
 } grpc_wasm_event;
 
+const char *grpc_wasm_version(void);
 const char *grpc_wasm_last_error(void);
 int32_t grpc_wasm_init(const char *module_path, const char *cache_dir, const char *socket_dir);
 const char *grpc_wasm_socket_path(void);
@@ -45,6 +48,7 @@ int32_t grpc_wasm_connect(const grpc_wasm_connect_options *options);
 int32_t grpc_wasm_wire_connect(const grpc_wasm_connect_options *options);
 int32_t grpc_wasm_wire_input(uint32_t conn, const char *data, size_t len, uint32_t *out, int32_t max);
 int32_t grpc_wasm_wire_pending(uint32_t conn);
+const char *grpc_wasm_metrics(size_t *len);
 const char *grpc_wasm_wire_output(uint32_t conn, size_t *len);
 int32_t grpc_wasm_wire_reset(uint32_t conn, const char *reason, uint32_t *out, int32_t max);
 int32_t grpc_wasm_wire_tick(uint32_t conn, uint32_t *out, int32_t max, int64_t *next_ms);

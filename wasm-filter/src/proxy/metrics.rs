@@ -1,0 +1,465 @@
+//! The filter's metrics, through the proxy-wasm metrics ABI
+//! (`proxy_define_metric`, `proxy_increment_metric`, `proxy_record_metric`).
+//!
+//! The ABI has no labels, only a name, so the labels are written into it
+//! as `;label=value` segments after the metric's name:
+//! `grpc_client_handled_total;grpc_service=echo.Echo;grpc_method=Unary;grpc_code=OK`.
+//! A host turns them into labels with one pattern per label: Envoy's
+//! `stats_tags` (`(;grpc_service=([^;]*))`), the OpenResty shim's
+//! `grpc.prometheus()` itself. The names follow go-grpc-prometheus
+//! (`grpc_client_*`), which dashboards already chart; the README maps
+//! them to gRFC A66's.
+//!
+//! Metrics are defined on first use, per method and code: the calls the
+//! filter makes are those of its configured methods, so the names are
+//! bounded by the configuration, and [`MAX_METRICS`] bounds them in any
+//! case. A host that refuses a definition (one without metrics) turns
+//! them off for the VM with one log line; the filter serves on.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::code::Code;
+
+use super::contract::{LogLevel, MetricType};
+use super::host;
+
+/// How many metrics a VM defines at most. Each method has 7 metrics, one
+/// per gRPC code it ends with and two failure causes: 4096 covers a
+/// hundred methods with every code. Past it, new names are not defined
+/// (logged once) and the others go on counting.
+pub const MAX_METRICS: usize = 4096;
+
+/// The gauges change in steps of this many bytes at least, so that a
+/// stream's small response does not cost a host call each time it is held
+/// and given back.
+pub const HELD_GAUGE_STEP: usize = 64 << 10;
+
+/// A metric's slot: not defined yet, the host's id, or not to be defined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Undefined,
+    Id(u32),
+    Off,
+}
+
+/// What a call's metrics count, per method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counter {
+    Started,
+    MessagesSent,
+    MessagesReceived,
+    BytesSent,
+    BytesReceived,
+}
+
+impl Counter {
+    const ALL: [Counter; 5] = [
+        Counter::Started,
+        Counter::MessagesSent,
+        Counter::MessagesReceived,
+        Counter::BytesSent,
+        Counter::BytesReceived,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Started => "grpc_client_started_total",
+            Counter::MessagesSent => "grpc_client_msg_sent_total",
+            Counter::MessagesReceived => "grpc_client_msg_received_total",
+            Counter::BytesSent => "grpc_client_msg_sent_bytes_total",
+            Counter::BytesReceived => "grpc_client_msg_received_bytes_total",
+        }
+    }
+}
+
+/// Why the filter itself answered an error: the request could not become
+/// a gRPC request, or the response could not become the client's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    Request,
+    Response,
+}
+
+impl Cause {
+    fn label(self) -> &'static str {
+        match self {
+            Cause::Request => "request",
+            Cause::Response => "response",
+        }
+    }
+}
+
+const HANDLED: &str = "grpc_client_handled_total";
+const DURATION: &str = "grpc_client_handling_milliseconds";
+const FAILURES: &str = "grpc_wasm_transcode_failures_total";
+const HELD_BYTES: &str = "grpc_wasm_held_bytes";
+const DESCRIPTOR_FILES: &str = "grpc_wasm_descriptor_files";
+
+/// The metrics of one method, defined as they are first used.
+#[derive(Debug)]
+pub struct MethodMetrics {
+    /// `;grpc_service=…;grpc_method=…`
+    labels: String,
+    counters: [Cell<Slot>; 5],
+    handled: [Cell<Slot>; 17],
+    failures: [Cell<Slot>; 2],
+    duration: Cell<Slot>,
+}
+
+impl MethodMetrics {
+    fn new(service: &str, method: &str) -> Self {
+        let undefined = || Cell::new(Slot::Undefined);
+        MethodMetrics {
+            labels: format!(";grpc_service={service};grpc_method={method}"),
+            counters: std::array::from_fn(|_| undefined()),
+            handled: std::array::from_fn(|_| undefined()),
+            failures: std::array::from_fn(|_| undefined()),
+            duration: undefined(),
+        }
+    }
+
+    fn add(&self, counter: Counter, n: u64) {
+        let index = Counter::ALL.iter().position(|c| *c == counter).unwrap_or(0);
+        let slot = &self.counters[index];
+        let name = || format!("{}{}", counter.name(), self.labels);
+        increment(slot, MetricType::Counter, name, n);
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    /// Off for the VM: the host refused a definition, or has no metrics.
+    off: bool,
+    defined: usize,
+    /// Logged that [`MAX_METRICS`] was reached.
+    full: bool,
+    methods: HashMap<String, Rc<MethodMetrics>>,
+    held: Cell<Option<(Slot, usize)>>,
+    descriptor_files: Cell<Option<Slot>>,
+}
+
+thread_local! {
+    static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
+}
+
+/// Turns the metrics off for this VM, with one log line saying why (a
+/// host whose definitions would trap, or that nothing reads).
+pub fn turn_off(why: &str) {
+    let was_off = REGISTRY.with(|r| std::mem::replace(&mut r.borrow_mut().off, true));
+    if !was_off {
+        host::log(LogLevel::Info, &format!("grpc-wasm: no metrics: {why}"));
+    }
+}
+
+/// The metrics of `service`/`method` (`path` is `/service/method`).
+pub fn of_method(path: &str, service: &str, method: &str) -> Rc<MethodMetrics> {
+    REGISTRY.with(|r| {
+        let mut r = r.borrow_mut();
+        if let Some(m) = r.methods.get(path) {
+            return m.clone();
+        }
+        let m = Rc::new(MethodMetrics::new(service, method));
+        // Paths come from the configuration's descriptors: bounded, and
+        // past MAX_METRICS nothing new is defined anyway.
+        if r.methods.len() < MAX_METRICS {
+            r.methods.insert(path.to_string(), m.clone());
+        }
+        m
+    })
+}
+
+/// The slot's id, defining the metric on first use; `None` when metrics
+/// are off or the host refused it.
+fn id(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String) -> Option<u32> {
+    match slot.get() {
+        Slot::Id(id) => return Some(id),
+        Slot::Off => return None,
+        Slot::Undefined => {}
+    }
+    let allowed = REGISTRY.with(|r| {
+        let mut r = r.borrow_mut();
+        if r.off {
+            return false;
+        }
+        if r.defined >= MAX_METRICS {
+            if !r.full {
+                r.full = true;
+                host::log(
+                    LogLevel::Warn,
+                    &format!("grpc-wasm: {MAX_METRICS} metrics are defined; no more will be"),
+                );
+            }
+            return false;
+        }
+        r.defined += 1;
+        true
+    });
+    if !allowed {
+        slot.set(Slot::Off);
+        return None;
+    }
+    let name = name();
+    match host::define_metric(kind, &name) {
+        Ok(id) => {
+            slot.set(Slot::Id(id));
+            Some(id)
+        }
+        Err(status) => {
+            slot.set(Slot::Off);
+            turn_off(&format!(
+                "the host refused to define {name} (host status {})",
+                status.0
+            ));
+            None
+        }
+    }
+}
+
+fn increment(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String, n: u64) {
+    if n == 0 {
+        return;
+    }
+    if let Some(id) = id(slot, kind, name) {
+        let _ = host::increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
+    }
+}
+
+fn record(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String, value: u64) {
+    if let Some(id) = id(slot, kind, name) {
+        let _ = host::record_metric(id, value);
+    }
+}
+
+/// One call's metrics: started when made, ended once with its code.
+#[derive(Debug, Default)]
+pub struct Meter {
+    method: Option<Rc<MethodMetrics>>,
+    started_ns: u64,
+    /// The request left for the upstream: a failure after it is the
+    /// response's.
+    sent: bool,
+    ended: bool,
+}
+
+impl Meter {
+    /// Counts the call as started, now.
+    pub fn start(&mut self, metrics: Rc<MethodMetrics>) {
+        if REGISTRY.with(|r| r.borrow().off) {
+            return;
+        }
+        metrics.add(Counter::Started, 1);
+        self.started_ns = host::now_nanos();
+        self.method = Some(metrics);
+    }
+
+    /// Request messages that left for the upstream, `bytes` in all.
+    pub fn sent(&mut self, messages: u64, bytes: usize) {
+        self.sent = true;
+        if let Some(m) = &self.method {
+            m.add(Counter::MessagesSent, messages);
+            m.add(Counter::BytesSent, bytes as u64);
+        }
+    }
+
+    /// Whether the request left for the upstream.
+    pub fn has_sent(&self) -> bool {
+        self.sent
+    }
+
+    /// Response messages from the upstream, `bytes` in all.
+    pub fn received(&mut self, messages: u64, bytes: usize) {
+        if let Some(m) = &self.method {
+            m.add(Counter::MessagesReceived, messages);
+            m.add(Counter::BytesReceived, bytes as u64);
+        }
+    }
+
+    /// Ends the call with `code`, once: what follows an end does not
+    /// change it. `failure`: the filter's own answer, and why.
+    pub fn end(&mut self, code: Code, failure: Option<Cause>) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        let Some(m) = &self.method else {
+            return;
+        };
+        let index = usize::try_from(code.as_i32()).unwrap_or(2).min(16);
+        let name = || format!("{HANDLED}{};grpc_code={}", m.labels, code.name());
+        increment(&m.handled[index], MetricType::Counter, name, 1);
+        if let Some(cause) = failure {
+            let slot = &m.failures[cause as usize];
+            let name = || format!("{FAILURES}{};cause={}", m.labels, cause.label());
+            increment(slot, MetricType::Counter, name, 1);
+        }
+        let elapsed_ms = host::now_nanos().saturating_sub(self.started_ns) / 1_000_000;
+        let name = || format!("{DURATION}{}", m.labels);
+        record(&m.duration, MetricType::Histogram, name, elapsed_ms);
+    }
+
+    /// A call that ends without an end (the client went away, or the host
+    /// dropped the stream) ends CANCELLED.
+    pub fn drop_unended(&mut self) {
+        self.end(Code::Cancelled, None);
+    }
+}
+
+/// Records the bytes the VM's streams hold, when they moved by
+/// [`HELD_GAUGE_STEP`] or reached zero since the last record.
+pub fn held_bytes(total: usize) {
+    REGISTRY.with(|r| {
+        let r = r.borrow();
+        if r.off {
+            return;
+        }
+        let (slot, last) = r.held.get().unwrap_or((Slot::Undefined, 0));
+        let moved = total.abs_diff(last) >= HELD_GAUGE_STEP || (total == 0 && last != 0);
+        if slot != Slot::Undefined && !moved {
+            return;
+        }
+        drop(r);
+        let cell = Cell::new(slot);
+        record(
+            &cell,
+            MetricType::Gauge,
+            || HELD_BYTES.to_string(),
+            total as u64,
+        );
+        REGISTRY.with(|r| r.borrow().held.set(Some((cell.get(), total))));
+    });
+}
+
+/// Records how many descriptor files the configuration loaded.
+pub fn descriptor_files(count: usize) {
+    let slot = REGISTRY.with(|r| {
+        let r = r.borrow();
+        (!r.off).then(|| r.descriptor_files.get().unwrap_or(Slot::Undefined))
+    });
+    let Some(slot) = slot else {
+        return;
+    };
+    let cell = Cell::new(slot);
+    let name = || DESCRIPTOR_FILES.to_string();
+    record(&cell, MetricType::Gauge, name, count as u64);
+    REGISTRY.with(|r| r.borrow().descriptor_files.set(Some(cell.get())));
+}
+
+/// How many gRPC frames `bytes` holds, complete or not, from their
+/// headers alone: the request messages a transcoded body became.
+pub fn frames_in(bytes: &[u8]) -> u64 {
+    let mut at = 0usize;
+    let mut count = 0;
+    while let Some(header) = bytes.get(at..at + 5) {
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+        count += 1;
+        at = at.saturating_add(5).saturating_add(len as usize);
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::host::mock::MockHost;
+
+    fn with_mock() -> Rc<MockHost> {
+        REGISTRY.with(|r| *r.borrow_mut() = Registry::default());
+        let mock = Rc::new(MockHost::default());
+        host::install(mock.clone());
+        mock
+    }
+
+    #[test]
+    fn a_call_counts_once_with_its_code_and_duration() {
+        let mock = with_mock();
+        let m = of_method("/echo.Echo/Unary", "echo.Echo", "Unary");
+        let mut meter = Meter::default();
+        mock.state.borrow_mut().now_nanos = 5_000_000;
+        meter.start(m.clone());
+        meter.sent(1, 7);
+        meter.received(2, 30);
+        mock.state.borrow_mut().now_nanos = 47_000_000;
+        meter.end(Code::NotFound, None);
+        meter.end(Code::Ok, None);
+        meter.drop_unended();
+        let labels = ";grpc_service=echo.Echo;grpc_method=Unary";
+        let value = |name: &str| mock.metric(&format!("{name}{labels}")).map(|m| m.value);
+        assert_eq!(value("grpc_client_started_total"), Some(1));
+        assert_eq!(value("grpc_client_msg_sent_total"), Some(1));
+        assert_eq!(value("grpc_client_msg_sent_bytes_total"), Some(7));
+        assert_eq!(value("grpc_client_msg_received_total"), Some(2));
+        assert_eq!(value("grpc_client_msg_received_bytes_total"), Some(30));
+        assert_eq!(
+            value("grpc_client_handled_total").map(|_| ()),
+            None,
+            "handled has a code label"
+        );
+        let handled = mock
+            .metric(&format!(
+                "grpc_client_handled_total{labels};grpc_code=NOT_FOUND"
+            ))
+            .unwrap();
+        assert_eq!((handled.kind, handled.value), (MetricType::Counter, 1));
+        assert!(mock
+            .metric(&format!("grpc_client_handled_total{labels};grpc_code=OK"))
+            .is_none());
+        let duration = mock
+            .metric(&format!("grpc_client_handling_milliseconds{labels}"))
+            .unwrap();
+        assert_eq!(
+            (duration.kind, duration.recorded),
+            (MetricType::Histogram, vec![42])
+        );
+        // The second call reuses every id.
+        let defined = mock.state.borrow().metrics.len();
+        let mut again = Meter::default();
+        again.start(of_method("/echo.Echo/Unary", "echo.Echo", "Unary"));
+        again.end(Code::NotFound, Some(Cause::Request));
+        assert_eq!(value("grpc_client_started_total"), Some(2));
+        assert_eq!(mock.state.borrow().metrics.len(), defined + 1);
+        assert_eq!(
+            mock.metric(&format!(
+                "grpc_wasm_transcode_failures_total{labels};cause=request"
+            ))
+            .map(|m| m.value),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn a_host_that_refuses_metrics_turns_them_off_with_one_log_line() {
+        let mock = with_mock();
+        mock.state.borrow_mut().refuse_metrics = true;
+        for _ in 0..3 {
+            let mut meter = Meter::default();
+            meter.start(of_method("/a.B/C", "a.B", "C"));
+            meter.end(Code::Ok, None);
+        }
+        held_bytes(1 << 20);
+        let logs = mock.state.borrow().logs.clone();
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        assert!(logs[0].1.starts_with(
+            "grpc-wasm: no metrics: the host refused to define grpc_client_started_total;grpc_service=a.B;grpc_method=C (host status 12)"
+        ));
+        assert!(mock.state.borrow().metrics.is_empty());
+    }
+
+    #[test]
+    fn the_held_gauge_moves_in_steps() {
+        let mock = with_mock();
+        for total in [100, 200, HELD_GAUGE_STEP + 100, HELD_GAUGE_STEP + 300, 0, 0] {
+            held_bytes(total);
+        }
+        let gauge = mock.metric("grpc_wasm_held_bytes").unwrap();
+        assert_eq!(gauge.kind, MetricType::Gauge);
+        assert_eq!(gauge.recorded, [100, HELD_GAUGE_STEP as u64 + 100, 0]);
+    }
+
+    #[test]
+    fn frames_are_counted_from_their_headers() {
+        assert_eq!(frames_in(b""), 0);
+        assert_eq!(frames_in(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 9]), 2);
+        assert_eq!(frames_in(&[0, 0, 0, 0, 9, 1]), 1);
+    }
+}
