@@ -12,22 +12,27 @@ HOST_TESTS_PYTHONPATH := $(HOST_TESTS):$(HOST_TESTS)/envoy:$(HOST_TESTS)/nginx:$
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all deps wasm npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-lua bench-js clean
+.PHONY: all build-deps deps install packages wasm npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-lua bench-js clean
 
 all: build
+
+# What building needs (wasm targets, binaryen, wasm-bindgen, TypeScript,
+# luarocks), and what the tests need on top (Envoy, nginx, pytest, ...).
+build-deps:
+	@scripts/install-build-deps.sh
 
 deps:
 	@scripts/install-deps.sh
 
 # The core as a wasm module, then optimised by binaryen's wasm-opt.
-wasm: deps
+wasm: build-deps
 	cargo build -p grpc-wasm --target wasm32-wasip1 --profile wasm
 	wasm-opt -O3 $(WASM_OPT_FEATURES) $(WASM_RAW) -o $(WASM)
 	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes (wasm-opt -O3; before: $$(stat -c %s $(WASM_RAW)))"
 
 # The npm package for browsers and Node (js/npm): the core built by
 # wasm-bindgen twice, with the .proto compiler and without, and its .d.ts.
-npm: deps
+npm: build-deps
 	scripts/build-js.sh
 
 # liblua_shim.so finds the module next to itself by default.
@@ -35,11 +40,20 @@ build: wasm npm
 	cargo build --release --workspace --lib --bins --examples
 	cp $(WASM) target/release/grpc_wasm.wasm
 
-# What to install: the shim with thin LTO (Cargo.toml's `dist` profile),
-# beside the module, in target/dist.
-dist: wasm
-	cargo build --profile dist -p lua-shim --lib
-	cp $(WASM) target/dist/grpc_wasm.wasm
+# Every package, in target/dist, with SHA256SUMS (scripts/dist/dist.sh says
+# which): the module and its OCI image, Kong's metadata, the OpenResty
+# archive and rock, the npm package. The shim with thin LTO and no symbols
+# (Cargo.toml's `distribution` profile).
+dist: wasm npm
+	cargo build --profile distribution -p lua-shim --lib
+	scripts/dist/dist.sh
+
+# The OpenResty package into PREFIX, laid out as LuaRocks and OpenResty
+# look for it: the shim and the module in lib/lua/5.1, the Lua API in
+# share/lua/5.1.
+PREFIX ?= /usr/local
+install: dist
+	scripts/dist/install.sh "$(PREFIX)"
 
 # Everything `make test` runs, built in one go: with the tests'
 # dev-dependencies cargo resolves features differently from a plain build, so
@@ -49,7 +63,7 @@ build-tests: wasm npm
 	cp $(WASM) target/release/grpc_wasm.wasm
 
 test: lint build-tests
-	$(MAKE) unit fuzz-ci differential filter envoy nginx resty-ffi conformance interop js
+	$(MAKE) unit fuzz-ci differential filter envoy nginx resty-ffi conformance interop js packages
 
 unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
@@ -114,6 +128,13 @@ resty-ffi:
 
 conformance:
 	scripts/conformance.sh
+
+# The packages of `make dist`, each installed as a user installs it and run:
+# the OCI image (skopeo, umoci, Envoy), the rock (luarocks), the release
+# archive and `make install` (nginx), the npm package (npm, Node), Kong's
+# metadata (jsonschema).
+packages: dist
+	python3 -m pytest host-tests/dist -q
 
 # The npm package (js/npm) in Node and in Debian's Chromium: through Envoy's
 # own gRPC-Web and Connect filters, against Connect's own Node server, over

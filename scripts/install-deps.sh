@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
-# Installs what the build and the tests need on a fresh machine. Idempotent:
-# each step runs only when its tool is missing.
+# Installs what the tests need on a fresh machine, after what the build
+# needs (install-build-deps.sh, all that `make dist` and `make install`
+# use). Idempotent: each step runs only when its tool is missing.
 set -euo pipefail
 
-# wasm32-wasip1 for the proxies' module, wasm32-unknown-unknown for the
-# browser and Node package (js/).
-for target in wasm32-wasip1 wasm32-unknown-unknown; do
-  if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
-    rustup target add "$target"
-  fi
-done
+"$(dirname "$0")/install-build-deps.sh"
 
 # clippy and rustfmt for `make lint` (rustup's default profile has them).
 for component in clippy rustfmt; do
@@ -17,7 +12,6 @@ for component in clippy rustfmt; do
 done
 
 apt_pkgs=()
-command -v wasm-opt >/dev/null || apt_pkgs+=(binaryen)
 command -v cmake >/dev/null || apt_pkgs+=(cmake)
 command -v g++ >/dev/null || apt_pkgs+=(g++)
 [[ -f /usr/include/jsoncpp/json/json.h ]] || apt_pkgs+=(libjsoncpp-dev)
@@ -33,8 +27,9 @@ command -v gcc >/dev/null || apt_pkgs+=(gcc)
 # The browser test drives Debian's Chromium (no browser download); Node and
 # npm run the package's tests.
 command -v chromium >/dev/null || apt_pkgs+=(chromium)
-command -v node >/dev/null || apt_pkgs+=(nodejs)
-command -v npm >/dev/null || apt_pkgs+=(npm)
+# The packages' tests: the OCI image through skopeo and umoci.
+command -v skopeo >/dev/null || apt_pkgs+=(skopeo)
+command -v umoci >/dev/null || apt_pkgs+=(umoci)
 if ((${#apt_pkgs[@]})); then
   echo "installing ${apt_pkgs[*]} with apt-get" >&2
   apt-get update -qq
@@ -73,18 +68,11 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --version 0.13.2 --locked
 fi
 
-# wasm-bindgen-cli at exactly the version of the wasm-bindgen crate that
-# Cargo.lock pins: the two must match.
+# npm packages, as their lock file pins them: what the JavaScript tests run
+# against (host-tests/js). Again only when the lock file changed since the
+# last install.
 root="$(dirname "$0")/.."
-bindgen=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3 }' "$root/Cargo.lock")
-if [[ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $bindgen" ]]; then
-  cargo install wasm-bindgen-cli --version "$bindgen"
-fi
-
-# npm packages, as their lock files pin them: TypeScript (js/npm's .d.ts)
-# and what the JavaScript tests run against (host-tests/js). Again only when
-# the lock file changed since the last install.
-for dir in js/npm host-tests/js; do
+for dir in host-tests/js; do
   if [[ ! "$root/$dir/node_modules/.package-lock.json" -nt "$root/$dir/package-lock.json" ]]; then
     (cd "$root/$dir" && npm ci --no-audit --no-fund --loglevel=error)
   fi

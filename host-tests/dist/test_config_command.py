@@ -1,0 +1,125 @@
+"""grpc-wasm-config, as make dist ships it: the configurations it writes run
+as written, in Envoy and in nginx with ngx_wasm_module, and the examples in
+examples/ are its output (so that they cannot drift from it)."""
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from harness import ROOT, Server, envoy_binary, free_port, stop_process
+from ngx_wasm import nginx_binary
+
+COMMAND = os.path.join(ROOT, "target", "dist", "grpc-wasm-config")
+MODULE = os.path.join(ROOT, "target", "dist", "grpc_wasm.wasm")
+PROTOS = os.path.join(ROOT, "protos")
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def config_command(*args, cwd=None):
+    return subprocess.run([COMMAND, *args], check=True, capture_output=True, text=True, cwd=cwd).stdout
+
+
+def request(method, url, body=None, timeout=20):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def wait_for(url, proc, log, timeout=30):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                raise AssertionError(log()) from None
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def library():
+    server = Server("library-server")
+    yield server
+    server.stop()
+
+
+def test_the_plugin_configuration_takes_a_proto_and_its_imports():
+    config = json.loads(config_command("--proto", os.path.join(PROTOS, "library.proto"), "-I", PROTOS))
+    assert sorted(config["protos"]) == ["google/api/annotations.proto", "google/api/http.proto", "library.proto"]
+    with open(os.path.join(PROTOS, "library.proto")) as f:
+        assert config["protos"]["library.proto"] == f.read()
+    missing = subprocess.run([COMMAND, "--proto", os.path.join(PROTOS, "library.proto")],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0
+    assert "google/api/annotations.proto not found in" in missing.stderr
+
+
+def test_envoy_runs_the_envoy_yaml_it_writes(library, tmp_path):
+    port, admin = free_port(), free_port()
+    yaml = config_command("--proto", os.path.join(PROTOS, "library.proto"), "-I", PROTOS, "--format", "envoy",
+                          "--upstream", library.addr, "--listen", str(port), "--address", "127.0.0.1",
+                          "--admin-port", str(admin), "--module", MODULE)
+    (tmp_path / "envoy.yaml").write_text(yaml)
+    log = tmp_path / "envoy.log"
+    proc = subprocess.Popen([envoy_binary(), "-c", str(tmp_path / "envoy.yaml"), "--concurrency", "1",
+                             "--disable-hot-restart", "--base-id", str(port), "--log-path", str(log)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(f"http://127.0.0.1:{admin}/ready", proc, log.read_text)
+        base = f"http://127.0.0.1:{port}"
+        assert request("GET", f"{base}/v1/shelves/7") == (200, {"id": "7", "theme": "theme-7"})
+        assert request("POST", f"{base}/v1/shelves", {"id": 3, "theme": "poetry"}) == (
+            200, {"id": "3", "theme": "poetry"})
+        status, body = request("GET", f"{base}/v1/shelves/0")
+        assert (status, body["message"]) == (404, "no shelf 0")
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/stats/prometheus") as r:
+            text = r.read().decode()
+        assert ('grpc_client_handled_total{grpc_service="example.library.v1.Library",'
+                'grpc_method="GetShelf",grpc_code="OK"} 1') in text, text
+    finally:
+        stop_process(proc)
+
+
+def test_ngx_wasm_module_runs_the_nginx_conf_it_writes(library, tmp_path):
+    nginx = nginx_binary()
+    port, config_port = free_port(), free_port()
+    out = tmp_path / "conf"
+    config_command("--proto", os.path.join(PROTOS, "library.proto"), "-I", PROTOS, "--format", "nginx",
+                   "--upstream", library.addr, "--listen", str(port), "--address", "127.0.0.1",
+                   "--config-port", str(config_port), "--module", MODULE, "--out-dir", str(out))
+    (tmp_path / "logs").mkdir()
+    proc = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(out / "nginx.conf"),
+                             "-g", "daemon off; user root;"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    log = tmp_path / "logs" / "error.log"
+    try:
+        wait_for(f"http://127.0.0.1:{config_port}/grpc-wasm.json", proc, log.read_text)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 10
+        # The filter answers 503 until it has fetched its configuration.
+        while (answer := request("GET", f"{base}/v1/shelves/7"))[0] == 503 and time.time() < deadline:
+            time.sleep(0.1)
+        assert answer == (200, {"id": "7", "theme": "theme-7"}), log.read_text()[-3000:]
+        assert request("POST", f"{base}/v1/shelves", {"id": 3, "theme": "poetry"}) == (
+            200, {"id": "3", "theme": "poetry"})
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.parametrize("name", ["envoy/envoy.yaml"])
+def test_the_examples_are_what_the_command_writes(name):
+    with open(os.path.join(EXAMPLES, name)) as f:
+        committed = f.read()
+    args = committed.split("\n", 2)[1].removeprefix("# grpc-wasm-config ").split()
+    assert config_command(*args, cwd=ROOT) == committed.split("\n", 2)[2], f"regenerate {name}: see its first lines"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `make dist`: every package in target/dist, each named with the project's
+# one version (the workspace's) and listed in SHA256SUMS:
+#
+#   grpc_wasm.wasm (+ .sha256)               the module, for any proxy-wasm host
+#   oci/                                     it as an OCI image layout (Istio,
+#                                            Envoy Gateway), tag <version>
+#   grpc_wasm.meta.json                      Kong's filter metadata: the
+#                                            configuration's JSON Schema
+#   grpc-wasm-config                         writes a filter configuration,
+#                                            envoy.yaml or nginx.conf from
+#                                            .proto files
+#   grpc-wasm-openresty-<v>-linux-<arch>.tar.gz
+#                                            shim + module + Lua API + INSTALL
+#   grpc-wasm-<v>-1.rockspec, grpc-wasm-<v>-1.linux-<arch>.rock
+#                                            the same for LuaRocks
+#   grpc-wasm-<v>.tgz                        the npm package (browsers, Node)
+#   grpc-wasm-<v>/                           the release archive, unpacked
+#                                            (what `make install` copies)
+#
+# Expects the module (make wasm), the npm package (make npm) and the shim
+# (cargo build --profile distribution -p lua-shim --lib): the Makefile's
+# dist target builds them first. The archives are the same bytes for the
+# same inputs (no times, owners or names of this machine in them).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)
+arch=$(uname -m)
+# Where releases are published: the rockspec's source URL.
+release_url=${RELEASE_URL:-https://github.com/grpc-wasm/grpc-wasm/releases/download}
+dist=target/dist
+name=grpc-wasm-$version
+tarball=grpc-wasm-openresty-$version-linux-$arch.tar.gz
+rockspec=grpc-wasm-$version-1.rockspec
+
+rm -rf "$dist"
+mkdir -p "$dist"
+
+# The module, and its digest for hosts that check one (Envoy's
+# vm_config.code.remote.sha256, Istio's WasmPlugin.sha256).
+cp target/grpc_wasm.wasm "$dist/grpc_wasm.wasm"
+(cd "$dist" && sha256sum grpc_wasm.wasm > grpc_wasm.wasm.sha256)
+
+python3 scripts/dist/oci_image.py "$dist/grpc_wasm.wasm" "$dist/oci" "$version"
+cp scripts/dist/grpc_wasm.meta.json scripts/dist/grpc-wasm-config "$dist/"
+
+# The OpenResty archive: lib/ (shim and module side by side), lua/, INSTALL.
+stage=$dist/$name
+mkdir -p "$stage/lib" "$stage/lua"
+cp target/distribution/liblua_shim.so target/grpc_wasm.wasm "$stage/lib/"
+(cd lua-shim/lib && find resty -name '*.lua' -print0 | xargs -0 -I{} cp --parents {} "../../$stage/lua/")
+sed -e "s/@VERSION@/$version/g" -e "s/@ARCH@/$arch/g" scripts/dist/INSTALL.md > "$stage/INSTALL.md"
+cp LICENSE "$stage/"
+modules=$(cd "$stage" && find lua -name '*.lua' | sort | while read -r path; do
+  module=${path#lua/}
+  module=${module%.lua}
+  printf '      ["%s"] = "%s",\n' "${module//\//.}" "$path"
+done)
+awk -v modules="$modules" '{ if ($0 == "@MODULES@") print modules; else print }' \
+  scripts/dist/grpc-wasm.rockspec.in |
+  sed -e "s|@VERSION@|$version|g" -e "s|@RELEASE_URL@|$release_url|g" \
+    -e "s|@TARBALL@|$tarball|g" -e "s|@DIR@|$name|g" > "$stage/$rockspec"
+cp "$stage/$rockspec" "$dist/"
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$dist" -cf - "$name" |
+  gzip -9 -n > "$dist/$tarball"
+
+# The binary rock, made by installing the rockspec into a scratch tree.
+tree=$(mktemp -d)
+trap 'rm -rf "$tree"' EXIT
+(cd "$stage" && luarocks --lua-version 5.1 make --tree "$tree" "$rockspec" >/dev/null)
+(cd "$dist" && luarocks --lua-version 5.1 pack grpc-wasm "$version-1" --tree "$tree" >/dev/null)
+
+# The npm package as npm publishes it.
+(cd js/npm && npm pack --silent --pack-destination "../../$dist" >/dev/null)
+
+(cd "$dist" && sha256sum grpc_wasm.wasm grpc_wasm.meta.json grpc-wasm-config "$tarball" "$rockspec" ./*.rock ./*.tgz |
+  sed 's| \./| |' > SHA256SUMS)
+echo "$dist:"
+(cd "$dist" && ls -l --time-style=+ | sed 1d)
