@@ -11,6 +11,8 @@
 4. Node with the npm package (js/npm): gRPC-Web and Connect through
    Envoy's own filters, and native gRPC over node:http2
    (host-tests/js/demo.mjs, the README's Node example).
+
+After the calls of nginx and of Envoy, a scrape of their metrics.
 """
 
 import json
@@ -27,13 +29,21 @@ from web_envoy import web_envoy
 def lua_demo(servers, certs):
     env = {name: s.addr for name, s in servers.items()}
     env.update(certs=certs, protos=PROTOS, shim=SHIM, dead="127.0.0.1:1")
-    proxy = Nginx(env, workers=1)
+    proxy = Nginx(env, workers=1, http_extra=METRICS)
     try:
         status, body = proxy.get("/t/program")
         print(f"== nginx + resty.ffi.grpc: GET /t/program (host-tests/nginx/lua/program.lua) -> {status}")
         print(body, end="")
+        print_scrape("grpc.prometheus() in nginx (docs/operating.md)", f"http://127.0.0.1:{proxy.port}/t/metrics_scrape")
     finally:
         proxy.stop()
+
+
+# The Lua metrics' shared dict, as the README's OpenResty example names it.
+METRICS = """
+lua_shared_dict grpc_metrics 1m;
+init_by_lua_block { assert(require("resty.ffi.grpc").init{metrics_dict = "grpc_metrics"}) }
+"""
 
 
 def post(port, path, body, method="POST"):
@@ -61,10 +71,22 @@ def envoy_demo(servers):
     try:
         print("== Envoy + grpc_wasm.wasm, callout mode (proxy_grpc_call)")
         print("GET /v1/shelves/1 ->", *post(proxy.port, "/v1/shelves/1", None, "GET"))
+        print("GET /v1/shelves/0 ->", *post(proxy.port, "/v1/shelves/0", None, "GET"))
         print("POST /v1/shelves/1/books {\"title\":\"Dune\"} ->",
               *post(proxy.port, "/v1/shelves/1/books", {"title": "Dune"}))
+        print_scrape("Envoy's /stats/prometheus (docs/operating.md)", f"http://127.0.0.1:{proxy.admin}/stats/prometheus")
     finally:
         proxy.stop()
+
+
+def print_scrape(what, url):
+    """The filter's counters in a scrape (histogram buckets left out)."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    print(f"== metrics: {what}")
+    for line in lines:
+        if line.startswith(("grpc_client_started", "grpc_client_handled", "grpc_wasm_transcode")):
+            print(line)
 
 
 def ngx_wasm_demo(servers):

@@ -117,9 +117,16 @@ def test_ngx_wasm_module_runs_the_nginx_conf_it_writes(library, tmp_path):
         stop_process(proc)
 
 
-@pytest.mark.parametrize("name", ["envoy/envoy.yaml"])
-def test_the_examples_are_what_the_command_writes(name):
+@pytest.mark.parametrize("name", ["envoy/envoy.yaml", "ngx_wasm_module/nginx.conf"])
+def test_the_examples_are_what_the_command_writes(name, tmp_path):
     with open(os.path.join(EXAMPLES, name)) as f:
         committed = f.read()
-    args = committed.split("\n", 2)[1].removeprefix("# grpc-wasm-config ").split()
-    assert config_command(*args, cwd=ROOT) == committed.split("\n", 2)[2], f"regenerate {name}: see its first lines"
+    _, command, shown = committed.split("\n", 2)
+    args = command.removeprefix("# grpc-wasm-config ").split()
+    if "DIR" in args:
+        args[args.index("DIR")] = str(tmp_path)
+        config_command(*args, cwd=ROOT)
+        written = (tmp_path / "nginx.conf").read_text()
+    else:
+        written = config_command(*args, cwd=ROOT)
+    assert written == shown, f"regenerate examples/{name}: its second line is the command"

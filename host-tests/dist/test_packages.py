@@ -239,3 +239,63 @@ console.log(JSON.stringify(schema.decode("helloworld.HelloRequest", bytes)));
     assert out == '{"name":"npm"}\n'
     with open(tmp_path / "node_modules" / "grpc-wasm" / "package.json") as f:
         assert json.load(f)["version"] == VERSION
+
+
+def test_the_readmes_openresty_example_runs_as_shown(greeter, tmp_path):
+    """examples/openresty/nginx.conf, with only its install prefix, port and
+    server address changed, in Debian's nginx (the example is OpenResty's,
+    whose nginx has the Lua module built in)."""
+    prefix = tmp_path / "usr"
+    run(os.path.join(ROOT, "scripts", "dist", "install.sh"), str(prefix))
+    (prefix / "share" / "grpc-wasm" / "protos").mkdir(parents=True)
+    with open(os.path.join(PROTOS, "helloworld.proto")) as src:
+        (prefix / "share" / "grpc-wasm" / "protos" / "helloworld.proto").write_text(src.read())
+    port = free_port()
+    with open(os.path.join(ROOT, "examples", "openresty", "nginx.conf")) as f:
+        conf = f.read()
+    conf = (conf.replace("/usr/local", str(prefix)).replace("listen 8080;", f"listen 127.0.0.1:{port};")
+            .replace("127.0.0.1:50051", greeter.addr))
+    (tmp_path / "nginx.conf").write_text(conf)
+    (tmp_path / "logs").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_WASM_")}
+    modules = ("load_module /usr/lib/nginx/modules/ndk_http_module.so; "
+               "load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;")
+    proc = subprocess.Popen(["nginx", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"),
+                             "-g", f"{modules} daemon off; user root;"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/hello?name=readme", timeout=20) as r:
+                    assert r.read() == b"Hello readme!\n"
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise AssertionError((tmp_path / "logs" / "error.log").read_text()[-3000:]) from None
+                time.sleep(0.1)
+        handled = ('grpc_client_handled_total{grpc_service="helloworld.Greeter",grpc_method="SayHello",'
+                   'grpc_code="OK"} 1\n')
+        while True:
+            with urllib.request.urlopen(f"{base}/metrics", timeout=20) as r:
+                text = r.read().decode()
+            if handled in text or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert handled in text, text
+    finally:
+        proc.send_signal(3)
+        proc.wait(timeout=30)
+
+
+def test_the_readmes_node_example_runs_as_shown(greeter, tmp_path):
+    (tmp_path / "package.json").write_text(json.dumps({"name": "app", "private": True, "type": "module"}))
+    run("npm", "install", "--no-audit", "--no-fund", "--offline", dist(f"grpc-wasm-{VERSION}.tgz"), cwd=tmp_path)
+    with open(os.path.join(ROOT, "examples", "node", "hello.mjs")) as f:
+        (tmp_path / "hello.mjs").write_text(f.read())
+    proto = os.path.join(PROTOS, "helloworld.proto")
+    out = run("node", "hello.mjs", proto, f"http://{greeter.addr}", cwd=tmp_path).stdout
+    assert out == "Hello node!\n"
+    down = run("node", "hello.mjs", proto, f"http://127.0.0.1:{free_port()}", cwd=tmp_path).stdout
+    assert down.startswith("UNAVAILABLE: "), down

@@ -1,7 +1,7 @@
 //! The bounds the shim itself puts on a server, a connection and a Lua
 //! caller, in one place. Everything about messages (their size, nesting,
 //! JSON) is the core's, in `grpc_wasm::limits`; these are the transport's
-//! and the host's. The README's "Limits and bad input" table gives each.
+//! and the host's. docs/limits.md gives each.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The bounds the core puts on what a peer controls, in one place: every
 //! module that walks nested or repeated input takes its limit from here, so
-//! that the README's "Limits and bad input" table has one source. The
+//! that docs/limits.md has one source. The
 //! shim's bounds on connections and Lua callers (not on messages) are in
 //! `lua-shim/src/limits.rs`.
 
@@ -23,7 +23,7 @@ pub const MAX_FIELD_PATH_BYTES: usize = 1024;
 /// may set: 256 MiB. A wasm32 module has 4 GiB of memory in all, a message
 /// is held several times over while it is carried, decoded and printed,
 /// and a frame length a peer declares near `u32::MAX` would wrap a 32-bit
-/// `usize` once the header is added; the README's limits table gives it.
+/// `usize` once the header is added; docs/limits.md gives it.
 pub const MAX_BODY_LIMIT: usize = 256 << 20;
 
 /// The largest `max_held_response_bytes` a configuration may set: 1 GiB,

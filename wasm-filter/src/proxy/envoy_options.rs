@@ -3,7 +3,7 @@
 //! option with a counterpart here becomes it; one whose meaning this filter
 //! has whatever the value (or for the value Envoy defaults to) is accepted
 //! and dropped; any other value is refused, naming what the filter does
-//! instead. The README's option table says the same for each.
+//! instead. docs/envoy.md's option table says the same for each.
 
 use serde_json::{Map, Value};
 
@@ -66,7 +66,7 @@ const ONLY: [(&str, &str, &str); 8] = [
 ];
 
 /// Options this filter takes whatever their value: it always does what
-/// the option asks for (or cannot do otherwise), as the README says.
+/// the option asks for (or cannot do otherwise), as docs/envoy.md says.
 const ANY_VALUE: [&str; 1] = [
     // gRPC errors always become a `google.rpc.Status` JSON body.
     "convert_grpc_status",
@@ -197,7 +197,7 @@ fn check_only(
         return Ok(());
     }
     Err(format!(
-        "{prefix}{name}: only {only} is supported ({why}); see the README's table of Envoy's options"
+        "{prefix}{name}: only {only} is supported ({why}); see docs/envoy.md, \"Coming from Envoy's grpc_json_transcoder\""
     ))
 }
 
@@ -271,11 +271,11 @@ mod tests {
         let cases = [
             (
                 serde_json::json!({"case_insensitive_enum_parsing": true}),
-                "case_insensitive_enum_parsing: only false is supported (enum names are matched as the proto spells them); see the README's table of Envoy's options",
+                "case_insensitive_enum_parsing: only false is supported (enum names are matched as the proto spells them); see docs/envoy.md, \"Coming from Envoy's grpc_json_transcoder\"",
             ),
             (
                 serde_json::json!({"print_options": {"add_whitespace": true}}),
-                "print_options.add_whitespace: only false is supported (JSON is written compact); see the README's table of Envoy's options",
+                "print_options.add_whitespace: only false is supported (JSON is written compact); see docs/envoy.md, \"Coming from Envoy's grpc_json_transcoder\"",
             ),
             (
                 serde_json::json!({"max_request_body_size": 1, "max_request_bytes": 2}),
@@ -291,7 +291,7 @@ mod tests {
             ),
             (
                 serde_json::json!({"proto_descriptor": "/etc/api.pb"}),
-                "proto_descriptor: only null is supported (a wasm filter reads no files: give the descriptor set itself as \"proto_descriptor_bin\" or \"descriptor_set\" (base64)); see the README's table of Envoy's options",
+                "proto_descriptor: only null is supported (a wasm filter reads no files: give the descriptor set itself as \"proto_descriptor_bin\" or \"descriptor_set\" (base64)); see docs/envoy.md, \"Coming from Envoy's grpc_json_transcoder\"",
             ),
         ];
         for (doc, err) in cases {

@@ -7,7 +7,7 @@
 //! A host turns them into labels with one pattern per label: Envoy's
 //! `stats_tags` (`(;grpc_service=([^;]*))`), the OpenResty shim's
 //! `grpc.prometheus()` itself. The names follow go-grpc-prometheus
-//! (`grpc_client_*`), which dashboards already chart; the README maps
+//! (`grpc_client_*`), which dashboards already chart; docs/operating.md maps
 //! them to gRFC A66's.
 //!
 //! Metrics are defined on first use, per method and code: the calls the
