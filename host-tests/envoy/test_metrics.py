@@ -2,34 +2,18 @@
 callout mode, then Envoy's own /stats/prometheus, whose labels come from the
 stats_tags the README gives (harness.STATS_TAGS)."""
 
-import re
 import time
 import urllib.request
 
 import pytest
 
 from harness import Envoy, Server, free_port, read_protos
-
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+from prometheus_text import parse, value
 
 
 def scrape(proxy):
-    """Envoy's Prometheus text as {(name, ((label, value), ...)): value}, and
-    the # TYPE of each family."""
     with urllib.request.urlopen(f"http://127.0.0.1:{proxy.admin}/stats/prometheus", timeout=5) as r:
-        text = r.read().decode()
-    samples, types = {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            types[name] = kind
-            continue
-        m = SAMPLE.match(line)
-        if m:
-            labels = tuple(sorted(LABEL.findall(m.group(2) or "")))
-            samples[(m.group(1), labels)] = float(m.group(3))
-    return samples, types
+        return parse(r.read().decode())
 
 
 def post_lines(proxy, path, body):
@@ -38,10 +22,6 @@ def post_lines(proxy, path, body):
                                  headers={"content-type": "application/json"})
     with urllib.request.urlopen(req, timeout=20) as r:
         return r.read().decode().splitlines()
-
-
-def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def wait_for_histograms(proxy, name, count, **labels):

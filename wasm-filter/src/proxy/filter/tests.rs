@@ -1154,3 +1154,123 @@ fn ngx_wasm_module_clears_the_query_of_the_grpc_path_envoy_needs_not() {
         (CONTINUE, "/helloworld.Greeter/SayHello".to_string())
     );
 }
+
+const GREETER_LABELS: &str = ";grpc_service=helloworld.Greeter;grpc_method=SayHello";
+
+/// A metric's value; `name` may end in more labels (`;grpc_code=OK`),
+/// which follow the method's.
+fn counted(host: &MockHost, name: &str) -> Option<i64> {
+    let (base, more) = name
+        .split_once(';')
+        .map_or((name, String::new()), |(b, m)| (b, format!(";{m}")));
+    host.metric(&format!("{base}{GREETER_LABELS}{more}"))
+        .map(|m| m.value)
+}
+
+/// A second HTTP stream (context HTTP + 1) whose JSON request headers arrive.
+fn second_request(host: &MockHost) {
+    proxy_on_context_create(HTTP + 1, ROOT);
+    host.set_map(
+        MapType::HttpRequestHeaders,
+        &[
+            (":method", "POST"),
+            (":path", "/helloworld.Greeter/SayHello"),
+            ("content-type", "application/json"),
+        ],
+    );
+    proxy_on_request_headers(HTTP + 1, 3, 0);
+}
+
+#[test]
+fn a_transcoded_call_is_counted_once_and_one_whose_client_left_is_cancelled() {
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    response_headers(&host, &GRPC_OK, false);
+    response_body(&host, &frame(REPLY), false);
+    host.set_map(MapType::HttpResponseTrailers, &[("grpc-status", "0")]);
+    proxy_on_response_trailers(HTTP, 1);
+    proxy_on_delete(HTTP);
+    assert_eq!(counted(&host, "grpc_client_started_total"), Some(1));
+    assert_eq!(
+        counted(&host, "grpc_client_handled_total").map(|_| ()),
+        None,
+        "handled has a code"
+    );
+    assert_eq!(
+        counted(&host, "grpc_client_handled_total;grpc_code=OK"),
+        Some(1)
+    );
+    assert_eq!(counted(&host, "grpc_client_msg_sent_total"), Some(1));
+    assert_eq!(
+        counted(&host, "grpc_client_msg_sent_bytes_total"),
+        Some(frame(REQUEST).len() as i64)
+    );
+    assert_eq!(counted(&host, "grpc_client_msg_received_total"), Some(1));
+    // A second exchange whose client goes away before any answer.
+    second_request(&host);
+    proxy_on_delete(HTTP + 1);
+    assert_eq!(counted(&host, "grpc_client_started_total"), Some(2));
+    assert_eq!(
+        counted(&host, "grpc_client_handled_total;grpc_code=CANCELLED"),
+        Some(1)
+    );
+    assert_eq!(
+        counted(&host, "grpc_client_handled_total;grpc_code=OK"),
+        Some(1)
+    );
+    let duration = host
+        .metric(&format!(
+            "grpc_client_handling_milliseconds{GREETER_LABELS}"
+        ))
+        .unwrap();
+    assert_eq!(duration.recorded.len(), 2);
+}
+
+#[test]
+fn a_callout_counts_its_messages_and_a_local_refusal_as_a_request_failure() {
+    let host = callout(json!({}), false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    let token = host.state.borrow().opened[0].token;
+    host.set_buffer_bytes(BufferType::GrpcReceiveBuffer, REPLY);
+    proxy_on_grpc_receive(ROOT, token, REPLY.len() as u32);
+    // Envoy's unary call goes as a stream: it ends at its status.
+    assert_eq!(
+        counted(&host, "grpc_client_handled_total;grpc_code=OK"),
+        None
+    );
+    host.state.borrow_mut().status = Some((0, Vec::new()));
+    proxy_on_grpc_close(ROOT, token, 0);
+    assert_eq!(
+        counted(&host, "grpc_client_handled_total;grpc_code=OK"),
+        Some(1)
+    );
+    assert_eq!(
+        counted(&host, "grpc_client_msg_received_bytes_total"),
+        Some(REPLY.len() as i64 + 5)
+    );
+    // The opened call named the module.
+    let opened = host.state.borrow().opened[0].clone();
+    let agent = opened.metadata.iter().find(|(k, _)| k == "user-agent");
+    assert_eq!(
+        agent.map(|(_, v)| v.as_slice()),
+        Some(crate::USER_AGENT.as_bytes())
+    );
+    // Bad JSON never leaves: a request failure.
+    second_request(&host);
+    host.set_buffer_bytes(BufferType::HttpRequestBody, b"{nope");
+    proxy_on_request_body(HTTP + 1, 5, 1);
+    assert_eq!(
+        counted(
+            &host,
+            "grpc_client_handled_total;grpc_code=INVALID_ARGUMENT"
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        counted(&host, "grpc_wasm_transcode_failures_total;cause=request"),
+        Some(1)
+    );
+    assert_eq!(counted(&host, "grpc_client_msg_sent_total"), Some(1));
+}

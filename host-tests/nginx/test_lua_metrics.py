@@ -11,6 +11,7 @@ import time
 import pytest
 
 from nginx_harness import Nginx, Server
+from prometheus_text import parse
 
 METRICS_INIT = """
 lua_shared_dict grpc_metrics 1m;
@@ -18,8 +19,6 @@ init_by_lua_block {
     assert(require("resty.ffi.grpc").init{metrics_dict = "grpc_metrics", metrics_interval = 100})
 }
 """
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 GREETER = (("grpc_method", "SayHello"), ("grpc_service", "helloworld.Greeter"))
 FAIL = (("grpc_method", "Fail"), ("grpc_service", "grpcwasm.testing.Testing"))
 
@@ -31,19 +30,6 @@ def servers():
     yield {**{name: s.addr for name, s in started.items()}, "protos": PROTOS}
     for s in started.values():
         s.stop()
-
-
-def parse(text):
-    samples, types = {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            types[name] = kind
-        elif line:
-            m = SAMPLE.match(line)
-            assert m, line
-            samples[(m.group(1), tuple(sorted(LABEL.findall(m.group(2) or ""))))] = float(m.group(3))
-    return samples, types
 
 
 def scrape_until(proxy, key, expected, timeout=10):
