@@ -13,6 +13,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -241,20 +242,23 @@ console.log(JSON.stringify(schema.decode("helloworld.HelloRequest", bytes)));
         assert json.load(f)["version"] == VERSION
 
 
-def test_the_readmes_openresty_example_runs_as_shown(greeter, tmp_path):
+def test_the_readmes_openresty_example_runs_as_shown(tmp_path):
     """examples/openresty/nginx.conf, with only its install prefix, port and
     server address changed, in Debian's nginx (the example is OpenResty's,
     whose nginx has the Lua module built in)."""
+    greeter = Server("greeter-server")  # stopped midway: its own
     prefix = tmp_path / "usr"
     run(os.path.join(ROOT, "scripts", "dist", "install.sh"), str(prefix))
-    (prefix / "share" / "grpc-wasm" / "protos").mkdir(parents=True)
+    protos = tmp_path / "protos"
+    protos.mkdir()
     with open(os.path.join(PROTOS, "helloworld.proto")) as src:
-        (prefix / "share" / "grpc-wasm" / "protos" / "helloworld.proto").write_text(src.read())
+        (protos / "helloworld.proto").write_text(src.read())
     port = free_port()
     with open(os.path.join(ROOT, "examples", "openresty", "nginx.conf")) as f:
         conf = f.read()
-    conf = (conf.replace("/usr/local", str(prefix)).replace("listen 8080;", f"listen 127.0.0.1:{port};")
-            .replace("127.0.0.1:50051", greeter.addr))
+    conf = (conf.replace("/usr/local", str(prefix)).replace("/etc/grpc-wasm/protos", str(protos))
+            .replace("listen 8080;", f"listen 127.0.0.1:{port};").replace("127.0.0.1:50051", greeter.addr))
+    assert "/usr/local" not in conf
     (tmp_path / "nginx.conf").write_text(conf)
     (tmp_path / "logs").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_WASM_")}
@@ -284,7 +288,13 @@ def test_the_readmes_openresty_example_runs_as_shown(greeter, tmp_path):
                 break
             time.sleep(0.2)
         assert handled in text, text
+        greeter.stop()
+        with pytest.raises(urllib.error.HTTPError) as down:
+            urllib.request.urlopen(f"{base}/hello", timeout=20)
+        assert down.value.code == 502
+        assert down.value.read().decode().startswith("UNAVAILABLE (14): ")
     finally:
+        greeter.stop()
         proc.send_signal(3)
         proc.wait(timeout=30)
 

@@ -1,4 +1,4 @@
-//! grpc.examples.echo.Echo on `--addr` (default `[::1]:50052`), in plaintext,
+//! grpc.examples.echo.Echo on `--addr` (default `127.0.0.1:50052`), in plaintext,
 //! TLS (`--tls-dir`) or mTLS (`--tls-dir` and `--mtls`).
 
 use std::net::SocketAddr;
@@ -13,7 +13,7 @@ use tonic::transport::Server;
 #[command(about = "grpc.examples.echo.Echo in plaintext, TLS or mTLS")]
 struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
-    #[arg(long, default_value = "[::1]:50052")]
+    #[arg(long, default_value = "127.0.0.1:50052")]
     addr: SocketAddr,
     /// Serve TLS with DIR/server.pem and DIR/server.key (see gen-certs).
     #[arg(long, value_name = "DIR")]

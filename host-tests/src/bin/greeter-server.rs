@@ -1,4 +1,4 @@
-//! helloworld.Greeter on `--addr` (default `[::1]:50051`).
+//! helloworld.Greeter on `--addr` (default `127.0.0.1:50051`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -11,7 +11,7 @@ use tonic::transport::Server;
 #[command(about = "helloworld.Greeter: SayHello answers \"Hello {name}!\"")]
 struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
-    #[arg(long, default_value = "[::1]:50051")]
+    #[arg(long, default_value = "127.0.0.1:50051")]
     addr: SocketAddr,
 }
 

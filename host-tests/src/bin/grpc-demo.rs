@@ -13,9 +13,9 @@ use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser)]
 struct Args {
-    #[arg(long, default_value = "[::1]:50051")]
+    #[arg(long, default_value = "127.0.0.1:50051")]
     greeter: String,
-    #[arg(long, default_value = "[::1]:10000")]
+    #[arg(long, default_value = "127.0.0.1:10000")]
     routeguide: String,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/grpc_wasm.wasm"))]
     wasm: String,

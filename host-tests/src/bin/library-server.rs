@@ -1,4 +1,4 @@
-//! example.library.v1.Library (the transcoding fixture) on `--addr` (default `[::1]:50054`).
+//! example.library.v1.Library (the transcoding fixture) on `--addr` (default `127.0.0.1:50054`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -11,7 +11,7 @@ use tonic::transport::Server;
 #[command(about = "example.library.v1.Library: an in-memory book store for transcoding tests")]
 struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
-    #[arg(long, default_value = "[::1]:50054")]
+    #[arg(long, default_value = "127.0.0.1:50054")]
     addr: SocketAddr,
 }
 

@@ -11,7 +11,7 @@ use host_tests::{rogue, serve, BoxError};
 #[command(about = "A gRPC peer that breaks the protocol as the x-rogue request header asks")]
 struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
-    #[arg(long, default_value = "[::1]:50055")]
+    #[arg(long, default_value = "127.0.0.1:50055")]
     addr: SocketAddr,
 }
 

@@ -1,4 +1,4 @@
-//! routeguide.RouteGuide on `--addr` (default `[::1]:10000`) over `--db`.
+//! routeguide.RouteGuide on `--addr` (default `127.0.0.1:10000`) over `--db`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use tonic::transport::Server;
 #[command(about = "routeguide.RouteGuide over a JSON feature database")]
 struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
-    #[arg(long, default_value = "[::1]:10000")]
+    #[arg(long, default_value = "127.0.0.1:10000")]
     addr: SocketAddr,
     /// JSON array of {"location":{"latitude":..,"longitude":..},"name":..}.
     #[arg(long, default_value_os_t = route_guide::default_db_path())]

@@ -1,4 +1,4 @@
-//! grpcwasm.testing.Testing on `--addr` (default `[::1]:50053`).
+//! grpcwasm.testing.Testing on `--addr` (default `127.0.0.1:50053`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -13,7 +13,7 @@ use tonic::transport::Server;
 )]
 struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
-    #[arg(long, default_value = "[::1]:50053")]
+    #[arg(long, default_value = "127.0.0.1:50053")]
     addr: SocketAddr,
 }
 
