@@ -52,7 +52,8 @@ dist: wasm npm
 # look for it: the shim and the module in lib/lua/5.1, the Lua API in
 # share/lua/5.1.
 PREFIX ?= /usr/local
-install: dist
+install: wasm
+	cargo build --profile distribution -p lua-shim --lib
 	scripts/dist/install.sh "$(PREFIX)"
 
 # Everything `make test` runs, built in one go: with the tests'

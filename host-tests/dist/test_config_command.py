@@ -55,15 +55,17 @@ def library():
     server.stop()
 
 
-def test_the_plugin_configuration_takes_a_proto_and_its_imports():
+def test_the_plugin_configuration_takes_a_proto_and_its_imports(tmp_path):
     config = json.loads(config_command("--proto", os.path.join(PROTOS, "library.proto"), "-I", PROTOS))
     assert sorted(config["protos"]) == ["google/api/annotations.proto", "google/api/http.proto", "library.proto"]
     with open(os.path.join(PROTOS, "library.proto")) as f:
         assert config["protos"]["library.proto"] == f.read()
-    missing = subprocess.run([COMMAND, "--proto", os.path.join(PROTOS, "library.proto")],
-                             capture_output=True, text=True)
+    # A file's own directory is searched too; an import found nowhere is named.
+    with open(os.path.join(PROTOS, "library.proto")) as f:
+        (tmp_path / "library.proto").write_text(f.read())
+    missing = subprocess.run([COMMAND, "--proto", str(tmp_path / "library.proto")], capture_output=True, text=True)
     assert missing.returncode != 0
-    assert "google/api/annotations.proto not found in" in missing.stderr
+    assert missing.stderr.startswith("grpc-wasm-config: google/api/annotations.proto not found in "), missing.stderr
 
 
 def test_envoy_runs_the_envoy_yaml_it_writes(library, tmp_path):
@@ -130,3 +132,41 @@ def test_the_examples_are_what_the_command_writes(name, tmp_path):
     else:
         written = config_command(*args, cwd=ROOT)
     assert written == shown, f"regenerate examples/{name}: its second line is the command"
+
+
+def test_protos_are_named_as_protoc_names_them(tmp_path):
+    """Files under a -I directory are named relative to it, as their
+    imports name them (else a type would be defined twice); both quote
+    styles of import are followed."""
+    api = tmp_path / "api" / "v1"
+    api.mkdir(parents=True)
+    (api / "service.proto").write_text('syntax = "proto3";\npackage api.v1;\nimport \'api/v1/types.proto\';\n'
+                                       "service S { rpc M (T) returns (T); }\n")
+    (api / "types.proto").write_text('syntax = "proto3";\npackage api.v1;\nmessage T { string a = 1; }\n')
+    config = json.loads(config_command("--proto", "api/v1/service.proto", "--proto", "api/v1/types.proto",
+                                       "-I", ".", cwd=tmp_path))
+    assert sorted(config["protos"]) == ["api/v1/service.proto", "api/v1/types.proto"]
+
+
+def test_the_nginx_conf_takes_odd_paths_and_ipv6(tmp_path):
+    """Paths with spaces and quotes are quoted, IPv6 addresses bracketed:
+    nginx -t takes the file."""
+    odd = tmp_path / 'a dir "quoted"'
+    odd.mkdir()
+    module = odd / "grpc wasm.wasm"
+    with open(MODULE, "rb") as src:
+        module.write_bytes(src.read())
+    config_command("--proto", os.path.join(PROTOS, "helloworld.proto"), "--format", "nginx", "--out-dir", str(odd),
+                   "--upstream", "[::1]:50051", "--address", "::", "--listen", str(free_port()),
+                   "--config-port", str(free_port()), "--module", str(module))
+    (tmp_path / "logs").mkdir()
+    checked = subprocess.run([nginx_binary(), "-t", "-p", str(tmp_path), "-c", str(odd / "nginx.conf")],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    with open(odd / "nginx.conf") as f:
+        conf = f.read()
+    assert "grpc_pass grpc://[::1]:50051;" in conf
+    dollar = subprocess.run([COMMAND, "--proto", os.path.join(PROTOS, "helloworld.proto"), "--format", "nginx",
+                             "--out-dir", str(tmp_path / "x"), "--module", "/a/$b.wasm"], capture_output=True, text=True)
+    assert dollar.returncode != 0
+    assert "nginx would read the $ as a variable" in dollar.stderr

@@ -65,7 +65,7 @@ def test_prometheus_adds_up_both_workers(servers, transport, mode, request):
             status, body = proxy.get("/t/metrics_traffic")
             assert status == 200, body
             assert "ok: true Hello m!\nfail: NOT_FOUND\nrefused: INVALID_ARGUMENT\n" in body, body
-            workers.add(body.split("worker: ")[1].strip())
+            workers.add(body.split("worker: ")[1].split()[0])
         key = ("grpc_client_handled_total", tuple(sorted((*GREETER, ("grpc_code", "OK")))))
         samples, types, text = scrape_until(proxy, key, 12)
         value = lambda name, *labels: samples.get((name, tuple(sorted(labels))))  # noqa: E731
@@ -107,6 +107,31 @@ def test_prometheus_adds_up_both_workers(servers, transport, mode, request):
     assert not errors, errors
 
 
+def test_a_replaced_worker_takes_nothing_from_the_totals(servers):
+    """A worker killed and replaced by the master starts counting from zero;
+    the totals go on from where they were (a smaller total would read to
+    Prometheus as a counter reset)."""
+    proxy = Nginx(servers, workers=2, http_extra=METRICS_INIT)
+    key = ("grpc_client_handled_total", tuple(sorted((*GREETER, ("grpc_code", "OK")))))
+    try:
+        pids = set()
+        for _ in range(8):
+            status, body = proxy.get("/t/metrics_traffic")
+            assert status == 200, body
+            pids.add(int(body.split("worker: ")[1].split()[1]))
+        samples, _, text = scrape_until(proxy, key, 8)
+        assert samples.get(key) == 8, text
+        for pid in pids:
+            os.kill(pid, 9)
+        time.sleep(0.5)
+        for _ in range(4):
+            assert proxy.get("/t/metrics_traffic")[0] == 200
+        samples, _, text = scrape_until(proxy, key, 12)
+        assert samples.get(key) == 12, text
+    finally:
+        proxy.stop()
+
+
 def test_prometheus_without_a_dict_says_what_to_add(servers):
     proxy = Nginx(servers, workers=1)
     try:
@@ -144,5 +169,34 @@ def test_named_headers_propagate_and_the_user_agent_names_grpc_wasm(servers, tra
                                      headers={"x-request-id": "r-2"})
         with urllib.request.urlopen(req, timeout=20) as r:
             assert json.loads(r.read())["x-request-id"] == "mine"
+    finally:
+        proxy.stop()
+
+
+def test_the_lua_list_of_reserved_headers_is_the_cores():
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(root, "wasm-filter", "src", "metadata.rs")) as f:
+        core = re.search(r"const RESERVED: \[&str; \d+\] = \[(.*?)\];", f.read(), re.S).group(1)
+    with open(os.path.join(root, "lua-shim", "lib", "resty", "ffi", "grpc.lua")) as f:
+        lua = re.search(r"local NOT_PROPAGATED = \{(.*?)\n\}", f.read(), re.S).group(1)
+    assert set(re.findall(r'"([a-z-]+)"', core)) == set(re.findall(r'\[?"?([a-z-]+)"?\]? = true', lua))
+
+
+def test_reserved_headers_are_refused_at_init_and_bad_values_left_behind(servers):
+    proxy = Nginx(servers, workers=1, http_extra=PROPAGATE_INIT)
+    try:
+        for name in ("grpc-trace-bin", "User-Agent", "x-envoy-retry-on"):
+            status, body = proxy.get(f"/t/propagate_refused?name={name}")
+            assert status == 200
+            assert body == (f"false propagate[1]: {name.lower()} is the HTTP/2 or gRPC protocol's own, "
+                            "not metadata a call can carry\n"), body
+        import urllib.request
+        req = urllib.request.Request(f"http://127.0.0.1:{proxy.port}/t/propagate",
+                                     headers={"traceparent": "caf\u00e9".encode().decode("latin-1"),
+                                              "x-request-id": "r-3"})
+        with urllib.request.urlopen(req, timeout=20) as r:
+            metadata = json.loads(r.read())
+        assert "traceparent" not in metadata, metadata
+        assert metadata["x-request-id"] == "r-3", metadata
     finally:
         proxy.stop()

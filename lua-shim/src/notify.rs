@@ -29,6 +29,9 @@ pub struct Notifier {
     /// The private directory that holds the socket.
     dir: PathBuf,
     path: PathBuf,
+    /// Held locked for the process's life: a directory whose lock can be
+    /// taken belongs to no live process (see `sweep_stale`).
+    _alive: std::fs::File,
     reader: Mutex<Option<UnixStream>>,
     ready: Mutex<Ready>,
 }
@@ -40,9 +43,17 @@ impl Notifier {
         sweep_stale(parent);
         let dir = private_dir(parent)?;
         let path = dir.join("wake.sock");
+        let alive = match hold_alive_lock(&dir) {
+            Ok(file) => file,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        };
         let listener = match UnixListener::bind(&path) {
             Ok(listener) => listener,
             Err(e) => {
+                let _ = std::fs::remove_file(dir.join(ALIVE));
                 let _ = std::fs::remove_dir(&dir);
                 return Err(e);
             }
@@ -51,6 +62,7 @@ impl Notifier {
         let notifier = Arc::new(Notifier {
             dir,
             path,
+            _alive: alive,
             reader: Mutex::new(None),
             ready: Mutex::new(Ready::default()),
         });
@@ -124,7 +136,44 @@ impl Notifier {
 impl Drop for Notifier {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(self.dir.join(ALIVE));
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The file whose lock says a directory's process lives.
+const ALIVE: &str = "alive.lock";
+
+/// Creates the directory's lock file and takes its lock, which the
+/// process holds until it ends (the kernel lets it go even on SIGKILL).
+fn hold_alive_lock(dir: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join(ALIVE))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
+    Ok(file)
+}
+
+/// Whether a directory's process is gone: its lock can be taken. A
+/// directory from before the lock (none there) is judged by its pid, in
+/// this pid namespace.
+fn owner_gone(dir: &Path, pid: u32) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(dir.join(ALIVE));
+    match lock {
+        Ok(file) => {
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            !Path::new("/proc").join(pid.to_string()).exists()
+        }
+        Err(_) => false,
     }
 }
 
@@ -145,6 +194,7 @@ extern "C" fn remove_sockets() {
     };
     for path in paths.iter() {
         let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(path.join(ALIVE));
         let _ = std::fs::remove_dir(path);
     }
 }
@@ -164,8 +214,9 @@ fn remove_at_exit(dir: &Path, socket: &Path) {
 
 /// Removes the directories that processes now gone left in `parent` (a
 /// worker killed by a signal runs no exit handler): only ours, of this
-/// user, named `grpc-wasm-<pid>-<hex>` with no process `pid`. A live
-/// process of that pid keeps its directory, whoever it is.
+/// user, named `grpc-wasm-<pid>-<hex>`, whose lock no process holds. The
+/// lock, not the pid, decides: processes in other pid namespaces (two
+/// containers sharing /tmp) and reused pids are told apart.
 fn sweep_stale(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
@@ -179,8 +230,9 @@ fn sweep_stale(parent: &Path) {
         let ours = entry
             .metadata()
             .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == me && m.is_dir());
-        if ours && !Path::new("/proc").join(pid.to_string()).exists() {
+        if ours && owner_gone(&entry.path(), pid) {
             let _ = std::fs::remove_file(entry.path().join("wake.sock"));
+            let _ = std::fs::remove_file(entry.path().join(ALIVE));
             let _ = std::fs::remove_dir(entry.path());
         }
     }
@@ -277,13 +329,23 @@ mod tests {
         let stale = parent.join(format!("grpc-wasm-{gone}-0000abcd"));
         let live = parent.join(format!("grpc-wasm-{}-0000abcd", std::process::id()));
         let other = parent.join(format!("grpc-wasm-{gone}-notours"));
-        for dir in [&stale, &live, &other] {
+        // Another pid namespace's live worker: its pid means nothing here,
+        // its lock is held.
+        let elsewhere = parent.join(format!("grpc-wasm-{gone}-0000beef"));
+        // A worker of the lock's days that ended: the lock is free.
+        let ended = parent.join(format!("grpc-wasm-{}-0000cafe", std::process::id()));
+        for dir in [&stale, &live, &other, &elsewhere, &ended] {
             std::fs::create_dir(dir).unwrap();
         }
         std::fs::write(stale.join("wake.sock"), b"").unwrap();
+        let held = hold_alive_lock(&elsewhere).unwrap();
+        drop(hold_alive_lock(&ended).unwrap());
         let notifier = Notifier::listen(&parent).unwrap();
-        assert!(!stale.exists());
-        assert!(live.exists() && other.exists());
+        assert!(!stale.exists() && !ended.exists());
+        assert!(live.exists() && other.exists() && elsewhere.exists());
+        drop(held);
+        std::fs::remove_file(elsewhere.join(ALIVE)).unwrap();
+        std::fs::remove_dir(&elsewhere).unwrap();
         // The new one registered for removal at exit.
         assert!(lock(&AT_EXIT).contains(&notifier.path().to_path_buf()));
         drop(notifier);

@@ -24,6 +24,8 @@
 # same inputs (no times, owners or names of this machine in them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The archives' modes are the same on every machine, whatever its umask.
+umask 022
 
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)
 arch=$(uname -m)
@@ -62,14 +64,29 @@ awk -v modules="$modules" '{ if ($0 == "@MODULES@") print modules; else print }'
   sed -e "s|@VERSION@|$version|g" -e "s|@RELEASE_URL@|$release_url|g" \
     -e "s|@TARBALL@|$tarball|g" -e "s|@DIR@|$name|g" > "$stage/$rockspec"
 cp "$stage/$rockspec" "$dist/"
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$dist" -cf - "$name" |
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --mode=go-w,a+rX -C "$dist" -cf - "$name" |
   gzip -9 -n > "$dist/$tarball"
 
 # The binary rock, made by installing the rockspec into a scratch tree.
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
 (cd "$stage" && luarocks --lua-version 5.1 make --tree "$tree" "$rockspec" >/dev/null)
-(cd "$dist" && luarocks --lua-version 5.1 pack grpc-wasm "$version-1" --tree "$tree" >/dev/null)
+(cd "$dist" && luarocks --lua-version 5.1 pack grpc-wasm "$version-1" --tree "$tree" 2>/dev/null >/dev/null)
+# luarocks zips copies made now: the same entries with zip's earliest time
+# make the rock the same bytes each time.
+python3 - "$dist/grpc-wasm-$version-1.linux-$arch.rock" <<'EOF'
+import sys
+import zipfile
+
+path = sys.argv[1]
+with zipfile.ZipFile(path) as rock:
+    entries = [(info, rock.read(info)) for info in sorted(rock.infolist(), key=lambda i: i.filename)]
+with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as rock:
+    for info, data in entries:
+        fixed = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+        fixed.external_attr, fixed.compress_type = info.external_attr, zipfile.ZIP_DEFLATED
+        rock.writestr(fixed, data)
+EOF
 
 # The npm package as npm publishes it.
 (cd js/npm && npm pack --silent --pack-destination "../../$dist" >/dev/null)

@@ -17,4 +17,4 @@ local _, _, info = conns.testing:unary("/grpcwasm.testing.Testing/Fail", {code =
 ngx.say("fail: ", info and info.name)
 _, _, info = conns.greeter:unary("/helloworld.Greeter/SayHello", {nope = 1})
 ngx.say("refused: ", info and info.name)
-ngx.say("worker: ", ngx.worker.id())
+ngx.say("worker: ", ngx.worker.id(), " ", ngx.worker.pid())

@@ -84,6 +84,10 @@ fn define_metric(mut c: Ctx, kind: u32, ptr: u32, len: u32, id_ptr: u32) -> Prox
     let Ok(kind) = MetricType::try_from(kind) else {
         return ProxyStatus::BadArgument;
     };
+    // Refused before it is copied out of the module.
+    if len as usize > super::metrics::MAX_NAME_BYTES {
+        return ProxyStatus::BadArgument;
+    }
     let Some(name) = read_str(&mut c, ptr, len) else {
         return ProxyStatus::InvalidMemoryAccess;
     };

@@ -112,7 +112,11 @@ impl MethodMetrics {
     fn new(service: &str, method: &str) -> Self {
         let undefined = || Cell::new(Slot::Undefined);
         MethodMetrics {
-            labels: format!(";grpc_service={service};grpc_method={method}"),
+            labels: format!(
+                ";grpc_service={};grpc_method={}",
+                label_value(service),
+                label_value(method)
+            ),
             counters: std::array::from_fn(|_| undefined()),
             handled: std::array::from_fn(|_| undefined()),
             failures: std::array::from_fn(|_| undefined()),
@@ -126,6 +130,20 @@ impl MethodMetrics {
         let name = || format!("{}{}", counter.name(), self.labels);
         increment(slot, MetricType::Counter, name, n);
     }
+}
+
+/// A label's value as a name may hold it: a descriptor set is not checked
+/// as `.proto` text is, and a `;` or `=` in a name would forge a label.
+fn label_value(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 #[derive(Default)]
@@ -142,6 +160,18 @@ struct Registry {
 
 thread_local! {
     static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
+}
+
+/// A new configuration: the methods of the old one are forgotten, and the
+/// bound counts afresh (a host keeps what it defined, and gives the same
+/// id for a name defined again).
+pub fn reconfigured() {
+    REGISTRY.with(|r| {
+        let mut r = r.borrow_mut();
+        r.methods.clear();
+        r.defined = 0;
+        r.full = false;
+    });
 }
 
 /// Turns the metrics off for this VM, with one log line saying why (a
@@ -206,7 +236,9 @@ fn id(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String) -> Opt
             slot.set(Slot::Id(id));
             Some(id)
         }
-        Err(status) => {
+        // A host without the function turns every metric off; a refusal
+        // of one name (too long, the host full) only that one.
+        Err(status) if lacks_metrics(status) => {
             slot.set(Slot::Off);
             turn_off(&format!(
                 "the host refused to define {name} (host status {})",
@@ -214,7 +246,25 @@ fn id(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String) -> Opt
             ));
             None
         }
+        Err(status) => {
+            slot.set(Slot::Off);
+            host::log(
+                LogLevel::Warn,
+                &format!(
+                    "grpc-wasm: the host refused the metric {name} (host status {})",
+                    status.0
+                ),
+            );
+            None
+        }
     }
+}
+
+fn lacks_metrics(status: host::HostStatus) -> bool {
+    use super::contract::ProxyStatus;
+    [ProxyStatus::Unimplemented, ProxyStatus::NotFound]
+        .iter()
+        .any(|s| status.0 == *s as u32)
 }
 
 fn increment(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String, n: u64) {
@@ -443,6 +493,31 @@ mod tests {
             "grpc-wasm: no metrics: the host refused to define grpc_client_started_total;grpc_service=a.B;grpc_method=C (host status 12)"
         ));
         assert!(mock.state.borrow().metrics.is_empty());
+    }
+
+    #[test]
+    fn names_cannot_forge_labels_and_one_refused_name_stops_only_itself() {
+        let mock = with_mock();
+        let m = of_method("/a.B/C", "a;grpc_code=OK", "C=1");
+        let mut meter = Meter::default();
+        meter.start(m);
+        assert!(mock
+            .metric("grpc_client_started_total;grpc_service=a_grpc_code_OK;grpc_method=C_1")
+            .is_some());
+        // The host refuses one name (as the shim refuses a long one): that
+        // metric stays off, the others count on.
+        mock.state.borrow_mut().full_metrics = true;
+        meter.end(Code::Ok, None);
+        mock.state.borrow_mut().full_metrics = false;
+        assert!(mock
+            .metric("grpc_client_handled_total;grpc_service=a_grpc_code_OK;grpc_method=C_1;grpc_code=OK")
+            .is_none());
+        let mut again = Meter::default();
+        again.start(of_method("/a.B/C", "a;grpc_code=OK", "C=1"));
+        let started = mock
+            .metric("grpc_client_started_total;grpc_service=a_grpc_code_OK;grpc_method=C_1")
+            .unwrap();
+        assert_eq!(started.value, 2);
     }
 
     #[test]

@@ -65,14 +65,20 @@ local initialised
 
 -- Each worker publishes its metrics in the lua_shared_dict grpc.init
 -- named (metrics_dict), every metrics_interval ms, for grpc.prometheus.
+local publish_failed -- logged once, until publishing works again
 local function publish_metrics(premature)
     if premature or not backend then
         return
     end
-    local text = backend.metrics()
+    local text, err = backend.metrics()
+    local ok = false
     if text then
-        metrics.publish(settings.metrics_dict, text)
+        ok, err = metrics.publish(settings.metrics_dict, text)
     end
+    if not ok and not publish_failed then
+        ngx.log(ngx.ERR, "grpc-wasm: ", err)
+    end
+    publish_failed = not ok
 end
 
 local function start_publishing()
@@ -187,7 +193,11 @@ local function propagate(metadata)
     for _, name in ipairs(names) do
         if not (metadata and metadata[name[1]]) then
             local value = var[name[2]]
-            if value then
+            -- A value metadata cannot carry stays behind, as the filter's
+            -- callouts leave it: the call goes on without it.
+            local fits = value and (name[3] and value:match("^[%w+/=]*$")
+                                    or not name[3] and not value:find("[^\32-\126]"))
+            if fits then
                 metadata = metadata or {}
                 metadata[name[1]] = value
             end
@@ -195,6 +205,16 @@ local function propagate(metadata)
     end
     return metadata
 end
+
+-- Headers metadata cannot carry: the core's reserved keys
+-- (wasm-filter/src/metadata.rs RESERVED, and every grpc-*; a test holds
+-- the two lists equal), and the proxy's own. Named in propagate, they are
+-- refused at init rather than failing every call that meets them.
+local NOT_PROPAGATED = {
+    ["content-type"] = true, te = true, host = true, connection = true,
+    ["transfer-encoding"] = true, upgrade = true, ["keep-alive"] = true,
+    ["proxy-connection"] = true, ["content-length"] = true, ["user-agent"] = true,
+}
 
 -- grpc.init's propagate: a list of header names, kept as { key, variable }.
 local function check_propagate(list)
@@ -210,7 +230,11 @@ local function check_propagate(list)
             return nil, "propagate[" .. i .. "] must be a header name, got " .. tostring(name)
         end
         local key = name:lower()
-        names[i] = { key, "http_" .. key:gsub("[-.]", "_") }
+        if NOT_PROPAGATED[key] or key:sub(1, 5) == "grpc-" or key:sub(1, 8) == "x-envoy-" then
+            return nil, "propagate[" .. i .. "]: " .. key .. " is the HTTP/2 or gRPC protocol's own,"
+                .. " not metadata a call can carry"
+        end
+        names[i] = { key, "http_" .. key:gsub("[-.]", "_"), key:sub(-4) == "-bin" }
     end
     return names
 end
@@ -398,10 +422,11 @@ function _M.metrics()
 end
 
 --- Every worker's metrics in Prometheus' text format (0.0.4): counters and
--- histograms added up, gauges per worker (label worker), the call
+-- histograms totalled over the workers, past ones included (a replaced
+-- worker takes nothing away), gauges per worker (label worker), the call
 -- duration in seconds (grpc_client_handling_seconds). Needs
--- grpc.init{metrics_dict = ...}; a worker's latest figures arrive within
--- metrics_interval. Or nil and an error.
+-- grpc.init{metrics_dict = ...}, a dict of its own; a worker's latest
+-- figures arrive within metrics_interval. Or nil and an error.
 function _M.prometheus()
     local ok, err = ready()
     if not ok then
@@ -420,11 +445,7 @@ function _M.prometheus()
     if not pok then
         return nil, perr
     end
-    local texts, cerr = metrics.collect(dict)
-    if not texts then
-        return nil, cerr
-    end
-    return metrics.exposition(texts)
+    return metrics.exposition(ngx.shared[dict])
 end
 
 local Conn = {}

@@ -123,6 +123,7 @@ fn install(root_id: ContextId, config: FilterConfig) -> u32 {
             // started them).
             let calls = config.callout.is_some() || !config.bindings.is_empty();
             let _ = host::ticks(root_id, calls);
+            metrics::reconfigured();
             if host_kind().defines_metrics() {
                 metrics::descriptor_files(config.registry.pool().files().len());
                 metrics::held_bytes(super::held::vm_total());

@@ -76,6 +76,8 @@ pub struct MockState {
     pub metrics: Vec<Metric>,
     /// Refuse `proxy_define_metric`, as a host without metrics does.
     pub refuse_metrics: bool,
+    /// Refuse new metric names with BadArgument, as a full host does.
+    pub full_metrics: bool,
     /// Buffer reads the filter made: each is a host call, which costs a
     /// real proxy thousands of instructions.
     pub buffer_reads: u32,
@@ -322,6 +324,9 @@ impl Host for MockHost {
         // Envoy answers the same id for a name defined again.
         if let Some(id) = state.metrics.iter().position(|m| m.name == name) {
             return Ok(id as u32);
+        }
+        if state.full_metrics {
+            return Err(BAD_ARGUMENT);
         }
         state.metrics.push(Metric {
             kind,

@@ -7,12 +7,12 @@
 --   h <tab> name <tab> count <tab> sum <tab> cumulative counts, comma separated
 -- A name carries its labels as ";label=value" segments after the metric's
 -- own name (the filter's convention, which Envoy's stats_tags read too).
--- Each worker publishes its text in the lua_shared_dict the user names;
--- a scrape adds the workers' counters and histograms up and labels each
--- worker's gauges with its id.
+-- Each worker adds what it counted to totals in the lua_shared_dict the
+-- user names, and sets its gauges there (see publish); a scrape prints the
+-- dict.
 
 local ngx = ngx
-local tonumber, tostring, ipairs, pairs, type = tonumber, tostring, ipairs, pairs, type
+local tonumber, tostring, ipairs, type = tonumber, tostring, ipairs, type
 local concat, sort = table.concat, table.sort
 local gmatch, gsub, format, find, sub = string.gmatch, string.gsub, string.format, string.find, string.sub
 
@@ -23,7 +23,6 @@ local _M = {}
 _M.BUCKETS_MS = { 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000 }
 
 local KINDS = { c = "counter", g = "gauge", h = "histogram" }
-local PREFIX = "grpc-wasm-metrics:" -- the dict's keys: PREFIX .. worker id
 
 -- "name;a=1;b=2" -> "name", { a = "1", b = "2" }, { "a", "b" } (label order)
 local function split_name(full)
@@ -111,41 +110,66 @@ local function in_seconds(name)
     return name, 1
 end
 
---- The workers' texts ({ [worker id] = text }) as Prometheus' text format.
-function _M.exposition(texts)
-    local families, names = {}, {}
-    local workers = {}
-    for worker in pairs(texts) do
-        workers[#workers + 1] = worker
+-- The dict's keys, fields between tabs (a name holds none):
+--   c <tab> series                  a counter, all workers' together
+--   h <tab> series <tab> count|sum|i  a histogram's count, sum and i-th
+--                                     cumulative bucket, all workers'
+--   g <tab> worker <tab> series     a gauge, each worker's own
+-- Counters and histograms are added to (incr) by what each worker counted
+-- since it last published, so that a worker that is replaced (a crash, a
+-- reload) takes nothing away from the totals: Prometheus would read a
+-- smaller total as a counter reset.
+
+local function family_of(families, names, name, kind)
+    local family = families[name]
+    if not family then
+        family = { kind = kind, series = {}, order = {} }
+        families[name] = family
+        names[#names + 1] = name
     end
-    sort(workers)
-    for _, worker in ipairs(workers) do
-        for _, e in ipairs(_M.parse(texts[worker])) do
-            local family = families[e.name]
-            if not family then
-                family = { kind = e.kind, series = {}, order = {} }
-                families[e.name] = family
-                names[#names + 1] = e.name
+    return family
+end
+
+local function series_of(family, key, full)
+    local s = family.series[key]
+    if not s then
+        local _, labels, order = split_name(full)
+        s = { labels = labels, label_order = order, value = 0, count = 0, sum = 0, buckets = {} }
+        family.series[key] = s
+        family.order[#family.order + 1] = key
+    end
+    return s
+end
+
+-- The dict's entries as families of series.
+local function gather(dict)
+    local families, names = {}, {}
+    for _, key in ipairs(dict:get_keys(0)) do
+        local value = dict:get(key)
+        local kind, a, b = key:match("^(%a)\t([^\t]*)\t?([^\t]*)$")
+        if kind == "c" and value then
+            local s = series_of(family_of(families, names, split_name(a), "counter"), a, a)
+            s.value = value
+        elseif kind == "h" and value then
+            local s = series_of(family_of(families, names, split_name(a), "histogram"), a, a)
+            if b == "count" then
+                s.count = value
+            elseif b == "sum" then
+                s.sum = value
+            elseif tonumber(b) then
+                s.buckets[tonumber(b)] = value
             end
-            -- Gauges are each worker's own; the rest add up.
-            local key = e.kind == "gauge" and (e.series .. "\0" .. worker) or e.series
-            local s = family.series[key]
-            if not s then
-                s = { labels = e.labels, label_order = e.label_order, value = 0, count = 0, sum = 0,
-                      buckets = {}, worker = e.kind == "gauge" and worker or nil }
-                family.series[key] = s
-                family.order[#family.order + 1] = key
-            end
-            if e.kind == "histogram" then
-                s.count, s.sum = s.count + e.count, s.sum + e.sum
-                for i, b in ipairs(e.buckets) do
-                    s.buckets[i] = (s.buckets[i] or 0) + b.count
-                end
-            else
-                s.value = s.value + e.value
-            end
+        elseif kind == "g" and value then
+            local s = series_of(family_of(families, names, split_name(b), "gauge"), a .. "\t" .. b, b)
+            s.value, s.worker = value, a
         end
     end
+    return families, names
+end
+
+--- Every worker's metrics in the dict as Prometheus' text format.
+function _M.exposition(dict)
+    local families, names = gather(dict)
     sort(names)
     local out = {}
     for _, name in ipairs(names) do
@@ -159,10 +183,10 @@ function _M.exposition(texts)
         for _, key in ipairs(family.order) do
             local s = family.series[key]
             if family.kind == "histogram" then
-                for i, count in ipairs(s.buckets) do
-                    local le = number(_M.BUCKETS_MS[i] / scale)
+                for i, bound in ipairs(_M.BUCKETS_MS) do
+                    local le = number(bound / scale)
                     out[#out + 1] = shown .. "_bucket" .. label_text(s.labels, s.label_order, "le", le)
-                        .. " " .. number(count)
+                        .. " " .. number(s.buckets[i] or 0)
                 end
                 out[#out + 1] = shown .. "_bucket" .. label_text(s.labels, s.label_order, "le", "+Inf")
                     .. " " .. number(s.count)
@@ -171,7 +195,7 @@ function _M.exposition(texts)
                 out[#out + 1] = shown .. "_count" .. label_text(s.labels, s.label_order) .. " "
                     .. number(s.count)
             elseif s.worker then
-                out[#out + 1] = shown .. label_text(s.labels, s.label_order, "worker", tostring(s.worker))
+                out[#out + 1] = shown .. label_text(s.labels, s.label_order, "worker", s.worker)
                     .. " " .. number(s.value)
             else
                 out[#out + 1] = shown .. label_text(s.labels, s.label_order) .. " " .. number(s.value)
@@ -195,40 +219,92 @@ local function dict_named(name)
     return dict
 end
 
-local published -- this worker's last text in the dict
+-- What this worker last published, by key: the next publish adds only
+-- the difference.
+local last = {}
 
---- Writes this worker's text into the dict (when it changed).
+local function full(dict_name, err)
+    return "cannot publish the metrics in lua_shared_dict " .. dict_name .. ": " .. tostring(err)
+        .. " (give it more room, and no other use)"
+end
+
+-- Adds to a total what this worker counted since it last did.
+local function add(dict, dict_name, key, value)
+    local delta = value - (last[key] or 0)
+    if delta < 0 then
+        -- This worker's own count started again (it cannot go down).
+        delta = value
+    end
+    if delta ~= 0 then
+        local _, err, forcible = dict:incr(key, delta, 0)
+        if err then
+            return nil, full(dict_name, err)
+        end
+        if forcible then
+            return nil, full(dict_name, "it was full, and older entries were dropped")
+        end
+    end
+    last[key] = value
+    return true
+end
+
+local function set(dict, dict_name, key, value)
+    if last[key] == value then
+        return true
+    end
+    local ok, err, forcible = dict:set(key, value)
+    if not ok then
+        return nil, full(dict_name, err)
+    end
+    if forcible then
+        return nil, full(dict_name, "it was full, and older entries were dropped")
+    end
+    last[key] = value
+    return true
+end
+
+-- This worker's name among the workers (a privileged agent has no id).
+local function worker_name()
+    local id = ngx.worker.id()
+    return id and tostring(id) or ("pid" .. ngx.worker.pid())
+end
+
+--- Adds this worker's counts since its last publish to the dict's totals,
+-- and sets its gauges. Returns true, or nil and the first error.
 function _M.publish(dict_name, text)
     local dict, err = dict_named(dict_name)
     if not dict then
         return nil, err
     end
-    if text == published then
-        return true
+    local worker = worker_name()
+    local first
+    local function keep(ok, why)
+        if not ok and not first then
+            first = why
+        end
     end
-    local ok, serr = dict:set(PREFIX .. tostring(ngx.worker.id() or 0), text)
-    if not ok then
-        return nil, "cannot publish the metrics in lua_shared_dict " .. dict_name .. ": " .. tostring(serr)
+    for _, e in ipairs(_M.parse(text)) do
+        if e.kind == "counter" then
+            keep(add(dict, dict_name, "c\t" .. e.series, e.value))
+        elseif e.kind == "gauge" then
+            keep(set(dict, dict_name, "g\t" .. worker .. "\t" .. e.series, e.value))
+        else
+            local prefix = "h\t" .. e.series .. "\t"
+            keep(add(dict, dict_name, prefix .. "count", e.count))
+            keep(add(dict, dict_name, prefix .. "sum", e.sum))
+            for i, b in ipairs(e.buckets) do
+                keep(add(dict, dict_name, prefix .. i, b.count))
+            end
+        end
     end
-    published = text
+    if first then
+        return nil, first
+    end
     return true
 end
 
---- Every worker's text in the dict, by worker id.
-function _M.collect(dict_name)
-    local dict, err = dict_named(dict_name)
-    if not dict then
-        return nil, err
-    end
-    local texts = {}
-    for worker = 0, ngx.worker.count() - 1 do
-        local text = dict:get(PREFIX .. worker)
-        if text then
-            texts[worker] = text
-        end
-    end
-    return texts
-end
+--- The dict a name names, or nil and what to add to nginx.conf.
+_M.dict_named = dict_named
 
 --- Checks the dict's name without touching it.
 _M.check_dict = dict_named
