@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness import read_protos
+from harness import Envoy, read_protos
 from raw_h2 import RawH2
 from test_scenarios import request
 
@@ -37,11 +37,16 @@ def test_a_broken_upstream_is_a_json_status(broken, mode):
     proxy = broken[mode]
     status, body, _ = request(proxy, "POST", "/helloworld.Greeter/SayHello", {"name": "x"})
     assert isinstance(body, dict), (status, body, proxy.log()[-2000:])
-    # Both hosts report every such failure as a bare 502/503 to the filter;
-    # the reset's own code does not reach it.
+    # Both hosts report every such failure as a 502/503 of their own; Envoy
+    # says why (response.code_details), which the message keeps.
     assert (status, body["code"], body["details"]) == (503, 14, []), body
-    assert body["message"] in ("HTTP status 502 from a non-gRPC response",
-                               "HTTP status 503 from a non-gRPC response"), body
+    message, _, cause = body["message"].partition(": ")
+    assert message in ("HTTP status 502 from a non-gRPC response",
+                       "HTTP status 503 from a non-gRPC response"), body
+    if isinstance(proxy, Envoy):
+        assert cause.startswith("upstream_reset_before_response_started{"), body
+    else:
+        assert cause == "", body
 
 
 def test_an_upstream_broken_after_its_headers_ends_the_response_at_once(broken):
