@@ -25,11 +25,15 @@ def post_lines(proxy, path, body):
 
 
 def wait_for_histograms(proxy, name, count, **labels):
-    """Envoy merges histograms at each stats flush (stats_flush_interval)."""
+    """The scrape once the histogram has `count` samples, and the method's
+    counters as many calls: the filter hands its counters over at each
+    tick (50 ms), Envoy merges histograms at each stats flush."""
     deadline = time.time() + 10
     while True:
         samples, types = scrape(proxy)
-        if value(samples, name + "_count", **labels) == count or time.time() > deadline:
+        counted = (value(samples, name + "_count", **labels) == count
+                   and value(samples, "grpc_client_started_total", **labels) == count)
+        if counted or time.time() > deadline:
             return samples, types
         time.sleep(0.2)
 

@@ -15,6 +15,12 @@
 //! bounded by the configuration, and [`MAX_METRICS`] bounds them in any
 //! case. A host that refuses a definition (one without metrics) turns
 //! them off for the VM with one log line; the filter serves on.
+//!
+//! Counters are added up in the module and handed to the host at each
+//! tick ([`flush`], every `TICK_MS`), in one host call per counter that
+//! moved: a host call costs Envoy about a thousand instructions, and a
+//! request moves six counters. A scrape sees them at most a tick late.
+//! The latency histogram takes each sample as it comes.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -97,15 +103,45 @@ const FAILURES: &str = "grpc_wasm_transcode_failures_total";
 const HELD_BYTES: &str = "grpc_wasm_held_bytes";
 const DESCRIPTOR_FILES: &str = "grpc_wasm_descriptor_files";
 
+/// A counter: its host id (once defined) and what it counted since the
+/// last [`flush`].
+#[derive(Debug)]
+struct CounterSlot {
+    slot: Cell<Slot>,
+    pending: Cell<u64>,
+}
+
+impl CounterSlot {
+    fn new() -> Self {
+        CounterSlot {
+            slot: Cell::new(Slot::Undefined),
+            pending: Cell::new(0),
+        }
+    }
+
+    /// Hands what it counted to the host.
+    fn flush(&self, name: impl FnOnce() -> String) {
+        let n = self.pending.take();
+        if n == 0 {
+            return;
+        }
+        if let Some(id) = id(&self.slot, MetricType::Counter, name) {
+            let _ = host::increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+}
+
 /// The metrics of one method, defined as they are first used.
 #[derive(Debug)]
 pub struct MethodMetrics {
     /// `;grpc_service=…;grpc_method=…`
     labels: String,
-    counters: [Cell<Slot>; 5],
-    handled: [Cell<Slot>; 17],
-    failures: [Cell<Slot>; 2],
+    counters: [CounterSlot; 5],
+    handled: [CounterSlot; 17],
+    failures: [CounterSlot; 2],
     duration: Cell<Slot>,
+    /// On the registry's list of methods to flush.
+    dirty: Cell<bool>,
 }
 
 impl MethodMetrics {
@@ -117,19 +153,56 @@ impl MethodMetrics {
                 label_value(service),
                 label_value(method)
             ),
-            counters: std::array::from_fn(|_| undefined()),
-            handled: std::array::from_fn(|_| undefined()),
-            failures: std::array::from_fn(|_| undefined()),
+            counters: std::array::from_fn(|_| CounterSlot::new()),
+            handled: std::array::from_fn(|_| CounterSlot::new()),
+            failures: std::array::from_fn(|_| CounterSlot::new()),
             duration: undefined(),
+            dirty: Cell::new(false),
         }
     }
 
-    fn add(&self, counter: Counter, n: u64) {
+    fn add(self: &Rc<Self>, counter: Counter, n: u64) {
         let index = Counter::ALL.iter().position(|c| *c == counter).unwrap_or(0);
-        let slot = &self.counters[index];
-        let name = || format!("{}{}", counter.name(), self.labels);
-        increment(slot, MetricType::Counter, name, n);
+        self.count(&self.counters[index], n);
     }
+
+    /// Counts `n` on `slot`, for the next flush.
+    fn count(self: &Rc<Self>, slot: &CounterSlot, n: u64) {
+        if n == 0 {
+            return;
+        }
+        slot.pending.set(slot.pending.get().saturating_add(n));
+        if !self.dirty.replace(true) {
+            REGISTRY.with(|r| r.borrow_mut().dirty.push(self.clone()));
+        }
+    }
+
+    fn flush(&self) {
+        self.dirty.set(false);
+        for (counter, slot) in Counter::ALL.iter().zip(&self.counters) {
+            slot.flush(|| format!("{}{}", counter.name(), self.labels));
+        }
+        for (code, slot) in (0..).map(Code::from_i32).zip(&self.handled) {
+            slot.flush(|| format!("{HANDLED}{};grpc_code={}", self.labels, code.name()));
+        }
+        for (cause, slot) in [Cause::Request, Cause::Response].iter().zip(&self.failures) {
+            slot.flush(|| format!("{FAILURES}{};cause={}", self.labels, cause.label()));
+        }
+    }
+}
+
+/// Hands every counter that moved since the last flush to the host (at
+/// each tick).
+pub fn flush() {
+    let dirty = REGISTRY.with(|r| std::mem::take(&mut r.borrow_mut().dirty));
+    for method in dirty {
+        method.flush();
+    }
+}
+
+/// Whether metrics are on (then the filter's ticks run, to flush them).
+pub fn are_on() -> bool {
+    REGISTRY.with(|r| !r.borrow().off)
 }
 
 /// A label's value as a name may hold it: a descriptor set is not checked
@@ -154,6 +227,8 @@ struct Registry {
     /// Logged that [`MAX_METRICS`] was reached.
     full: bool,
     methods: HashMap<String, Rc<MethodMetrics>>,
+    /// Methods whose counters moved since the last flush.
+    dirty: Vec<Rc<MethodMetrics>>,
     held: Cell<Option<(Slot, usize)>>,
     descriptor_files: Cell<Option<Slot>>,
 }
@@ -267,15 +342,6 @@ fn lacks_metrics(status: host::HostStatus) -> bool {
         .any(|s| status.0 == *s as u32)
 }
 
-fn increment(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String, n: u64) {
-    if n == 0 {
-        return;
-    }
-    if let Some(id) = id(slot, kind, name) {
-        let _ = host::increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
-    }
-}
-
 fn record(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String, value: u64) {
     if let Some(id) = id(slot, kind, name) {
         let _ = host::record_metric(id, value);
@@ -336,12 +402,9 @@ impl Meter {
             return;
         };
         let index = usize::try_from(code.as_i32()).unwrap_or(2).min(16);
-        let name = || format!("{HANDLED}{};grpc_code={}", m.labels, code.name());
-        increment(&m.handled[index], MetricType::Counter, name, 1);
+        m.count(&m.handled[index], 1);
         if let Some(cause) = failure {
-            let slot = &m.failures[cause as usize];
-            let name = || format!("{FAILURES}{};cause={}", m.labels, cause.label());
-            increment(slot, MetricType::Counter, name, 1);
+            m.count(&m.failures[cause as usize], 1);
         }
         let elapsed_ms = host::now_nanos().saturating_sub(self.started_ns) / 1_000_000;
         let name = || format!("{DURATION}{}", m.labels);
@@ -433,6 +496,14 @@ mod tests {
         meter.end(Code::NotFound, None);
         meter.end(Code::Ok, None);
         meter.drop_unended();
+        // Counters reach the host at the next flush (a tick).
+        assert!(mock
+            .state
+            .borrow()
+            .metrics
+            .iter()
+            .all(|m| m.kind == MetricType::Histogram));
+        flush();
         let labels = ";grpc_service=echo.Echo;grpc_method=Unary";
         let value = |name: &str| mock.metric(&format!("{name}{labels}")).map(|m| m.value);
         assert_eq!(value("grpc_client_started_total"), Some(1));
@@ -466,6 +537,7 @@ mod tests {
         let mut again = Meter::default();
         again.start(of_method("/echo.Echo/Unary", "echo.Echo", "Unary"));
         again.end(Code::NotFound, Some(Cause::Request));
+        flush();
         assert_eq!(value("grpc_client_started_total"), Some(2));
         assert_eq!(mock.state.borrow().metrics.len(), defined + 1);
         assert_eq!(
@@ -486,11 +558,12 @@ mod tests {
             meter.start(of_method("/a.B/C", "a.B", "C"));
             meter.end(Code::Ok, None);
         }
+        flush();
         held_bytes(1 << 20);
         let logs = mock.state.borrow().logs.clone();
         assert_eq!(logs.len(), 1, "{logs:?}");
         assert!(logs[0].1.starts_with(
-            "grpc-wasm: no metrics: the host refused to define grpc_client_started_total;grpc_service=a.B;grpc_method=C (host status 12)"
+            "grpc-wasm: no metrics: the host refused to define grpc_client_handling_milliseconds;grpc_service=a.B;grpc_method=C (host status 12)"
         ));
         assert!(mock.state.borrow().metrics.is_empty());
     }
@@ -501,6 +574,7 @@ mod tests {
         let m = of_method("/a.B/C", "a;grpc_code=OK", "C=1");
         let mut meter = Meter::default();
         meter.start(m);
+        flush();
         assert!(mock
             .metric("grpc_client_started_total;grpc_service=a_grpc_code_OK;grpc_method=C_1")
             .is_some());
@@ -508,12 +582,14 @@ mod tests {
         // metric stays off, the others count on.
         mock.state.borrow_mut().full_metrics = true;
         meter.end(Code::Ok, None);
+        flush();
         mock.state.borrow_mut().full_metrics = false;
         assert!(mock
             .metric("grpc_client_handled_total;grpc_service=a_grpc_code_OK;grpc_method=C_1;grpc_code=OK")
             .is_none());
         let mut again = Meter::default();
         again.start(of_method("/a.B/C", "a;grpc_code=OK", "C=1"));
+        flush();
         let started = mock
             .metric("grpc_client_started_total;grpc_service=a_grpc_code_OK;grpc_method=C_1")
             .unwrap();

@@ -117,12 +117,6 @@ fn install(root_id: ContextId, config: FilterConfig) -> u32 {
                     &format!("grpc-wasm: a google.api.http binding is left out: {why}"),
                 );
             }
-            // Streams have no host deadline: ticks enforce them. Without
-            // calls of the filter's own (callouts, and the bodiless
-            // requests of bindings) nothing needs ticks (a fetch may have
-            // started them).
-            let calls = config.callout.is_some() || !config.bindings.is_empty();
-            let _ = host::ticks(root_id, calls);
             metrics::reconfigured();
             if host_kind().defines_metrics() {
                 metrics::descriptor_files(config.registry.pool().files().len());
@@ -133,6 +127,12 @@ fn install(root_id: ContextId, config: FilterConfig) -> u32 {
                 // traps the module.
                 metrics::turn_off("ngx_wasm_module traps a metric definition its shared memory cannot hold, and only its Lua bridge reads metrics");
             }
+            // Streams have no host deadline: ticks enforce them, and hand
+            // the counters to the host. Without calls of the filter's own
+            // (callouts, and the bodiless requests of bindings) or metrics
+            // nothing needs ticks (a fetch may have started them).
+            let calls = config.callout.is_some() || !config.bindings.is_empty();
+            let _ = host::ticks(root_id, calls || metrics::are_on());
             ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
             log(LogLevel::Info, "grpc-wasm: configured");
             1
@@ -418,6 +418,7 @@ pub extern "C" fn proxy_on_tick(root_id: u32) {
     let root_id = ContextId(root_id);
     fetch::on_tick(root_id);
     callout_callbacks::tick();
+    metrics::flush();
 }
 
 #[cfg(test)]

@@ -1157,9 +1157,11 @@ fn ngx_wasm_module_clears_the_query_of_the_grpc_path_envoy_needs_not() {
 
 const GREETER_LABELS: &str = ";grpc_service=helloworld.Greeter;grpc_method=SayHello";
 
-/// A metric's value; `name` may end in more labels (`;grpc_code=OK`),
-/// which follow the method's.
+/// A metric's value after the next tick (which hands counters to the
+/// host); `name` may end in more labels (`;grpc_code=OK`), which follow
+/// the method's.
 fn counted(host: &MockHost, name: &str) -> Option<i64> {
+    proxy_on_tick(ROOT);
     let (base, more) = name
         .split_once(';')
         .map_or((name, String::new()), |(b, m)| (b, format!(";{m}")));
