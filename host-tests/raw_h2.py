@@ -138,7 +138,17 @@ class RawH2:
         elif self.mode == "partial":
             conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200)
                          + frame(DATA, 0, stream, b"\x00\x00\x00\x00\x0a" + b"abc"))
-            conn.shutdown(socket.SHUT_RDWR)
+            # A FIN, and what the proxy still sends read to its end: closing
+            # with unread bytes would send a TCP reset, which may make the
+            # proxy drop the headers and data before it reads them (then it
+            # answers 503 itself, and nothing was cut short).
+            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(2)
+            try:
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                pass
             conn.close()
             return "closed"
         elif self.mode == "after_reset":
