@@ -216,16 +216,47 @@ pub(crate) fn h2_failure(e: &h2::Error) -> Status {
             Code::Internal,
             format!("the server's answer broke HTTP/2: {e}"),
         ),
-        // A TLS server's alert, read as HTTP/2, is a frame far too large.
-        Some(h2::Reason::FRAME_SIZE_ERROR) if !e.is_remote() => Status::new(
-            Code::Unavailable,
-            format!("the connection failed: {e} (does the server want TLS? connect with TLS options: ca, host)"),
-        ),
         _ if e.is_io() || e.is_go_away() => {
             Status::new(Code::Unavailable, format!("the connection failed: {e}"))
         }
         _ => Status::new(Code::Internal, format!("HTTP/2: {e}")),
     }
+}
+
+/// Whether a plaintext connection failed as one to a TLS server does: the
+/// server's alert, read as HTTP/2, is a frame far too large; or the server
+/// closed on the first bytes (a broken pipe, a reset), before the alert
+/// was read.
+pub(crate) fn looks_like_tls_server(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            if h2.reason() == Some(h2::Reason::FRAME_SIZE_ERROR) && !h2.is_remote() {
+                return true;
+            }
+            if let Some(io) = h2.get_io() {
+                return broken_at_once(io);
+            }
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return broken_at_once(io);
+        }
+        source = e.source();
+    }
+    false
+}
+
+fn broken_at_once(io: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
+    matches!(io.kind(), BrokenPipe | ConnectionReset)
+}
+
+/// The hint a plaintext call that met a TLS server gets.
+pub(crate) fn with_tls_hint(mut status: Status) -> Status {
+    status
+        .message
+        .push_str(" (does the server want TLS? connect with TLS options: ca, host)");
+    status
 }
 
 fn check_pem(text: &str, what: &str) -> Result<(), TransportError> {

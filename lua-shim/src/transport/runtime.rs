@@ -74,6 +74,8 @@ pub fn connect(
     Ok(Upstream {
         channel: endpoint.connect_lazy(),
         keepalive: *keepalive,
+        plaintext: !tls.enabled(),
+        answered: Arc::default(),
         origin: origin(addr, tls.enabled()),
     })
 }
@@ -84,6 +86,10 @@ pub fn connect(
 pub struct Upstream {
     pub channel: Channel,
     pub keepalive: Keepalive,
+    /// No TLS: a failure that looks like a TLS server's gets a hint, until
+    /// the server has `answered` once.
+    plaintext: bool,
+    answered: Arc<std::sync::atomic::AtomicBool>,
     /// Its requests' scheme and authority (tonic's channel sets its own
     /// too; the headers are made as the wire transport makes them).
     origin: Result<Origin, String>,
@@ -165,6 +171,9 @@ where
     let response = GrpcService::call(&mut channel, request)
         .await
         .map_err(|e| tonic::Status::from_error(e.into()))?;
+    upstream
+        .answered
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     let encoding = match exchange::response_encoding(response.headers()) {
         Ok(Compression::Gzip) => Some(CompressionEncoding::Gzip),
         Ok(Compression::Identity) => None,
@@ -198,7 +207,8 @@ fn pairs(metadata: &MetadataMap) -> HeaderBlock {
 
 /// A failed call as Envoy reports it: trailing metadata (with the details
 /// as `grpc-status-details-bin`), then the close.
-fn report_failure(sink: &Sink, token: Token, status: &tonic::Status, keepalive: &Keepalive) {
+fn report_failure(sink: &Sink, token: Token, status: &tonic::Status, upstream: &Upstream) {
+    let keepalive = &upstream.keepalive;
     if status.code() == tonic::Code::Unavailable && keepalive_timed_out(status) {
         let message = format!(
             "the server did not answer a keepalive PING within {} ms",
@@ -207,6 +217,12 @@ fn report_failure(sink: &Sink, token: Token, status: &tonic::Status, keepalive: 
         return sink(token, vec![close_as(Code::Unavailable, &message)]);
     }
     if let Some(failure) = connection_failure(status) {
+        let answered = upstream.answered.load(std::sync::atomic::Ordering::Relaxed);
+        let failure = if upstream.plaintext && !answered && super::looks_like_tls_server(status) {
+            super::with_tls_hint(failure)
+        } else {
+            failure
+        };
         return sink(token, vec![close(&failure)]);
     }
     if let Some(too_large) = message_too_large(status) {
@@ -299,7 +315,7 @@ pub fn unary(
             {
                 deadline_exceeded(&sink, token, timeout)
             }
-            Ok(Err(status)) => report_failure(&sink, token, &status, &upstream.keepalive),
+            Ok(Err(status)) => report_failure(&sink, token, &status, &upstream),
             Err(_) => deadline_exceeded(&sink, token, timeout),
         }
     })
@@ -350,7 +366,7 @@ pub fn stream(
         };
         match run.await {
             Ok(trailers) => sink(token, events::ended(trailers, &Status::ok())),
-            Err(status) => report_failure(&sink, token, &status, &upstream.keepalive),
+            Err(status) => report_failure(&sink, token, &status, &upstream),
         }
     });
     (tx, handle.abort_handle())

@@ -68,6 +68,9 @@ pub struct Wire {
     keepalive: Keepalive,
     ping: Option<PingPong>,
     liveness: Liveness,
+    /// The server answered our first PING: it speaks HTTP/2 (a later
+    /// failure is no TLS server's refusal of plaintext).
+    answered: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Wire {
@@ -97,6 +100,7 @@ impl Wire {
             keepalive,
             ping: None,
             liveness: Liveness::Handshake(None),
+            answered: Arc::default(),
         };
         wire.restart()?;
         // The handshake's PING leaves with the preface (nothing to report).
@@ -164,9 +168,18 @@ impl Wire {
         }
         self.liveness = Liveness::Handshake(None);
         let ended = self.ended.clone();
+        let plaintext = self.tls.is_none();
+        let answered = self.answered.clone();
         self.executor.spawn(CONNECTION, async move {
             let why = match connection.await {
                 Ok(()) => "the server closed the connection".to_string(),
+                Err(e)
+                    if plaintext
+                        && !answered.load(std::sync::atomic::Ordering::Relaxed)
+                        && super::looks_like_tls_server(&e) =>
+                {
+                    super::with_tls_hint(super::h2_failure(&e)).message
+                }
                 Err(e) => super::h2_failure(&e).message,
             };
             *lock(&ended) = Some(why);
@@ -367,6 +380,8 @@ impl Wire {
         let waker = self.executor.waker(CONNECTION);
         if let Poll::Ready(Ok(_)) = ping.poll_pong(&mut Context::from_waker(&waker)) {
             self.liveness = Liveness::Heard(Instant::now());
+            self.answered
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
