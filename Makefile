@@ -135,7 +135,7 @@ conformance:
 # archive and `make install` (nginx), the npm package (npm, Node), Kong's
 # metadata (jsonschema).
 packages: dist
-	python3 -m pytest host-tests/dist -q
+	python3 -m pytest host-tests/packages -q
 
 # The npm package (js/npm) in Node and in Debian's Chromium: through Envoy's
 # own gRPC-Web and Connect filters, against Connect's own Node server, over

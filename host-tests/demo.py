@@ -18,6 +18,7 @@ After the calls of nginx and of Envoy, a scrape of their metrics.
 import json
 import os
 import subprocess
+import time
 import urllib.request
 
 from harness import Envoy, free_port, read_protos
@@ -80,7 +81,9 @@ def envoy_demo(servers):
 
 
 def print_scrape(what, url):
-    """The filter's counters in a scrape (histogram buckets left out)."""
+    """The filter's counters in a scrape (histogram buckets left out), once
+    the module has handed them over (at its next tick, within 50 ms)."""
+    time.sleep(0.2)
     with urllib.request.urlopen(url, timeout=10) as r:
         lines = r.read().decode().splitlines()
     print(f"== metrics: {what}")

@@ -86,10 +86,17 @@ def test_envoy_runs_the_envoy_yaml_it_writes(library, tmp_path):
             200, {"id": "3", "theme": "poetry"})
         status, body = request("GET", f"{base}/v1/shelves/0")
         assert (status, body["message"]) == (404, "no shelf 0")
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/stats/prometheus") as r:
-            text = r.read().decode()
-        assert ('grpc_client_handled_total{grpc_service="example.library.v1.Library",'
-                'grpc_method="GetShelf",grpc_code="OK"} 1') in text, text
+        # The filter hands its counters to Envoy at each tick (50 ms).
+        handled = ('grpc_client_handled_total{grpc_service="example.library.v1.Library",'
+                   'grpc_method="GetShelf",grpc_code="OK"} 1\n')
+        deadline = time.time() + 10
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/stats/prometheus") as r:
+                text = r.read().decode()
+            if handled in text or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert handled in text, text
     finally:
         stop_process(proc)
 
@@ -167,6 +174,7 @@ def test_the_nginx_conf_takes_odd_paths_and_ipv6(tmp_path):
         conf = f.read()
     assert "grpc_pass grpc://[::1]:50051;" in conf
     dollar = subprocess.run([COMMAND, "--proto", os.path.join(PROTOS, "helloworld.proto"), "--format", "nginx",
-                             "--out-dir", str(tmp_path / "x"), "--module", "/a/$b.wasm"], capture_output=True, text=True)
+                             "--out-dir", str(tmp_path / "x"), "--module", "/a/$b.wasm"],
+                            capture_output=True, text=True)
     assert dollar.returncode != 0
     assert "nginx would read the $ as a variable" in dollar.stderr

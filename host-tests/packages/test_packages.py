@@ -55,8 +55,9 @@ def greeter():
 
 
 def test_every_package_is_there_with_its_checksum():
-    names = {"grpc_wasm.wasm", "grpc_wasm.meta.json", "grpc-wasm-config", f"grpc-wasm-openresty-{VERSION}-linux-{ARCH}.tar.gz",
-             f"grpc-wasm-{VERSION}-1.rockspec", f"grpc-wasm-{VERSION}-1.linux-{ARCH}.rock", f"grpc-wasm-{VERSION}.tgz"}
+    names = {"grpc_wasm.wasm", "grpc_wasm.meta.json", "grpc-wasm-config",
+             f"grpc-wasm-openresty-{VERSION}-linux-{ARCH}.tar.gz", f"grpc-wasm-{VERSION}-1.rockspec",
+             f"grpc-wasm-{VERSION}-1.linux-{ARCH}.rock", f"grpc-wasm-{VERSION}.tgz"}
     with open(dist("SHA256SUMS")) as f:
         sums = dict(reversed(line.split()) for line in f)
     assert set(sums) == names
@@ -107,7 +108,8 @@ BAD_CONFIGS = [
     ({"stream_format": "xml"}, "stream_format: 'xml' is not one of ['ndjson', 'sse', 'array']"),
     ({"max_response_bytes": 1 << 30}, "max_response_bytes: 1073741824 is greater than the maximum of 268435456"),
     ({"callout": {"upstream": "a", "timeout_ms": 0}}, "callout/timeout_ms: 0 is less than the minimum of 1"),
-    ({"callout": {"upstream": "a", "propagate": ["a b"]}}, "callout/propagate/0: 'a b' does not match '^[A-Za-z0-9_.-]+$'"),
+    ({"callout": {"upstream": "a", "propagate": ["a b"]}},
+     "callout/propagate/0: 'a b' does not match '^[A-Za-z0-9_.-]+$'"),
     ({"fetch": {"upstream": "files"}}, "fetch: 'path' is a required property"),
     ({"print_options": {"emit_default": True}},
      "print_options: Additional properties are not allowed ('emit_default' was unexpected)"),
@@ -209,8 +211,8 @@ def test_the_release_archive_unpacked_serves(greeter, tmp_path):
         # Whatever the umask of the machine that made it.
         assert all(m.mode & 0o022 == 0 for m in tar.getmembers())
         tar.extractall(tmp_path, filter="data")
-    lua = [f"{name}/lua/resty/ffi/grpc.lua"] + sorted(
-        f"{name}/lua/resty/ffi/grpc/{f}" for f in os.listdir(os.path.join(ROOT, "lua-shim/lib/resty/ffi/grpc")))
+    lua = [f"{name}/lua/resty/ffi/grpc.lua", *sorted(
+        f"{name}/lua/resty/ffi/grpc/{f}" for f in os.listdir(os.path.join(ROOT, "lua-shim/lib/resty/ffi/grpc")))]
     assert members == sorted([f"{name}/INSTALL.md", f"{name}/LICENSE", f"{name}/grpc-wasm-{VERSION}-1.rockspec",
                               f"{name}/lib/grpc_wasm.wasm", f"{name}/lib/liblua_shim.so", *lua])
     root = tmp_path / name
