@@ -109,6 +109,16 @@ message Text { string s = 1; bytes b = 2; }
         assert!(json.capacity() < 3_300_000, "{}", json.capacity());
     }
 
+    #[test]
+    fn a_small_reply_holds_a_small_string() {
+        // A list sends the message to the wire printer, which reserved its
+        // 64 KiB of slack on the first value: 128 KiB for this reply, and a
+        // realloc that cost more than the rest of the printing (issue 32).
+        let json = print("cost.Flags", &packed(1, &[1, 0, 1])).unwrap();
+        assert_eq!(json, r#"{"on":[true,false,true]}"#);
+        assert!(json.capacity() <= 256, "{}", json.capacity());
+    }
+
     fn packed(field: u8, values: &[u8]) -> Vec<u8> {
         let mut bytes = vec![(field << 3) | 2];
         prost::encoding::encode_varint(values.len() as u64, &mut bytes);

@@ -179,7 +179,14 @@ impl<'a> Printer<'a> {
     /// a byte doubles, and a refused message held 24 times its wire size.
     fn grow_within_limit(&mut self) {
         let (len, capacity) = (self.out.len(), self.out.capacity());
-        if capacity - len >= JSON_SLACK_BYTES || self.limit == usize::MAX {
+        // A string smaller than the slack grows by itself, doubling (to
+        // 128 KiB at most, far below any limit): reserving the slack up
+        // front cost every small reply an allocation of 128 KiB and more
+        // (issue 32). Until then, `room` is 0 and every value checks.
+        if capacity < JSON_SLACK_BYTES
+            || capacity - len >= JSON_SLACK_BYTES
+            || self.limit == usize::MAX
+        {
             return;
         }
         let most = self.limit.min(self.keep).saturating_add(JSON_SLACK_BYTES);
