@@ -1,14 +1,17 @@
 //! What printing from the wire needs of a message type, worked out once
-//! per type for each message printed: descriptor look-ups (a field by its
+//! per type and kept with its pool: descriptor look-ups (a field by its
 //! number, its kind, whether it is a map) cost more than reading the bytes
-//! themselves, and a list of small messages paid them for every element
-//! (about 130 ms per MiB of two-int messages, issue 26).
+//! themselves. A list of small messages paid them for every element
+//! (about 130 ms per MiB of two-int messages, issue 26), then every reply
+//! paid them once per type it printed (a third of printing a one-book
+//! `ListBooksResponse`, issue 32).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use prost::encoding::WireType;
-use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
+use prost_reflect::{DescriptorPool, FieldDescriptor, Kind, MessageDescriptor};
 
 use super::flat::wire_type_of;
 use super::print::quote_into;
@@ -148,12 +151,55 @@ fn least_per_item(field: &FieldDescriptor) -> usize {
     }
 }
 
-/// The layouts of the types one printing has met. Types come from one
-/// descriptor pool, where each full name is a string of its own, so the
-/// name's address tells types apart without hashing the name.
+/// How many pools keep their layouts: a VM holds one pool per filter
+/// configuration, and a reconfigured filter's new pool takes the place of
+/// the pool used longest ago.
+const KEPT_POOLS: usize = 4;
+
+/// The layouts of one pool's types, by naming option (lowerCamelCase keys,
+/// `.proto` names). Types come from one descriptor pool, where each full
+/// name is a string of its own, so the name's address tells types apart
+/// without hashing the name; holding the pool keeps those addresses.
+/// Bounded by the pool's message types, twice.
+struct PoolLayouts {
+    pool: DescriptorPool,
+    by_name: [HashMap<usize, Rc<Layout>>; 2],
+}
+
+thread_local! {
+    /// Most recently used first. Per thread: a layout holds `Rc`s, and a
+    /// wasm VM has one thread.
+    static KEPT: RefCell<Vec<PoolLayouts>> = const { RefCell::new(Vec::new()) };
+}
+
+fn kept_layout(desc: &MessageDescriptor, proto_names: bool) -> Rc<Layout> {
+    KEPT.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        let pool = desc.parent_pool();
+        match kept.iter().position(|p| p.pool == *pool) {
+            Some(0) => {}
+            Some(at) => kept[..=at].rotate_right(1),
+            None => {
+                kept.truncate(KEPT_POOLS - 1);
+                kept.insert(
+                    0,
+                    PoolLayouts {
+                        pool: pool.clone(),
+                        by_name: Default::default(),
+                    },
+                );
+            }
+        }
+        kept[0].by_name[usize::from(proto_names)]
+            .entry(desc.full_name().as_ptr() as usize)
+            .or_insert_with(|| Rc::new(Layout::new(desc, proto_names)))
+            .clone()
+    })
+}
+
+/// One printing's view of the kept layouts.
 pub(crate) struct Layouts {
     proto_names: bool,
-    by_name: HashMap<usize, Rc<Layout>>,
     /// The type asked for last: a list asks for one type many times.
     last: Option<(usize, Rc<Layout>)>,
 }
@@ -162,24 +208,47 @@ impl Layouts {
     pub(crate) fn new(proto_names: bool) -> Layouts {
         Layouts {
             proto_names,
-            by_name: HashMap::new(),
             last: None,
         }
     }
 
     pub(crate) fn of(&mut self, desc: &MessageDescriptor) -> Rc<Layout> {
+        // Within one printing every type comes from one pool.
         let key = desc.full_name().as_ptr() as usize;
         if let Some((last, layout)) = &self.last {
             if *last == key {
                 return layout.clone();
             }
         }
-        let layout = self
-            .by_name
-            .entry(key)
-            .or_insert_with(|| Rc::new(Layout::new(desc, self.proto_names)))
-            .clone();
+        let layout = kept_layout(desc, self.proto_names);
         self.last = Some((key, layout.clone()));
         layout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::{protobuf_to_json, JsonOptions};
+    use crate::Registry;
+
+    #[test]
+    fn each_pool_prints_by_its_own_layouts_and_four_pools_are_kept() {
+        // A list takes the message to the wire printer. Each pool names the
+        // field differently; pools are dropped as they go, so a later pool
+        // may reuse an earlier one's addresses, the layouts' keys.
+        for round in 0..2 {
+            for i in 0..6 {
+                let mut registry = Registry::new().unwrap();
+                let proto = format!(
+                    "syntax = \"proto3\"; package p; message M {{ repeated int32 f{i} = 1; }}"
+                );
+                registry.add_sources([("p.proto", proto.as_str())]).unwrap();
+                let desc = registry.message("p.M").unwrap();
+                let json = protobuf_to_json(&desc, &[0x0a, 0x01, 0x05], &JsonOptions::default());
+                assert_eq!(json.unwrap(), format!(r#"{{"f{i}":[5]}}"#), "round {round}");
+            }
+        }
+        KEPT.with(|kept| assert_eq!(kept.borrow().len(), KEPT_POOLS));
     }
 }
