@@ -507,8 +507,11 @@ fn fill_from_request_line(
     let input = binding.method.input();
     let mut bound = Vec::with_capacity(vars.len());
     for (path, value) in vars {
-        let typed = typed_scalar(&input, &path, value)?;
-        bound.push(numbers_on(&input, &path));
+        // The path's fields, looked up once for the value's type and the
+        // numbers (each look-up clones descriptors).
+        let fields = fields_on(&input, &path);
+        let typed = typed_scalar(&input, &path, fields.as_deref(), value)?;
+        bound.push(numbers_of(fields.as_deref()));
         set(root, &path, typed);
     }
     // Even where the body is the whole message: http.proto leaves no field
@@ -516,11 +519,12 @@ fn fill_from_request_line(
     // a request other than the one sent.
     for (key, value) in query_pairs(query) {
         let path = query_field_path(&key)?;
-        let typed = typed_scalar(&input, &path, value)?;
+        let fields = fields_on(&input, &path);
+        let typed = typed_scalar(&input, &path, fields.as_deref(), value)?;
         // Envoy lets the query replace what the path bound; a rule that
         // checked the path (RBAC, a route) would then not have checked
         // what the upstream gets.
-        let numbers = numbers_on(&input, &path);
+        let numbers = numbers_of(fields.as_deref());
         if bound
             .iter()
             .any(|b| b.starts_with(&numbers) || numbers.starts_with(b))
@@ -530,7 +534,11 @@ fn fill_from_request_line(
                 path.join(".")
             ));
         }
-        if is_repeated(&input, &path) {
+        if fields
+            .as_deref()
+            .and_then(<[_]>::last)
+            .is_some_and(|f| f.is_list())
+        {
             push(root, &path, typed);
         } else {
             set(root, &path, typed);
@@ -567,13 +575,6 @@ fn default_of(output: &MessageDescriptor, field: &str) -> String {
     }
 }
 
-fn field_kind(
-    input: &MessageDescriptor,
-    path: &[String],
-) -> Option<prost_reflect::FieldDescriptor> {
-    fields_on(input, path)?.pop()
-}
-
 /// The fields a dotted path goes through (each segment a field's name or
 /// JSON name), the last one the field it names.
 fn fields_on(
@@ -597,23 +598,24 @@ fn fields_on(
     Some(fields)
 }
 
-/// The field numbers along a path, to compare paths spelled by proto or
-/// JSON names.
-fn numbers_on(input: &MessageDescriptor, path: &[String]) -> Vec<u32> {
-    fields_on(input, path)
+/// The field numbers along a path (its fields, `fields_on`), to compare
+/// paths spelled by proto or JSON names.
+fn numbers_of(fields: Option<&[prost_reflect::FieldDescriptor]>) -> Vec<u32> {
+    fields
         .unwrap_or_default()
         .iter()
         .map(|f| f.number())
         .collect()
 }
 
-fn is_repeated(input: &MessageDescriptor, path: &[String]) -> bool {
-    field_kind(input, path).is_some_and(|f| f.is_list())
-}
-
 /// Text from a path or query string, as the JSON value its field takes.
-fn typed_scalar(input: &MessageDescriptor, path: &[String], text: String) -> Result<Value, String> {
-    let Some(field) = field_kind(input, path) else {
+fn typed_scalar(
+    input: &MessageDescriptor,
+    path: &[String],
+    fields: Option<&[prost_reflect::FieldDescriptor]>,
+    text: String,
+) -> Result<Value, String> {
+    let Some(field) = fields.and_then(<[_]>::last) else {
         return Err(format!(
             "{}: no such field in {}",
             path.join("."),
