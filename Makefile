@@ -12,7 +12,7 @@ HOST_TESTS_PYTHONPATH := $(HOST_TESTS):$(HOST_TESTS)/envoy:$(HOST_TESTS)/nginx:$
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all build-deps deps install packages wasm npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-lua bench-js clean
+.PHONY: all build-deps deps install packages wasm npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-envoy-scale bench-ngx bench-filter-profile bench-lua bench-js clean
 
 all: build
 
@@ -152,7 +152,7 @@ demo: build
 	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/demo.py
 
 bench: build
-	$(MAKE) bench-core bench-lua bench-envoy bench-js
+	$(MAKE) bench-core bench-lua bench-envoy bench-envoy-scale bench-ngx bench-js
 
 # The npm package in Node against protobuf.js and @bufbuild/protobuf, and
 # through Envoy against a hand-written fetch (host-tests/js/bench.py).
@@ -180,6 +180,21 @@ bench-envoy:
 # where wall time is not); OTHER=old.wasm counts another build beside it.
 bench-envoy-instructions: wasm
 	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/envoy/count_instructions.py $(if $(OTHER),--other $(OTHER))
+
+# How those instructions grow with the message: ListBooks answering 1 to 200
+# books, and CreateBook sent 1 to 200 tags, the filter vs the native transcoder.
+bench-envoy-scale: build
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/envoy/scale_instructions.py
+
+# The filter in Kong's ngx_wasm_module (nginx, one worker) vs the filter and
+# the native transcoder in Envoy (one worker), same load: req/s and CPU.
+bench-ngx: build
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/filter/bench_ngx.py
+
+# Where the filter spends a request natively (callgrind on filter-profile,
+# the core's functions by inclusive cost): what the Envoy count cannot say.
+bench-filter-profile: build
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/filter/profile_filter.py
 
 # The shim's C header, from lua-shim/src/ffi.rs by cbindgen; make test
 # checks it and resty.ffi.grpc's ffi.cdef against that file's exports.

@@ -70,10 +70,16 @@ class NgxWasm:
     instead of fetched; `sha256`: the fetch's "sha256"."""
 
     def __init__(self, plugin_config, routes, workers=1, inline=None,
-                 body_buffer="16m", response_buffers="8 1m", wait=True, sha256=None):
+                 body_buffer="16m", response_buffers="8 1m", wait=True, sha256=None, module=WASM,
+                 with_filter=True):
+        """`module`: another proxy-wasm module in the filter's place (the
+        benchmark's empty filter), given `plugin_config` unchecked;
+        `with_filter=False`: nginx proxying gRPC with no filter at all."""
         # What the filter is given (inline and fetched) is what Kong's
         # metadata says a configuration may be.
-        config_schema.check(plugin_config)
+        ours = module == WASM
+        if ours:
+            config_schema.check(plugin_config)
         self.port, self.config_port = free_port(), free_port()
         self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-ngx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
@@ -83,19 +89,22 @@ class NgxWasm:
             inline = {"fetch": {"upstream": f"127.0.0.1:{self.config_port}", "path": "/grpc-wasm.json"}}
             if sha256 is not None:
                 inline["fetch"]["sha256"] = sha256
-        config_schema.check(inline)
+        if ours:
+            config_schema.check(inline)
         text = json.dumps(inline)
         assert "'" not in text, "the inline configuration is quoted with '"
         locations = "".join(LOCATION.format(prefix=p, port=port) for p, _, port in routes)
-        conf = CONF.format(workers=workers, prefix=self.prefix, wasm=WASM, body_buffer=body_buffer,
+        conf = CONF.format(workers=workers, prefix=self.prefix, wasm=module, body_buffer=body_buffer,
                            response_buffers=response_buffers, config_port=self.config_port,
                            port=self.port, inline=text, locations=locations)
+        if not with_filter:
+            conf = conf.replace(f"        proxy_wasm grpc_wasm '{text}';\n", "")
         self.conf_path = os.path.join(self.prefix, "nginx.conf")
         with open(self.conf_path, "w") as f:
             f.write(conf)
         self.proc = subprocess.Popen([nginx_binary(), "-p", self.prefix, "-c", self.conf_path],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        if wait:
+        if wait and ours and with_filter:
             self.wait_ready()
 
     def wait_ready(self, timeout=60):
