@@ -12,7 +12,7 @@ HOST_TESTS_PYTHONPATH := $(HOST_TESTS):$(HOST_TESTS)/envoy:$(HOST_TESTS)/nginx:$
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all build-deps deps install packages wasm npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-envoy-scale bench-ngx bench-filter-profile bench-lua bench-js clean
+.PHONY: all build-deps deps install packages wasm npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-envoy-scale bench-ngx bench-filter-profile bench-lua bench-lua-instructions bench-js clean
 
 all: build
 
@@ -152,7 +152,7 @@ demo: build
 	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/demo.py
 
 bench: build
-	$(MAKE) bench-core bench-lua bench-envoy bench-envoy-scale bench-ngx bench-js
+	$(MAKE) bench-core bench-lua bench-lua-instructions bench-envoy bench-envoy-instructions bench-envoy-scale bench-ngx bench-filter-profile bench-js
 
 # The npm package in Node against protobuf.js and @bufbuild/protobuf, and
 # through Envoy against a hand-written fetch (host-tests/js/bench.py).
@@ -171,6 +171,11 @@ bench-amplification: build
 # resty.ffi.grpc in nginx vs a native tonic client, unpinned and pinned.
 bench-lua:
 	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/nginx/bench_lua.py
+
+# The same calls as instructions under callgrind (nginx in one process, all
+# its threads; tonic's client beside it): repeatable where wall time is not.
+bench-lua-instructions:
+	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/nginx/count_lua_instructions.py
 
 # The filter vs Envoy's native grpc_json_transcoder vs plain gRPC.
 bench-envoy:
