@@ -131,6 +131,22 @@ def measure(case, requests, directory):
             "p50": percentile(latencies, 0.50) / 1000, "p99": percentile(latencies, 0.99) / 1000}
 
 
+def write_bodies(directory):
+    """{"json": path, "grpc": path}: each request body in a file, for h2load -d."""
+    bodies = {}
+    for kind, body in [("json", JSON_REQUEST), ("grpc", GRPC_REQUEST)]:
+        bodies[kind] = os.path.join(directory, f"request.{kind}")
+        with open(bodies[kind], "wb") as f:
+            f.write(body)
+    return bodies
+
+
+def medians(runs):
+    """{case: {measure: its median over the rounds}} from {case: [measure()'s results]}."""
+    return {name: {k: statistics.median(run[k] for run in results) for k in ("rps", "cpu", "p50", "p99")}
+            for name, results in runs.items()}
+
+
 def percentile(values, p):
     return values[max(0, math.ceil(p * len(values)) - 1)]
 
@@ -146,11 +162,7 @@ def main():
         sys.exit("h2load not found: install it with `apt-get install -y nghttp2-client`")
 
     directory = tempfile.mkdtemp(prefix="grpc-wasm-bench-")
-    bodies = {}
-    for name, body in [("json", JSON_REQUEST), ("grpc", GRPC_REQUEST)]:
-        bodies[name] = os.path.join(directory, f"request.{name}")
-        with open(bodies[name], "wb") as f:
-            f.write(body)
+    bodies = write_bodies(directory)
 
     server = Server("greeter-server")
     clusters = [("/", "greeter", server.port)]
@@ -190,8 +202,7 @@ def main():
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
-    summary = {name: {k: statistics.median(run[k] for run in results) for k in ("rps", "cpu", "p50", "p99")}
-               for name, results in runs.items()}
+    summary = medians(runs)
     # Envoy's CPU time per request is the cost the filter controls; req/s also moves with
     # whatever else shares the two cores.
     print(f"\n{'':<18} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'Envoy CPU us/req':>17}")

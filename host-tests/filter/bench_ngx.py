@@ -13,7 +13,6 @@ what the host charges any wasm filter before it does anything.
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,9 +22,7 @@ import types
 from bench_transcoding import (
     CLIENTS,
     GRPC_HEADERS,
-    GRPC_REQUEST,
     JSON_HEADERS,
-    JSON_REQUEST,
     STREAMS,
     WARMUP,
     busy_cpus,
@@ -33,7 +30,9 @@ from bench_transcoding import (
     check_json,
     descriptor_set,
     measure,
+    medians,
     native_transcoder,
+    write_bodies,
 )
 from harness import Envoy, Server, read_protos, wasm_filter
 from ngx_wasm import NgxWasm
@@ -71,11 +70,7 @@ def main():
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: `make bench-ngx` installs what it needs (scripts/install-deps.sh)")
     directory = tempfile.mkdtemp(prefix="grpc-wasm-bench-ngx-")
-    bodies = {}
-    for kind, body in [("json", JSON_REQUEST), ("grpc", GRPC_REQUEST)]:
-        bodies[kind] = os.path.join(directory, f"request.{kind}")
-        with open(bodies[kind], "wb") as f:
-            f.write(body)
+    bodies = write_bodies(directory)
     empty = os.path.join(directory, "empty_filter.wasm")
     subprocess.run(["wasm-as", EMPTY_FILTER, "-o", empty], check=True)
     server = Server("greeter-server")
@@ -109,8 +104,7 @@ def main():
             proxy.stop()
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
-    summary = {name: {k: statistics.median(r[k] for r in results) for k in ("rps", "cpu", "p50", "p99")}
-               for name, results in runs.items()}
+    summary = medians(runs)
     native = summary["Envoy, native"]
     print(f"\n{'':<20} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>11} {'req/s vs native':>16} "
           f"{'CPU vs native':>14}")

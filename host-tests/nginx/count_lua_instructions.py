@@ -15,22 +15,11 @@ import subprocess
 import tempfile
 import time
 
+from count_instructions import dump, instructions
 from nginx_harness import BIN, PROTOS, Nginx, Server
 
 WARMUP = 300
 TRANSPORTS = ("cosocket", "runtime")
-
-
-def dump(pid):
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-
-
-def instructions(path):
-    with open(path) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError(f"no instruction count in {path}")
 
 
 def calls(proxy, n, transport):
@@ -58,9 +47,9 @@ def count_lua(server, calls_n):
         dumps = 0
         for transport in TRANSPORTS:
             calls(proxy, WARMUP, transport)
-            dump(proxy.proc.pid)
+            dump(proxy.proc)
             calls(proxy, calls_n, transport)
-            dump(proxy.proc.pid)
+            dump(proxy.proc)
             dumps += 2
             result[transport] = instructions(f"{out}.{dumps}") / calls_n
     finally:
