@@ -5,7 +5,8 @@ callgrind dump per size, so that each size's count is its own.
 
 - response: GET /v1/shelves/1/books?page.size=K answers K books (shelf 1 holds
   the largest K, seeded through the filter before counting);
-- request: POST /v1/shelves/2/books with a book of K tags.
+- request: POST /v1/shelves/2/books with a book of K tags (the answer is
+  that book, so each tag is read from JSON and printed back).
 
 Both transcoders must grow linearly: the table gives, per size, instructions
 per request, per-book (per-tag) increments, and native / ours.
@@ -17,6 +18,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,6 +128,9 @@ def main():
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--sizes", default="1,10,50,200")
     args = parser.parse_args()
+    for tool, package in [("valgrind", "valgrind"), ("h2load", "nghttp2-client")]:
+        if not shutil.which(tool):
+            sys.exit(f"{tool} not found: install it with `apt-get install -y {package}`")
     sizes = [int(k) for k in args.sizes.split(",")]
     server = Server("library-server")
     directory = tempfile.mkdtemp(prefix="grpc-wasm-scale-")

@@ -89,8 +89,8 @@ def main():
         add("ngx_wasm_module", NgxWasm(config, routes))
         add("Envoy, grpc-wasm", Envoy(config, routes))
         add("Envoy, native", Envoy(None, routes, [native_transcoder(descriptor_set(directory))]))
-        add("nginx, gRPC", NgxWasm(None, routes, module=empty, with_filter=False), grpc=True)
-        add("nginx, gRPC, empty", NgxWasm({}, routes, module=empty), grpc=True)
+        add("nginx, gRPC", NgxWasm(None, routes, module=empty, ours=False, with_filter=False), grpc=True)
+        add("nginx, gRPC, empty", NgxWasm({}, routes, module=empty, ours=False), grpc=True)
         add("Envoy, gRPC", Envoy(None, routes, []), grpc=True)
         add("Envoy, gRPC, empty", Envoy(None, routes, [wasm_filter("", empty, check_schema=False)]), grpc=True)
         print(f"h2load -c {CLIENTS} -m {STREAMS} -n {args.requests} (warm-up {WARMUP}), {args.rounds} "

@@ -71,13 +71,15 @@ class NgxWasm:
 
     def __init__(self, plugin_config, routes, workers=1, inline=None,
                  body_buffer="16m", response_buffers="8 1m", wait=True, sha256=None, module=WASM,
-                 with_filter=True):
-        """`module`: another proxy-wasm module in the filter's place (the
-        benchmark's empty filter), given `plugin_config` unchecked;
-        `with_filter=False`: nginx proxying gRPC with no filter at all."""
+                 ours=True, with_filter=True):
+        """`module`: another proxy-wasm module in the filter's place; with
+        `ours=False` it is not this filter (the benchmark's empty one): its
+        configuration is not checked against the schema, nor is it probed
+        for readiness. `with_filter=False`: nginx proxying gRPC with no
+        filter at all."""
         # What the filter is given (inline and fetched) is what Kong's
         # metadata says a configuration may be.
-        ours = module == WASM
+        ours = ours and with_filter
         if ours:
             config_schema.check(plugin_config)
         self.port, self.config_port = free_port(), free_port()
@@ -98,13 +100,15 @@ class NgxWasm:
                            response_buffers=response_buffers, config_port=self.config_port,
                            port=self.port, inline=text, locations=locations)
         if not with_filter:
-            conf = conf.replace(f"        proxy_wasm grpc_wasm '{text}';\n", "")
+            directive = f"        proxy_wasm grpc_wasm '{text}';\n"
+            assert directive in conf, "the filter's directive, to take out"
+            conf = conf.replace(directive, "")
         self.conf_path = os.path.join(self.prefix, "nginx.conf")
         with open(self.conf_path, "w") as f:
             f.write(conf)
         self.proc = subprocess.Popen([nginx_binary(), "-p", self.prefix, "-c", self.conf_path],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        if wait and ours and with_filter:
+        if wait and ours:
             self.wait_ready()
 
     def wait_ready(self, timeout=60):

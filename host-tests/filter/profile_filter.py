@@ -10,6 +10,7 @@ functions that take the most of them (inclusive).
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -48,11 +49,21 @@ def main():
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
     directory = tempfile.mkdtemp(prefix="grpc-wasm-profile-")
+    try:
+        show(args, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def show(args, directory):
     for case in args.cases.split(","):
         costs = profile(case, directory)
         print(f"{case}: {costs['PROGRAM TOTALS'] / 1000:.1f}k instructions per request natively "
               f"(the in-memory proxy's own work included)")
         core = sorted(((n, c) for n, c in costs.items() if n.startswith("grpc_wasm::")), key=lambda x: -x[1])
+        if not core:
+            raise SystemExit("no grpc_wasm:: function in the profile: is filter-profile built with debug "
+                             "line tables? callgrind_annotate then prefixes each name with its file")
         for name, cost in core[:args.top]:
             print(f"  {cost / 1000:7.1f}k  {name[:110]}")
 

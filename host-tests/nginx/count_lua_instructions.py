@@ -11,6 +11,7 @@ between runs (`make bench-lua`); these counts repeat to within 1%.
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -62,12 +63,15 @@ def count_tonic(server, calls_n):
     """Per call: two runs of tonic-bench, whose difference leaves out start-up."""
     totals = []
     directory = tempfile.mkdtemp(prefix="grpc-wasm-tonic-callgrind-")
-    for n in (WARMUP, WARMUP + calls_n):
-        out = os.path.join(directory, f"callgrind.{n}")
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                        os.path.join(BIN, "tonic-bench"), "--addr", server.addr, "--calls", str(n),
-                        "--concurrency", "1", "--timeout-ms", "10000"], check=True, capture_output=True)
-        totals.append(instructions(out))
+    try:
+        for n in (WARMUP, WARMUP + calls_n):
+            out = os.path.join(directory, f"callgrind.{n}")
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                            os.path.join(BIN, "tonic-bench"), "--addr", server.addr, "--calls", str(n),
+                            "--concurrency", "1", "--timeout-ms", "10000"], check=True, capture_output=True)
+            totals.append(instructions(out))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
     return (totals[1] - totals[0]) / calls_n
 
 

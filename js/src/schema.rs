@@ -18,6 +18,14 @@ pub struct Schema {
     types: HashMap<String, MessageType>,
 }
 
+/// A freed schema's pool leaves with it (the core keeps printing layouts
+/// per pool until the pool's owner lets it go).
+impl Drop for Schema {
+    fn drop(&mut self) {
+        grpc_wasm::json::forget_layouts(self.registry.pool());
+    }
+}
+
 impl Default for Schema {
     fn default() -> Self {
         Schema::new()

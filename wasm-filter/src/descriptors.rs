@@ -171,11 +171,13 @@ impl Registry {
     ) -> Result<(), Error> {
         let files: Vec<(&str, &str)> = files.into_iter().collect();
         let names: Vec<&str> = files.iter().map(|(name, _)| *name).collect();
+        crate::json::forget_layouts(&self.pool);
         self.compile(files, names)
     }
 
     /// Adds the files of a binary `google.protobuf.FileDescriptorSet`.
     pub fn add_descriptor_set(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        crate::json::forget_layouts(&self.pool);
         self.add_new_files(bytes).map_err(Error::DescriptorSet)
     }
 

@@ -152,8 +152,8 @@ fn least_per_item(field: &FieldDescriptor) -> usize {
 }
 
 /// How many pools keep their layouts: a VM holds one pool per filter
-/// configuration, and a reconfigured filter's new pool takes the place of
-/// the pool used longest ago.
+/// configuration. A pool's owner forgets its layouts when it lets the pool
+/// go ([`forget_layouts`]); past this many, the pool used longest ago goes.
 const KEPT_POOLS: usize = 4;
 
 /// The layouts of one pool's types, by naming option (lowerCamelCase keys,
@@ -170,6 +170,25 @@ thread_local! {
     /// Most recently used first. Per thread: a layout holds `Rc`s, and a
     /// wasm VM has one thread.
     static KEPT: RefCell<Vec<PoolLayouts>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Drops what is kept for `pool`, and with it the cache's reference to the
+/// pool: its owner calls this when replacing or changing the pool, so that
+/// a schema no longer served is not held (wasm memory never shrinks), and
+/// a pool about to change is not copied because the cache shares it.
+pub fn forget_layouts(pool: &DescriptorPool) {
+    // A thread that is exiting has nothing to forget.
+    let _ = KEPT.try_with(|kept| {
+        if let Ok(mut kept) = kept.try_borrow_mut() {
+            kept.retain(|p| p.pool != *pool);
+        }
+    });
+}
+
+/// How many pools have layouts kept on this thread.
+#[cfg(test)]
+pub(crate) fn kept_pool_count() -> usize {
+    KEPT.with(|kept| kept.borrow().len())
 }
 
 fn kept_layout(desc: &MessageDescriptor, proto_names: bool) -> Rc<Layout> {
@@ -250,5 +269,29 @@ mod tests {
             }
         }
         KEPT.with(|kept| assert_eq!(kept.borrow().len(), KEPT_POOLS));
+    }
+
+    #[test]
+    fn a_pool_changed_or_forgotten_takes_its_layouts_with_it() {
+        let kept = kept_pool_count;
+        let mut registry = Registry::new().unwrap();
+        let proto = "syntax = \"proto3\"; package q; message M { repeated int32 f = 1; }";
+        registry.add_sources([("q.proto", proto)]).unwrap();
+        let print = |registry: &Registry| {
+            let desc = registry.message("q.M").unwrap();
+            protobuf_to_json(&desc, &[0x0a, 0x01, 0x05], &JsonOptions::default()).unwrap()
+        };
+        let before = kept();
+        assert_eq!(print(&registry), r#"{"f":[5]}"#);
+        assert_eq!(kept(), before + 1);
+        // A pool about to change is forgotten first (and not copied).
+        registry
+            .add_sources([("r.proto", "syntax = \"proto3\"; package r;")])
+            .unwrap();
+        assert_eq!(kept(), before);
+        assert_eq!(print(&registry), r#"{"f":[5]}"#);
+        assert_eq!(kept(), before + 1);
+        forget_layouts(registry.pool());
+        assert_eq!(kept(), before);
     }
 }

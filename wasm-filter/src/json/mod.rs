@@ -17,6 +17,9 @@ pub mod cost;
 mod encode;
 mod flat;
 mod layout;
+pub use layout::forget_layouts;
+#[cfg(test)]
+pub(crate) use layout::kept_pool_count;
 mod parse;
 mod print;
 mod token;

@@ -111,9 +111,13 @@ impl<'a> Printer<'a> {
         self.grow_within_limit();
         // Until the JSON reaches this length nothing above can happen
         // (unless the string grew by itself, which only checks again early).
+        // A string below the slack is checked again once it fills its
+        // capacity (it grows by itself; see `grow_within_limit`).
+        let capacity = self.out.capacity();
         let room = match self.limit {
             usize::MAX => usize::MAX,
-            _ => self.out.capacity().saturating_sub(JSON_SLACK_BYTES),
+            _ if capacity < JSON_SLACK_BYTES => capacity,
+            _ => capacity - JSON_SLACK_BYTES,
         };
         self.quiet_until = self.keep.min(self.limit - self.dropped).min(room);
         Ok(())
@@ -179,10 +183,10 @@ impl<'a> Printer<'a> {
     /// a byte doubles, and a refused message held 24 times its wire size.
     fn grow_within_limit(&mut self) {
         let (len, capacity) = (self.out.len(), self.out.capacity());
-        // A string smaller than the slack grows by itself, doubling (to
-        // 128 KiB at most, far below any limit): reserving the slack up
-        // front cost every small reply an allocation of 128 KiB and more
-        // (issue 32). Until then, `room` is 0 and every value checks.
+        // A string smaller than the slack grows by itself, doubling to at
+        // most 128 KiB, no more than the slack reserved up front used to
+        // hold: that reservation cost every small reply an allocation of
+        // 128 KiB and more (issue 32).
         if capacity < JSON_SLACK_BYTES
             || capacity - len >= JSON_SLACK_BYTES
             || self.limit == usize::MAX

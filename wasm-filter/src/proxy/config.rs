@@ -256,6 +256,14 @@ pub struct FilterConfig {
     pub stream_format: StreamFormat,
 }
 
+/// A replaced configuration's schema leaves with it: the printer's kept
+/// layouts would otherwise hold its pool (`json::forget_layouts`).
+impl Drop for FilterConfig {
+    fn drop(&mut self) {
+        crate::json::forget_layouts(self.registry.pool());
+    }
+}
+
 impl FilterConfig {
     /// Parses and checks a complete configuration. The error is one line
     /// that names the problem: the JSON position, the `.proto` file and
@@ -520,6 +528,19 @@ mod tests {
     }
 
     #[test]
+    fn a_dropped_configuration_lets_its_schema_go() {
+        let c = FilterConfig::from_json(hello().as_bytes()).unwrap();
+        let desc = c.registry.message("helloworld.HelloReply").unwrap();
+        // A message printed from the wire (not flat: an unknown field).
+        let reply = [0x0a, 0x01, b'x', 0x7a, 0x00];
+        crate::json::protobuf_to_json(&desc, &reply, &JsonOptions::default()).unwrap();
+        let kept = crate::json::kept_pool_count();
+        drop(desc);
+        drop(c);
+        assert_eq!(crate::json::kept_pool_count(), kept - 1);
+    }
+
+    #[test]
     fn defaults() {
         let c = FilterConfig::from_json(hello().as_bytes()).unwrap();
         assert!(c.reject_unknown_methods);
@@ -670,7 +691,7 @@ mod tests {
             serde_json::json!({"upstream": "greeter", "metadata": {"X-Origin": "proxy"}}),
         )
         .unwrap();
-        let callout = c.callout.unwrap();
+        let callout = c.callout.as_ref().unwrap();
         assert_eq!(callout.upstream, b"greeter");
         assert_eq!(callout.timeout_ms, 10_000);
         assert_eq!(
@@ -678,7 +699,7 @@ mod tests {
             vec![("x-origin".to_string(), "proxy".to_string())]
         );
         let c = with_callout(serde_json::json!({"grpc_service": "CgQKAmdy"})).unwrap();
-        assert_eq!(c.callout.unwrap().upstream, b"\n\x04\n\x02gr");
+        assert_eq!(c.callout.as_ref().unwrap().upstream, b"\n\x04\n\x02gr");
         let one_of =
             "callout: give exactly one of \"upstream\" (a cluster name) or \"grpc_service\"";
         assert_eq!(with_callout(serde_json::json!({})).unwrap_err(), one_of);
@@ -695,10 +716,13 @@ mod tests {
                 .unwrap_err();
         assert!(err.starts_with("callout.metadata: "), "{err}");
         let c = with_callout(serde_json::json!({"upstream": "a"})).unwrap();
-        assert_eq!(c.callout.unwrap().propagate, ["traceparent", "tracestate"]);
+        assert_eq!(
+            c.callout.as_ref().unwrap().propagate,
+            ["traceparent", "tracestate"]
+        );
         let c = with_callout(serde_json::json!({"upstream": "a", "propagate": ["X-B3-TraceId"]}))
             .unwrap();
-        assert_eq!(c.callout.unwrap().propagate, ["x-b3-traceid"]);
+        assert_eq!(c.callout.as_ref().unwrap().propagate, ["x-b3-traceid"]);
         for (name, why) in [
             (
                 "x-envoy-retry-on",
