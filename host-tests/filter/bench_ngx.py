@@ -37,6 +37,9 @@ from bench_transcoding import (
 from harness import Envoy, Server, read_protos, wasm_filter
 from ngx_wasm import NgxWasm
 
+# Idle upstream connections nginx keeps, as Envoy keeps its own: without an
+# upstream block, grpc_pass opens a connection per request.
+KEEPALIVE = 64
 EMPTY_FILTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "envoy", "empty_filter.wat")
 
 
@@ -86,11 +89,12 @@ def main():
                       "body": bodies["grpc" if grpc else "json"], "reply_size": reply_size})
 
     try:
-        add("ngx_wasm_module", NgxWasm(config, routes))
+        add("ngx_wasm_module", NgxWasm(config, routes, keepalive=KEEPALIVE))
         add("Envoy, grpc-wasm", Envoy(config, routes))
         add("Envoy, native", Envoy(None, routes, [native_transcoder(descriptor_set(directory))]))
-        add("nginx, gRPC", NgxWasm(None, routes, module=empty, ours=False, with_filter=False), grpc=True)
-        add("nginx, gRPC, empty", NgxWasm({}, routes, module=empty, ours=False), grpc=True)
+        plain = {"module": empty, "ours": False, "keepalive": KEEPALIVE}
+        add("nginx, gRPC", NgxWasm(None, routes, with_filter=False, **plain), grpc=True)
+        add("nginx, gRPC, empty", NgxWasm({}, routes, **plain), grpc=True)
         add("Envoy, gRPC", Envoy(None, routes, []), grpc=True)
         add("Envoy, gRPC, empty", Envoy(None, routes, [wasm_filter("", empty, check_schema=False)]), grpc=True)
         print(f"h2load -c {CLIENTS} -m {STREAMS} -n {args.requests} (warm-up {WARMUP}), {args.rounds} "

@@ -71,12 +71,14 @@ class NgxWasm:
 
     def __init__(self, plugin_config, routes, workers=1, inline=None,
                  body_buffer="16m", response_buffers="8 1m", wait=True, sha256=None, module=WASM,
-                 ours=True, with_filter=True):
+                 ours=True, with_filter=True, keepalive=0):
         """`module`: another proxy-wasm module in the filter's place; with
         `ours=False` it is not this filter (the benchmark's empty one): its
         configuration is not checked against the schema, nor is it probed
         for readiness. `with_filter=False`: nginx proxying gRPC with no
-        filter at all."""
+        filter at all. `keepalive`: idle upstream connections each worker
+        keeps (an upstream block per route), as Envoy keeps its own; 0
+        opens one per request."""
         # What the filter is given (inline and fetched) is what Kong's
         # metadata says a configuration may be.
         ours = ours and with_filter
@@ -96,9 +98,16 @@ class NgxWasm:
         text = json.dumps(inline)
         assert "'" not in text, "the inline configuration is quoted with '"
         locations = "".join(LOCATION.format(prefix=p, port=port) for p, _, port in routes)
+        upstreams = ""
+        if keepalive:
+            upstreams = "".join(f"    upstream up_{port} {{ server 127.0.0.1:{port}; keepalive {keepalive}; }}\n"
+                                for _, _, port in routes)
+            locations = locations.replace("grpc://127.0.0.1:", "grpc://up_")
         conf = CONF.format(workers=workers, prefix=self.prefix, wasm=module, body_buffer=body_buffer,
                            response_buffers=response_buffers, config_port=self.config_port,
                            port=self.port, inline=text, locations=locations)
+        if upstreams:
+            conf = conf.replace("http {\n", "http {\n" + upstreams, 1)
         if not with_filter:
             directive = f"        proxy_wasm grpc_wasm '{text}';\n"
             assert directive in conf, "the filter's directive, to take out"
