@@ -10,6 +10,7 @@
 
 use std::rc::Rc;
 
+use grpc_wasm::framing::{encode_frame, Compression};
 use grpc_wasm::proxy::contract::{BufferType, MapType};
 use grpc_wasm::proxy::filter::{
     proxy_on_configure, proxy_on_context_create, proxy_on_delete, proxy_on_done,
@@ -95,9 +96,7 @@ fn main() -> Result<(), String> {
     if proxy_on_configure(ROOT, config.len() as u32) != 1 {
         return Err(format!("not configured: {:?}", host.state.borrow().logs));
     }
-    let mut frame = vec![0];
-    frame.extend((case.reply.len() as u32).to_be_bytes());
-    frame.extend(&case.reply);
+    let frame = encode_frame(&case.reply, Compression::Identity).map_err(|e| e.to_string())?;
     for id in 2..requests + 2 {
         one_request(&host, id, &case, &frame)?;
     }
