@@ -147,7 +147,7 @@ js:
 interop:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/interop/run.py
 
-demo: build
+demo: deps build
 	scripts/demo.sh
 	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/demo.py
 

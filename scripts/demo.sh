@@ -14,14 +14,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start NAME: runs the server on a free port and prints its bound address.
+# start NAME VAR: runs the server on a free port and sets VAR to its bound
+# address. Not called as $(start ...): a subshell's pids+=() would never reach
+# the trap, and the servers would outlive the demo.
 start() {
-  local name=$1 log="$logs/$1.out"
+  local name=$1 var=$2 log="$logs/$1.out"
   "$bin/$name" --addr 127.0.0.1:0 >"$log" 2>"$logs/$1.err" &
   pids+=($!)
   for _ in $(seq 100); do
     if grep -q '^listening on ' "$log"; then
-      sed -n 's/^listening on //p' "$log"
+      printf -v "$var" '%s' "$(sed -n 's/^listening on //p' "$log")"
       return
     fi
     sleep 0.05
@@ -31,7 +33,7 @@ start() {
   exit 1
 }
 
-greeter=$(start greeter-server)
-routeguide=$(start routeguide-server)
+start greeter-server greeter
+start routeguide-server routeguide
 echo "greeter-server on $greeter, routeguide-server on $routeguide"
 "$bin/grpc-demo" --greeter "$greeter" --routeguide "$routeguide" --wasm target/grpc_wasm.wasm
