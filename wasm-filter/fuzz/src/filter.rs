@@ -6,7 +6,8 @@
 //! once, as from every proxy; anything else may repeat or come early.
 //!
 //! Besides not panicking: every local reply has an HTTP status, JSON
-//! replies parse, and a stream is answered at most once.
+//! replies and each line of NDJSON ones parse, and a stream is answered
+//! at most once.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -336,13 +337,27 @@ pub fn run(data: &[u8], ngx: bool) {
             "reply status {}",
             reply.http_status
         );
-        let json = reply.headers.iter().any(|(k, v)| {
-            k.eq_ignore_ascii_case("content-type") && v.starts_with(b"application/json")
-        });
-        if json {
+        let content_type = reply
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.as_slice())
+            .unwrap_or_default();
+        let parses = |text: &[u8]| serde_json::from_slice::<serde_json::Value>(text).is_ok();
+        if content_type.starts_with(b"application/json") {
             assert!(
-                serde_json::from_slice::<serde_json::Value>(&reply.body).is_ok(),
+                parses(&reply.body),
                 "a JSON reply that does not parse: {:?}",
+                String::from_utf8_lossy(&reply.body)
+            );
+        }
+        if content_type == b"application/x-ndjson" {
+            assert!(
+                reply
+                    .body
+                    .split(|b| *b == b'\n')
+                    .all(|line| line.is_empty() || parses(line)),
+                "an NDJSON reply with a line that does not parse: {:?}",
                 String::from_utf8_lossy(&reply.body)
             );
         }

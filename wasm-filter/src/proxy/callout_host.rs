@@ -458,7 +458,7 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
     if call.delivering {
         // The messages are with the host already; the reply only ends the call.
         return if status.is_ok() {
-            Reply::ok(String::new())
+            Reply::delivered()
         } else {
             Reply::error(config, &status)
         };

@@ -70,6 +70,15 @@ impl Reply {
         }
     }
 
+    /// The end of a call whose messages the host took one by one: what is
+    /// left to carry is an empty stream of them, not a JSON document.
+    pub fn delivered() -> Reply {
+        Reply::raw(RawBody {
+            content_type: NDJSON.to_string(),
+            data: Vec::new(),
+        })
+    }
+
     /// An HttpBody answer (see `http_body`).
     pub fn raw(raw: RawBody) -> Reply {
         Reply {
@@ -610,11 +619,13 @@ pub fn streams_response(config: &FilterConfig, route: &Route) -> bool {
     ) && config.stream_format != StreamFormat::Array
 }
 
+const NDJSON: &str = "application/x-ndjson";
+
 /// The content type of a streamed response.
 pub fn stream_content_type(config: &FilterConfig) -> &'static str {
     match config.stream_format {
         StreamFormat::Sse => "text/event-stream",
-        _ => "application/x-ndjson",
+        _ => NDJSON,
     }
 }
 

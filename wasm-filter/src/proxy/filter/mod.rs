@@ -30,7 +30,7 @@ use crate::code::Code;
 use crate::status::Status;
 use contexts::{with_stream, ROOTS, STREAMS};
 use host_kind::{check_host, host_is_shim, host_kind};
-use reply::{answer, send_error, CONTINUE, PAUSE};
+use reply::{answer, send_local, CONTINUE, PAUSE};
 use stream::Stream;
 use transcode_rules::Reply;
 
@@ -171,7 +171,7 @@ pub extern "C" fn proxy_on_request_headers(
 ) -> u32 {
     let context_id = ContextId(context_id);
     if let Some(reply) = fetch::not_ready(context_id) {
-        return send_error(&reply);
+        return send_local(&reply);
     }
     with_stream(context_id, CONTINUE, |stream| {
         let headers = HeaderMap::read(MapType::HttpRequestHeaders);

@@ -29,7 +29,7 @@ pub(super) fn answer(stream: &mut Stream, reply: &Reply) -> u32 {
 
 /// [`answer`] with a reply that says what `origin` decided.
 pub(super) fn answer_from(stream: &mut Stream, reply: &Reply, origin: Origin) -> u32 {
-    let action = send_error(reply);
+    let action = send_local(reply);
     if action == PAUSE {
         stream.phase = Phase::Answered;
         stream.end(reply.code, origin);
@@ -37,15 +37,18 @@ pub(super) fn answer_from(stream: &mut Stream, reply: &Reply, origin: Origin) ->
     action
 }
 
-/// Sends `reply` (an error) as the response; PAUSE when the host took it.
-pub(super) fn send_error(reply: &Reply) -> u32 {
+/// Sends `reply` as the response, under the content type of what it
+/// carries (JSON, an NDJSON or SSE stream, an HttpBody); PAUSE when the
+/// host took it.
+pub(super) fn send_local(reply: &Reply) -> u32 {
     let code = reply.code.as_i32().to_string();
+    let (content_type, body) = reply.content();
     let headers: [(&str, &[u8]); 3] = [
-        ("content-type", b"application/json"),
+        ("content-type", content_type.as_bytes()),
         ("grpc-status", code.as_bytes()),
         ("grpc-status-name", reply.code.name().as_bytes()),
     ];
-    if let Err(s) = send_reply(reply.http_status, reply_details(), &reply.body, &headers) {
+    if let Err(s) = send_reply(reply.http_status, reply_details(), body, &headers) {
         log(
             LogLevel::Error,
             &format!("grpc-wasm: the host refused a local reply (status {})", s.0),
@@ -83,9 +86,10 @@ pub(super) fn answer_response(
     // writes its body over the first chunk.
     let http_status = reply.http_status.to_string();
     let code = reply.code.as_i32().to_string();
+    let (content_type, body) = reply.content();
     let set = [
         (":status", http_status.as_str()),
-        ("content-type", "application/json"),
+        ("content-type", content_type),
         ("grpc-status", code.as_str()),
         ("grpc-status-name", reply.code.name()),
     ];
@@ -107,7 +111,7 @@ pub(super) fn answer_response(
             "grpc-wasm: the host refused a response header change",
         );
     }
-    stream.phase = Phase::ReplyInFirstChunk(reply.body.clone());
+    stream.phase = Phase::ReplyInFirstChunk(body.to_vec());
     stream.end(reply.code, origin);
     CONTINUE
 }

@@ -93,7 +93,7 @@ pub(super) enum Phase {
     Streaming(FrameDecoder),
     /// ngx_wasm_module: the reply decided at the response headers, whose
     /// body replaces the first body chunk.
-    ReplyInFirstChunk(String),
+    ReplyInFirstChunk(Vec<u8>),
     /// The reply is written into the body: the chunks that follow are
     /// dropped, and the trailers left alone.
     Dropping,

@@ -1276,3 +1276,54 @@ fn a_callout_counts_its_messages_and_a_local_refusal_as_a_request_failure() {
     );
     assert_eq!(counted(&host, "grpc_client_msg_sent_total"), Some(1));
 }
+
+/// A stream that ends before its first message (trailers-only OK): the
+/// reply carries what it says, an empty stream in the configured format.
+fn empty_stream_reply(stream_format: &str, ngx: bool) -> (String, String) {
+    let host = testing_filter(json!({"stream_format": stream_format}), ngx);
+    json_request(&host, STREAM_THEN_FAIL, br#"{"count":0}"#);
+    let trailers_only = [
+        (":status", "200"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", "0"),
+    ];
+    response_headers(&host, &trailers_only, false);
+    let state = host.state.borrow();
+    if let [reply] = state.replies.as_slice() {
+        let content_type = reply.headers.iter().find(|(k, _)| k == "content-type");
+        let content_type = content_type.map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+        return (
+            content_type.unwrap_or_default(),
+            String::from_utf8_lossy(&reply.body).into_owned(),
+        );
+    }
+    assert!(ngx, "Envoy gets a local reply: {:?}", state.replies);
+    drop(state);
+    let content_type = host
+        .map_value(MapType::HttpResponseHeaders, "content-type")
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .unwrap_or_default();
+    response_body(&host, b"", true);
+    (content_type, response_text(&host))
+}
+
+#[test]
+fn an_empty_stream_is_answered_in_its_own_format_on_both_hosts() {
+    for ngx in [false, true] {
+        assert_eq!(
+            empty_stream_reply("ndjson", ngx),
+            ("application/x-ndjson".into(), String::new()),
+            "ngx: {ngx}"
+        );
+        assert_eq!(
+            empty_stream_reply("sse", ngx),
+            ("text/event-stream".into(), String::new()),
+            "ngx: {ngx}"
+        );
+        assert_eq!(
+            empty_stream_reply("array", ngx),
+            ("application/json".into(), "[]".into()),
+            "ngx: {ngx}"
+        );
+    }
+}

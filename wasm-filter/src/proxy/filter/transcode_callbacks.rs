@@ -279,7 +279,7 @@ fn response_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 
         Phase::ReplyInFirstChunk(body) => {
             let body = std::mem::take(body);
             stream.phase = Phase::Dropping;
-            let _ = replace_response_chunk(size, body.as_bytes(), end_of_stream);
+            let _ = replace_response_chunk(size, &body, end_of_stream);
             CONTINUE
         }
         Phase::Dropping | Phase::Failed(_) => {
@@ -774,10 +774,11 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
         Origin::Upstream
     };
     stream.end(reply.code, origin);
+    let (_, text) = reply.content();
     match set_buffer(
         BufferType::HttpResponseBody,
-        body.len().max(reply.body.len()),
-        reply.body.as_bytes(),
+        body.len().max(text.len()),
+        text,
     ) {
         Ok(()) => CONTINUE,
         Err(s) => {

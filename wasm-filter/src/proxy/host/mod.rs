@@ -343,15 +343,10 @@ pub fn grpc_status() -> (u32, String) {
 pub fn send_reply(
     http_status: u16,
     details: &str,
-    body: &str,
+    body: &[u8],
     headers: &[(&str, &[u8])],
 ) -> Result<(), HostStatus> {
-    send_reply_map(
-        http_status,
-        details,
-        body.as_bytes(),
-        &pairs::serialize(headers),
-    )
+    send_reply_map(http_status, details, body, &pairs::serialize(headers))
 }
 
 /// [`send_reply`] with the headers already serialized.
