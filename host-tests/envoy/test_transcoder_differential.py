@@ -21,12 +21,11 @@ import base64
 import contextlib
 import http.client
 import json
-import tempfile
 import urllib.parse
 
 import pytest
 
-from harness import Envoy, wasm_filter
+from harness import Envoy, scratch_dir, wasm_filter
 from shelves_server import SERVICE, ShelvesServer, descriptor_set
 
 Q = urllib.parse.quote
@@ -226,7 +225,7 @@ TEXT_ERRORS = []
 
 @pytest.fixture(scope="module")
 def envoys():
-    directory = tempfile.mkdtemp(prefix="grpc-wasm-differential-")
+    directory = scratch_dir("grpc-wasm-differential-")
     path = descriptor_set(directory)
     server = ShelvesServer(path)
     pool = Envoys(path, server)

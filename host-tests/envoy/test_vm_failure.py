@@ -6,21 +6,20 @@ the filter configuration the README and the other tests use."""
 
 import os
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from harness import Envoy, free_port, wasm_filter
+from harness import Envoy, free_port, scratch_dir, wasm_filter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def trap_module():
-    out = os.path.join(tempfile.mkdtemp(prefix="grpc-wasm-trap-"), "trap_filter.wasm")
+    out = os.path.join(scratch_dir("grpc-wasm-trap-"), "trap_filter.wasm")
     subprocess.run(["rustc", "--edition", "2021", "--target", "wasm32-wasip1", "--crate-type", "cdylib",
                     "-C", "opt-level=2", "-C", "panic=abort", os.path.join(HERE, "data", "trap_filter.rs"),
                     "-o", out], check=True)

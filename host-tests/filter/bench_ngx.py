@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import types
 
@@ -34,7 +33,7 @@ from bench_transcoding import (
     native_transcoder,
     write_bodies,
 )
-from harness import Envoy, Server, read_protos, wasm_filter
+from harness import Envoy, Server, read_protos, scratch_dir, wasm_filter
 from ngx_wasm import NgxWasm
 
 # Idle upstream connections nginx keeps, as Envoy keeps its own: without an
@@ -72,7 +71,7 @@ def main():
     for tool in ("h2load", "wasm-as"):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found: `make bench-ngx` installs what it needs (scripts/install-deps.sh)")
-    directory = tempfile.mkdtemp(prefix="grpc-wasm-bench-ngx-")
+    directory = scratch_dir("grpc-wasm-bench-ngx-")
     bodies = write_bodies(directory)
     empty = os.path.join(directory, "empty_filter.wasm")
     subprocess.run(["wasm-as", EMPTY_FILTER, "-o", empty], check=True)

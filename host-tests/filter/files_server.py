@@ -22,12 +22,13 @@ def load_messages():
     """files.proto's messages and google.api's (HttpBody) by name: classes
     built from the descriptor set that grpc_tools' protoc writes at start
     (nothing generated is committed)."""
-    out = os.path.join(tempfile.mkdtemp(prefix="grpc-wasm-files-"), "files.pb")
-    well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTOS}", f"-I{well_known}",
-                    "--include_imports", f"--descriptor_set_out={out}", "files.proto"], check=True)
-    with open(out, "rb") as f:
-        files = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+    with tempfile.TemporaryDirectory(prefix="grpc-wasm-files-") as scratch:
+        out = os.path.join(scratch, "files.pb")
+        well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTOS}", f"-I{well_known}",
+                        "--include_imports", f"--descriptor_set_out={out}", "files.proto"], check=True)
+        with open(out, "rb") as f:
+            files = descriptor_pb2.FileDescriptorSet.FromString(f.read())
     classes = message_factory.GetMessages(files.file)
     return package(classes, "files"), package(classes, "google.api")
 

@@ -5,12 +5,11 @@ README's ngx_wasm_module section says, in front of grpc_pass."""
 import json
 import os
 import subprocess
-import tempfile
 import time
 import urllib.error
 
 import config_schema
-from harness import ROOT, WASM, free_port, post_json, stop_process
+from harness import ROOT, WASM, free_port, post_json, scratch_dir, stop_process
 
 BUILD_SCRIPT = os.path.join(ROOT, "scripts", "build-ngx-wasm.sh")
 
@@ -85,7 +84,7 @@ class NgxWasm:
         if ours:
             config_schema.check(plugin_config)
         self.port, self.config_port = free_port(), free_port()
-        self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-ngx-")
+        self.prefix = scratch_dir("grpc-wasm-ngx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
         with open(os.path.join(self.prefix, "grpc-wasm.json"), "w") as f:
             json.dump(plugin_config, f)

@@ -12,9 +12,8 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 
-from harness import BIN
+from harness import BIN, scratch_dir
 
 FEW, MANY = 200, 2200
 
@@ -48,7 +47,7 @@ def main():
     parser.add_argument("--cases", default="hello,books,book")
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
-    directory = tempfile.mkdtemp(prefix="grpc-wasm-profile-")
+    directory = scratch_dir("grpc-wasm-profile-")
     try:
         show(args, directory)
     finally:

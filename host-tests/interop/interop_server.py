@@ -33,11 +33,12 @@ def load_messages():
     """interop.proto's messages by name: classes built from the descriptor
     set that grpc_tools' protoc writes at start (nothing generated is
     committed)."""
-    out = os.path.join(tempfile.mkdtemp(prefix="grpc-wasm-interop-"), "interop.pb")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTOS}", "--include_imports",
-                    f"--descriptor_set_out={out}", "interop.proto"], check=True)
-    with open(out, "rb") as f:
-        files = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+    with tempfile.TemporaryDirectory(prefix="grpc-wasm-interop-") as scratch:
+        out = os.path.join(scratch, "interop.pb")
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTOS}", "--include_imports",
+                        f"--descriptor_set_out={out}", "interop.proto"], check=True)
+        with open(out, "rb") as f:
+            files = descriptor_pb2.FileDescriptorSet.FromString(f.read())
     classes = message_factory.GetMessages(files.file)
     return types.SimpleNamespace(**{name.removeprefix("grpc.testing."): cls for name, cls in classes.items()})
 

@@ -8,10 +8,9 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 from launch import start_interop_server
-from nginx_harness import PROTOS, Nginx, ensure_certs
+from nginx_harness import PROTOS, Nginx, ensure_certs, scratch_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -25,7 +24,7 @@ def start_server(certs):
 
 def hosts(env):
     """(name, Nginx arguments) for each way resty.ffi.grpc reaches the server."""
-    harness = tempfile.mkdtemp(prefix="grpc-wasm-harness-")
+    harness = scratch_dir("grpc-wasm-harness-")
     subprocess.run(["sh", os.path.join(HERE, "..", "resty-ffi", "build.sh"), harness], check=True)
     yield "cosocket", dict(transport="cosocket")
     yield "runtime", dict(transport="runtime")

@@ -8,14 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "differential")]
 os.environ["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
 
 import corpus  # noqa: E402
-from harness import Server  # noqa: E402
+from harness import Server, scratch_dir  # noqa: E402
 from test_differential import CLASSES  # noqa: E402
 from web_envoy import web_envoy  # noqa: E402
 
@@ -24,7 +23,7 @@ def corpus_file():
     cases = [{"id": i, "type": t, "json": text} for i, t, text in corpus.json_cases()]
     cases += [{"id": i, "type": t, "bin": base64.b64encode(data).decode()}
               for i, t, data in corpus.binary_cases(CLASSES)]
-    path = os.path.join(tempfile.mkdtemp(), "corpus.json")
+    path = os.path.join(scratch_dir("grpc-wasm-"), "corpus.json")
     with open(path, "w") as f:
         json.dump(cases, f)
     return path

@@ -13,11 +13,10 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 
 from count_instructions import dump, instructions
-from nginx_harness import BIN, PROTOS, Nginx, Server
+from nginx_harness import BIN, PROTOS, Nginx, Server, scratch_dir
 
 WARMUP = 300
 TRANSPORTS = ("cosocket", "runtime")
@@ -62,7 +61,7 @@ def count_lua(server, calls_n):
 def count_tonic(server, calls_n):
     """Per call: two runs of tonic-bench, whose difference leaves out start-up."""
     totals = []
-    directory = tempfile.mkdtemp(prefix="grpc-wasm-tonic-callgrind-")
+    directory = scratch_dir("grpc-wasm-tonic-callgrind-")
     try:
         for n in (WARMUP, WARMUP + calls_n):
             out = os.path.join(directory, f"callgrind.{n}")

@@ -4,12 +4,11 @@ against the tonic test servers."""
 
 import os
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
-from harness import BIN, PROTOS, ROOT, Server, free_port  # noqa: F401
+from harness import BIN, PROTOS, ROOT, Server, free_port, scratch_dir  # noqa: F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))
@@ -60,7 +59,7 @@ class Nginx:
                  lua=LUA):
         """mode, shim, wasm: GRPC_WASM_MODE, _SHIM, _MODULE ("" leaves one unset);
         lua: the directory whose <name>.lua answers /t/<name>."""
-        self.prefix = tempfile.mkdtemp(prefix="grpc-wasm-nginx-")
+        self.prefix = scratch_dir("grpc-wasm-nginx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
         self.port = free_port()
         cache = os.path.join(os.path.expanduser("~"), ".cache", "grpc-wasm")

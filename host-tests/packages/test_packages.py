@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import tarfile
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -19,7 +18,7 @@ import urllib.request
 import pytest
 
 from config_schema import META, errors
-from harness import ROOT, Envoy, Server, free_port, read_protos
+from harness import ROOT, Envoy, Server, free_port, read_protos, scratch_dir
 
 DIST = os.path.join(ROOT, "target", "dist")
 PROTOS = os.path.join(ROOT, "protos")
@@ -200,7 +199,7 @@ def call_through_nginx(lua_path, lua_cpath, addr):
     """The README's OpenResty example with the package found only through
     these paths (no GRPC_WASM_SHIM or _MODULE: the shim from the cpath,
     the module next to it); returns its answer."""
-    prefix = tempfile.mkdtemp(prefix="grpc-wasm-pkg-nginx-")
+    prefix = scratch_dir("grpc-wasm-pkg-nginx-")
     port = free_port()
     conf = os.path.join(prefix, "nginx.conf")
     with open(conf, "w") as f:

@@ -345,10 +345,27 @@ async fn route_guide_methods() {
     assert_eq!(seen, ["a", "a", "b"]);
 }
 
-fn temp_dir(name: &str) -> PathBuf {
+/// A test's own directory in the temp dir, removed when the test ends,
+/// whether it passed or failed.
+struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(name: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!("host-tests-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    dir
+    TempDir(dir)
 }
 
 #[tokio::test]
@@ -426,7 +443,6 @@ async fn echo_over_mtls_with_generated_certs() {
             "a call without a client certificate succeeded"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
