@@ -9,7 +9,7 @@ const [protoPath, baseUrl] = process.argv.slice(2);
 const schema = loadProto({ 'helloworld.proto': readFileSync(protoPath, 'utf8') });
 const client = createClient(schema, { baseUrl, protocol: 'grpc' });
 try {
-  const reply = await client.unary('/helloworld.Greeter/SayHello', { name: 'node' }, { timeout: 5000 });
+  const reply = await client.unary('/helloworld.Greeter/SayHello', { name: 'node' }, { timeoutMs: 5000 });
   console.log(reply.message);
 } catch (e) {
   console.log(`${e.name}: ${e.message}`); // a GrpcError: e.code, e.details, e.metadata

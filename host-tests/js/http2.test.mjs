@@ -82,6 +82,14 @@ test('the deadline ends a call the server sits on', async () => {
   assert.ok(Date.now() - started < 2000);
 });
 
+test('plaintext to a TLS server is UNAVAILABLE, with a hint at TLS', async () => {
+  const plain = createClient(schema, { baseUrl: process.env.ECHO_TLS_URL.replace(/^https:/, 'http:'), protocol: 'grpc' });
+  const error = await rejection(plain.unary('/grpc.examples.echo.Echo/UnaryEcho', { message: 'hi' }, { timeoutMs: 5000 }));
+  plain.close();
+  assert.equal(error.code, Code.UNAVAILABLE, error.message);
+  assert.match(error.message, /^the request failed: the connection failed before the server spoke HTTP\/2: .*\(does the server want TLS\? use an https:\/\/ baseUrl, with ca for a private CA\)$/);
+});
+
 test('a refused connection is UNAVAILABLE', async () => {
   const nowhere = createClient(schema, { baseUrl: 'http://127.0.0.1:1', protocol: 'grpc' });
   const error = await rejection(nowhere.unary(`${TESTING}/Sleep`, { millis: 1 }));

@@ -6,7 +6,9 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { loadProto, loadDescriptorSet, hasCompiler, protos, testSchema } from './common.mjs';
+import {
+  loadProto, loadDescriptorSet, hasCompiler, protos, testSchema, createClient, fetchTransport, http2Transport, rejection,
+} from './common.mjs';
 import * as lite from '../../js/npm/lite/node.js';
 
 const PACKAGE = fileURLToPath(new URL('../../js/npm/', import.meta.url));
@@ -80,4 +82,42 @@ test('npm resolves the package by its exports map, and npm pack carries what it 
     assert.ok(files.includes(needed), `npm pack lacks ${needed}: ${files.join(' ')}`);
   }
   assert.ok(!files.some((f) => f.startsWith('node_modules/')));
+});
+
+test('an unknown option is a TypeError naming the known ones, in every entry point', async () => {
+  const known = (where, name) => ({
+    name: 'TypeError',
+    message: new RegExp(`^${where}: unknown option '${name}'; the options are [A-Za-z, ]+$`),
+  });
+  assert.throws(() => createClient(schema, { baseUrl: 'http://127.0.0.1:1', timeout: 5000 }), known('createClient', 'timeout'));
+  assert.throws(() => createClient(schema, { baseUrl: 'http://127.0.0.1:1', timeout: 5000 }), /, timeoutMs, /);
+  assert.throws(() => createClient(schema, { baseUrl: 'http://127.0.0.1:1', json: { emitDefault: true } }),
+    known('createClient: options.json', 'emitDefault'));
+  const client = createClient(schema, { baseUrl: 'http://127.0.0.1:1', protocol: 'grpc' });
+  // Refused before anything is sent: the unknown option, not the dead address, is the error.
+  const error = await rejection(client.unary('/helloworld.Greeter/SayHello', { name: 'x' }, { timeout: 500 }));
+  assert.equal(error.name, 'TypeError');
+  assert.match(error.message, /^client\.unary: unknown option 'timeout'; the options are metadata, timeoutMs, /);
+  const stream = client.serverStream('/routeguide.RouteGuide/ListFeatures', {}, { deadline: 1 });
+  await assert.rejects(stream.next(), known('client.serverStream', 'deadline'));
+  client.close();
+  assert.throws(() => schema.encode('helloworld.HelloRequest', {}, { emit_defaults: true }), known('JSON options', 'emit_defaults'));
+  assert.throws(() => fetchTransport({ credential: 'include' }), known('fetchTransport', 'credential'));
+  assert.throws(() => http2Transport({ baseUrl: 'http://127.0.0.1:1', tls: true }), known('http2Transport', 'tls'));
+  assert.throws(() => createClient(schema, 'http://127.0.0.1:1'), { name: 'TypeError', message: 'createClient: options must be an object, not string' });
+  // Every option the docs name is taken.
+  createClient(schema, {
+    baseUrl: 'http://127.0.0.1:1', transport: undefined, fetch: globalThis.fetch, credentials: 'include', mode: 'cors',
+    metadata: {}, timeoutMs: 1, signal: undefined, onStatus: undefined, json: { bigint: true }, maxMessageBytes: 1,
+    protocol: 'grpc-web', codec: 'proto', useGet: false, ca: undefined, cert: undefined, key: undefined,
+    servername: undefined, rejectUnauthorized: true,
+  }).close();
+});
+
+test('an unknown method is UNIMPLEMENTED, as in the other hosts', async () => {
+  const client = createClient(schema, { baseUrl: 'http://127.0.0.1:1', protocol: 'grpc' });
+  const error = await rejection(client.unary('/helloworld.Greeter/SayBye', {}));
+  client.close();
+  assert.deepEqual([error.code, error.name, error.message],
+    [12, 'UNIMPLEMENTED', "unknown method '/helloworld.Greeter/SayBye'"]);
 });

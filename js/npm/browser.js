@@ -3,10 +3,11 @@
 import init, * as wasm from './wasm/full/grpc_wasm.js';
 import { makeApi } from './lib/api.js';
 import { fetchTransport } from './lib/fetch.js';
+import { FETCH_OPTIONS, pick } from './lib/options.js';
 
 await init({ module_or_path: new URL('./wasm/full/grpc_wasm_bg.wasm', import.meta.url) });
 
 export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, createClient } = makeApi(wasm, {
-  transport: (options) => fetchTransport(options),
+  transport: (options) => fetchTransport(pick(options, FETCH_OPTIONS)),
 });
 export { fetchTransport };

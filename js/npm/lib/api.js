@@ -4,6 +4,7 @@
 
 import { GrpcError, useCodeNames } from './errors.js';
 import { Client } from './client.js';
+import { JSON_OPTIONS, checkOptions } from './options.js';
 import { Schema } from './schema.js';
 
 /**
@@ -18,6 +19,7 @@ export function makeApi(wasm, platform) {
 
   /** Options for JSON: the core's bit set, and whether int64 reads as BigInt. */
   function jsonBits(options = {}) {
+    checkOptions('JSON options', options, JSON_OPTIONS);
     return wasm.jsonOptions(
       !!options.emitDefaults,
       !!options.enumsAsNumbers,

@@ -3,6 +3,7 @@
 // and turns the core's JSON into objects and errors.
 
 import { GrpcError, asGrpcError, localError as local, withBytes } from './errors.js';
+import { CALL_OPTIONS, CLIENT_OPTIONS, JSON_OPTIONS, checkOptions } from './options.js';
 import { int64ToBigInt, toJsonText } from './values.js';
 
 const OK = 0;
@@ -37,6 +38,7 @@ const UNAVAILABLE = 14;
  * @property {boolean} [useGet] Connect: unary calls of methods without side effects by GET
  *
  * @typedef {CallOptions & {baseUrl: string, transport?: object, fetch?: typeof fetch,
+ *   credentials?: RequestCredentials, mode?: RequestMode,
  *   ca?: string | Uint8Array, cert?: string | Uint8Array, key?: string | Uint8Array,
  *   servername?: string, rejectUnauthorized?: boolean}} ClientOptions
  */
@@ -47,6 +49,8 @@ export class Client {
   #transport;
 
   constructor(schema, options = {}, platform) {
+    checkOptions('createClient', options, CLIENT_OPTIONS);
+    checkOptions('createClient: options.json', options.json, JSON_OPTIONS);
     if (!options.baseUrl) throw new TypeError('createClient: options.baseUrl is required');
     this.#schema = schema;
     this.#options = { protocol: 'grpc-web', codec: 'proto', ...defined(options) };
@@ -109,6 +113,8 @@ export class Client {
   }
 
   async *#run(path, kind, input, callOptions = {}) {
+    checkOptions(`client.${API[kind]}`, callOptions, CALL_OPTIONS);
+    checkOptions(`client.${API[kind]}: options.json`, callOptions.json, JSON_OPTIONS);
     const options = { ...this.#options, ...defined(callOptions) };
     const json = { ...this.#options.json, ...callOptions.json };
     let call;
@@ -210,10 +216,12 @@ export class Client {
   }
 }
 
+/** The client's method for each kind of call. */
+const API = { unary: 'unary', server_streaming: 'serverStream', client_streaming: 'clientStream', bidi_streaming: 'bidiStream' };
+
 function check(call, kind, options, transport) {
   if (call.kind !== kind) {
-    const api = { unary: 'unary', server_streaming: 'serverStream', client_streaming: 'clientStream', bidi_streaming: 'bidiStream' };
-    throw local(INVALID_ARGUMENT, `${call.path} is ${call.kind.replace('_', '-')}: call it with client.${api[call.kind]}()`);
+    throw local(INVALID_ARGUMENT, `${call.path} is ${call.kind.replace('_', '-')}: call it with client.${API[call.kind]}()`);
   }
   if (options.protocol === 'grpc' && !transport.readsTrailers) {
     throw local(UNIMPLEMENTED, "protocol 'grpc' needs HTTP/2 trailers, which fetch does not expose: use gRPC-Web or Connect, or in Node the node:http2 transport");

@@ -1,10 +1,13 @@
 // The fetch transport: browsers, and Node's own fetch. It sends a request
 // body whole, so it carries unary and server-streaming calls.
 
+import { FETCH_OPTIONS, checkOptions } from './options.js';
+
 /**
  * @param {{fetch?: typeof fetch, credentials?: RequestCredentials, mode?: RequestMode}} [options]
  */
 export function fetchTransport(options = {}) {
+  checkOptions('fetchTransport', options, FETCH_OPTIONS);
   const doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
   return {
     streamsRequests: false,

@@ -2,26 +2,39 @@
 // plaintext or TLS, one session per client, reused by its calls.
 
 import http2 from 'node:http2';
+import { HTTP2_OPTIONS, checkOptions } from './options.js';
 
 const { NGHTTP2_NO_ERROR } = http2.constants;
+
+// Sessions whose TCP (or TLS) connection was made, and those whose server
+// then sent its SETTINGS, as HTTP/2 makes every server do first; and the
+// error a session failed with.
+const connected = new WeakSet();
+const heard = new WeakSet();
+const sessionErrors = new WeakMap();
 
 /**
  * @param {{baseUrl: string, ca?: string|Buffer, cert?: string|Buffer, key?: string|Buffer,
  *          servername?: string, rejectUnauthorized?: boolean}} options
  */
 export function http2Transport(options) {
+  checkOptions('http2Transport', options, HTTP2_OPTIONS);
   let session = null;
   let active = 0;
   const tls = { ca: options.ca, cert: options.cert, key: options.key, servername: options.servername, rejectUnauthorized: options.rejectUnauthorized };
   // A base URL's path, as fetch keeps it: https://host/api + /pkg.Svc/M.
-  const prefix = new URL(options.baseUrl).pathname.replace(/\/+$/, '');
+  const url = new URL(options.baseUrl);
+  const prefix = url.pathname.replace(/\/+$/, '');
+  const plaintext = url.protocol === 'http:';
 
   function connect() {
     if (session && !session.closed && !session.destroyed) return session;
     session = http2.connect(options.baseUrl, tls);
-    // A failed session fails its streams; the error is reported there.
-    session.on('error', () => {});
     const mine = session;
+    // A failed session fails its streams; the error is reported there.
+    mine.on('error', (e) => sessionErrors.set(mine, e));
+    mine.once('connect', () => connected.add(mine));
+    mine.once('remoteSettings', () => heard.add(mine));
     session.on('close', () => {
       if (session === mine) session = null;
     });
@@ -86,9 +99,13 @@ export function http2Transport(options) {
         stream.on('close', () => {
           track(-1, s);
           signal.removeEventListener('abort', onAbort);
-          fail(reset(stream, signal) ? resetError(stream) : new Error('the stream closed before its response'));
+          if (unheard(s)) fail(unheardError(s, plaintext));
+          else fail(reset(stream, signal) ? resetError(stream) : new Error('the stream closed before its response'));
         });
-        stream.on('error', (e) => fail(reset(stream, signal, e) ? resetError(stream) : e));
+        stream.on('error', (e) => {
+          if (unheard(s)) fail(unheardError(s, plaintext));
+          else fail(reset(stream, signal, e) ? resetError(stream) : e);
+        });
         stream.on('response', (responseHeaders) => {
           settled = true;
           resolve({
@@ -102,6 +119,23 @@ export function http2Transport(options) {
       });
     },
   };
+}
+
+/** A connection made whose server never spoke HTTP/2 (its SETTINGS never came). */
+function unheard(session) {
+  return connected.has(session) && !heard.has(session);
+}
+
+/**
+ * The failure of a connection whose server never spoke HTTP/2: no stream
+ * of it reached a server, so it is not the server's reset. In plaintext
+ * that is what a TLS server does (it reads the HTTP/2 preface as a bad
+ * TLS record, and answers with an alert or closes).
+ */
+function unheardError(session, plaintext) {
+  const cause = sessionErrors.get(session)?.message ?? 'the server closed it';
+  const hint = plaintext ? ' (does the server want TLS? use an https:// baseUrl, with ca for a private CA)' : '';
+  return new Error(`the connection failed before the server spoke HTTP/2: ${cause}${hint}`);
 }
 
 /**

@@ -5,11 +5,14 @@ import { initSync } from '../wasm/lite/grpc_wasm.js';
 import * as wasm from '../wasm/lite/grpc_wasm.js';
 import { makeApi } from '../lib/api.js';
 import { fetchTransport } from '../lib/fetch.js';
+import { FETCH_OPTIONS, HTTP2_OPTIONS, pick } from '../lib/options.js';
 import { http2Transport } from '../lib/http2.js';
 
 initSync({ module: await readFile(new URL('../wasm/lite/grpc_wasm_bg.wasm', import.meta.url)) });
 
 export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, createClient } = makeApi(wasm, {
-  transport: (options) => (options.protocol === 'grpc' ? http2Transport(options) : fetchTransport(options)),
+  transport: (options) => (options.protocol === 'grpc'
+    ? http2Transport(pick(options, HTTP2_OPTIONS))
+    : fetchTransport(pick(options, FETCH_OPTIONS))),
 });
 export { fetchTransport, http2Transport };
