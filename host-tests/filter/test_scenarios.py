@@ -123,9 +123,10 @@ def test_bad_json_is_400_with_the_field_path(proxy):
     assert body["message"].startswith("invalid JSON: key must be a string"), body
 
 
-def test_unknown_method_is_404(proxy):
+def test_unknown_method_is_404_and_unimplemented(proxy):
     status, body, _ = request(proxy, "POST", "/helloworld.Greeter/SayBye", {})
-    assert (status, body) == (404, {"code": 5, "message": "unknown method '/helloworld.Greeter/SayBye'", "details": []})
+    assert (status, body) == (404, {"code": 12, "message": "unknown method '/helloworld.Greeter/SayBye'",
+                                    "details": []})
 
 
 def test_requests_for_no_method_get_the_filters_404_whatever_their_method(proxy):

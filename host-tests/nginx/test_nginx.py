@@ -141,8 +141,8 @@ def test_failures(nginx):
     assert lines[4] == "details: false | NOT_FOUND (5): no such book | 5", body
     assert lines[5] == "details[1]: type.googleapis.com/google.rpc.ErrorInfo TEST_FAILURE", body
     assert lines[6] == "details[2]: type.googleapis.com/google.rpc.BadRequest code", body
-    assert lines[7] == ("unknown method: false | NOT_FOUND (5): unknown method "
-                        "'/grpcwasm.testing.Testing/Nope' | 5"), body
+    assert lines[7] == ("unknown method: false | UNIMPLEMENTED (12): unknown method "
+                        "'/grpcwasm.testing.Testing/Nope' | 12"), body
     assert lines[8] == "wrong type: false | INVALID_ARGUMENT (3): millis: expected integer, got array | 3", body
     assert lines[9] == "not a table: false | the message must be a table or a JSON string, got number | -", body
     assert lines[10] == "metadata: true ann nil header ann trailer ann", body
@@ -251,3 +251,27 @@ def test_a_plaintext_call_to_a_tls_server_hints_at_tls(nginx, transport):
     ok, name, message = body.strip().split(" | ")
     assert (ok, name) == ("false", "UNAVAILABLE"), body
     assert "does the server want TLS? connect with TLS options: ca, host" in message, body
+
+
+def test_a_plaintext_call_to_a_grpcio_tls_server_hints_at_tls_on_both_transports():
+    """grpcio's TLS server (BoringSSL) closes on the HTTP/2 preface without
+    an alert that h2 could read: the cosocket saw only 'closed', and said
+    nothing of TLS."""
+    from launch import start_interop_server
+
+    proc, ports = start_interop_server(ensure_certs())
+    proxy = None
+    try:
+        proxy = Nginx({"echo_tls": f"127.0.0.1:{ports['tls']}", "protos": PROTOS}, workers=1)
+        hint = "(does the server want TLS? connect with TLS options: ca, host)"
+        for transport in ("cosocket", "runtime"):
+            status, body = proxy.get(f"/t/plaintext_to_tls?transport={transport}")
+            # The cause is the socket's word (closed, a broken pipe, a reset).
+            assert status == 200, (transport, body)
+            assert body.startswith("false | UNAVAILABLE | UNAVAILABLE (14): the connection failed: "), (transport, body)
+            assert body.endswith(f" {hint}\n"), (transport, body)
+    finally:
+        if proxy:
+            proxy.stop()
+        proc.kill()
+        proc.wait()

@@ -251,11 +251,12 @@ fn broken_at_once(io: &std::io::Error) -> bool {
     matches!(io.kind(), BrokenPipe | ConnectionReset)
 }
 
+/// What a plaintext call that met a TLS server is told.
+pub(crate) const TLS_HINT: &str = " (does the server want TLS? connect with TLS options: ca, host)";
+
 /// The hint a plaintext call that met a TLS server gets.
 pub(crate) fn with_tls_hint(mut status: Status) -> Status {
-    status
-        .message
-        .push_str(" (does the server want TLS? connect with TLS options: ca, host)");
+    status.message.push_str(TLS_HINT);
     status
 }
 

@@ -260,10 +260,13 @@ fn unbound(config: &FilterConfig, http_method: &str, path: &str) -> Plan {
     ))
 }
 
+/// A gRPC path the protos lack: gRPC's own code for an unknown method,
+/// UNIMPLEMENTED, as every gRPC server and the other hosts answer it; over
+/// HTTP a 404, as for any path with nothing behind it.
 fn not_found(config: &FilterConfig, path: &str) -> Plan {
     Plan::Reply(Reply::error_with_http(
         config,
-        &Status::new(Code::NotFound, format!("unknown method '{path}'")),
+        &Status::new(Code::Unimplemented, format!("unknown method '{path}'")),
         404,
     ))
 }
@@ -773,7 +776,7 @@ mod tests {
         assert_eq!(r.http_status, 404);
         assert_eq!(
             r.body,
-            r#"{"code":5,"message":"unknown method '/helloworld.Greeter/SayBye'","details":[]}"#
+            r#"{"code":12,"message":"unknown method '/helloworld.Greeter/SayBye'","details":[]}"#
         );
         // A client stream's messages: a JSON array (Envoy's framing) or
         // JSON values one after another, a frame each.

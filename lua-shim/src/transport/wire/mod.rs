@@ -71,6 +71,8 @@ pub struct Wire {
     /// The server answered our first PING: it speaks HTTP/2 (a later
     /// failure is no TLS server's refusal of plaintext).
     answered: Arc<std::sync::atomic::AtomicBool>,
+    /// Bytes of this connection went to its socket: the socket was up.
+    handed_out: bool,
 }
 
 impl Wire {
@@ -101,6 +103,7 @@ impl Wire {
             ping: None,
             liveness: Liveness::Handshake(None),
             answered: Arc::default(),
+            handed_out: false,
         };
         wire.restart()?;
         // The handshake's PING leaves with the preface (nothing to report).
@@ -112,6 +115,17 @@ impl Wire {
     /// running fail with UNAVAILABLE and `reason`. Their ends come back
     /// even when the fresh connection cannot start (then it is over).
     pub fn reset(&mut self, reason: &str) -> (Produced, Result<(), TransportError>) {
+        // The socket closed under a plaintext connection whose server never
+        // spoke HTTP/2: a TLS server closes on the preface (or sends an
+        // alert that the socket's owner may not have read yet).
+        let unheard = !self.answered.load(std::sync::atomic::Ordering::Relaxed);
+        let hinted;
+        let reason = if self.tls.is_none() && self.handed_out && unheard {
+            hinted = format!("{reason}{}", super::TLS_HINT);
+            hinted.as_str()
+        } else {
+            reason
+        };
         let mut produced = self.fail_all(reason);
         let restarted = self.restart();
         produced.append(&mut self.drive());
@@ -126,6 +140,7 @@ impl Wire {
     }
 
     fn restart(&mut self) -> Result<(), TransportError> {
+        self.handed_out = false;
         let tls = self.tls.as_ref().map(ClientTls::connection).transpose()?;
         self.pipe = Arc::new(Mutex::new(Pipe::new(tls)));
         let io = PipeIo(self.pipe.clone());
@@ -206,7 +221,7 @@ impl Wire {
     /// Bytes for the socket, taken.
     pub fn take_output(&mut self) -> Vec<u8> {
         let mut output = Vec::new();
-        lock(&self.pipe).swap_outbound(&mut output);
+        self.swap_output(&mut output);
         output
     }
 
@@ -215,6 +230,7 @@ impl Wire {
     pub fn swap_output(&mut self, buffer: &mut Vec<u8>) {
         buffer.clear();
         lock(&self.pipe).swap_outbound(buffer);
+        self.handed_out |= !buffer.is_empty();
     }
 
     pub fn has_output(&self) -> bool {
@@ -606,6 +622,36 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The message a call in flight is failed with when the socket closes
+    /// under a plaintext connection that has (or has not) been written to.
+    fn closed_with(written: bool) -> String {
+        let mut wire = Wire::new("127.0.0.1:1", None).unwrap();
+        assert!(wire.unary(Token(3), greeter(), b"", 500).is_empty());
+        if written {
+            assert!(!wire.take_output().is_empty());
+        }
+        let (produced, restarted) = wire.reset("the connection failed: closed");
+        assert!(restarted.is_ok());
+        match &produced[..] {
+            [(Token(3), events)] => match &events[..] {
+                [GrpcEvent::Close(14, message)] => String::from_utf8_lossy(message).into_owned(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_socket_closed_before_the_server_spoke_http2_hints_at_tls() {
+        // The preface went out and the server closed without a word, as a
+        // TLS server does: a hint. A socket that never came up: none.
+        assert_eq!(
+            closed_with(true),
+            "the connection failed: closed (does the server want TLS? connect with TLS options: ca, host)"
+        );
+        assert_eq!(closed_with(false), "the connection failed: closed");
     }
 
     #[test]
