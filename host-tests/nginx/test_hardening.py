@@ -122,7 +122,8 @@ def test_metadata_cannot_smuggle_entries(nginx):
 def nginx_results(tmp_path_factory):
     started = {"routeguide": Server("routeguide-server"), "testing": Server("testing-server")}
     tmp = tmp_path_factory.mktemp("protos")
-    for kind, body in (("bad", "message Hardening { Missing m = 1; }"), ("good", "message Hardening { int32 m = 1; }")):
+    for kind, body in (("bad", "message Hardening { Missing m = 1; }"), ("good", "message Hardening { int32 m = 1; }"),
+                       ("syntax", "message Hardening {\n  int32 m = 1\n  int64 n = 2;\n}")):
         (tmp / kind).mkdir()
         (tmp / kind / "hardening.proto").write_text(f'syntax = "proto3";\npackage hardening;\n{body}\n')
     env = {name: s.addr for name, s in started.items()}
@@ -148,9 +149,10 @@ def test_results_never_lie(nginx_results):
     assert lines[4] == "failure: false | FAILED_PRECONDITION (9): stop | 9 FAILED_PRECONDITION", body
     assert lines[5] == "failure again: false | FAILED_PRECONDITION (9): stop | 9 FAILED_PRECONDITION", body
     assert lines[6] == "bad proto: false | protos: hardening.proto:3:21: name 'Missing' is not defined | - -", body
-    assert lines[7] == "fixed proto: true | nil | - -", body
+    assert lines[7] == ("syntax error: false | hardening.proto:5:3: expected ';' or '[', but found 'int64' | - -"), body
+    assert lines[8] == "fixed proto: true | nil | - -", body
     # The server reports how long a 0 ms sleep took: a few ms on a busy machine.
-    assert re.fullmatch(r'later call: true \{"sleptMillis":"\d+"\}', lines[8]), body
+    assert re.fullmatch(r'later call: true \{"sleptMillis":"\d+"\}', lines[9]), body
 
 
 def test_misuse_returns_errors_and_tls_options_never_fall_back_to_plaintext(nginx):
@@ -158,8 +160,11 @@ def test_misuse_returns_errors_and_tls_options_never_fall_back_to_plaintext(ngin
     assert status == 200, body + nginx.log()[-3000:]
     assert body.splitlines() == [
         f"readfile missing: false | {PROTOS}/missing.pem: No such file or directory",
+        "readfile: true | true",
         "ca from a failed readfile: false | invalid TLS options: ca must be a non-empty string, "
-        "got boolean (did grpc.readfile fail?)",
+        "got boolean (grpc.readfile returns ok, content: pass the content)",
+        "ca as readfile's first value: false | invalid TLS options: ca must be a non-empty string, "
+        "got boolean (grpc.readfile returns ok, content: pass the content)",
         "ca a number: false | invalid TLS options: ca must be a non-empty string, got number",
         "host empty: false | invalid TLS options: host must be a non-empty string, got an empty string",
         "opts a string: false | connect options must be a table, got string",

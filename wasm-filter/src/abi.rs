@@ -126,12 +126,8 @@ pub unsafe extern "C" fn grpc_wasm_proto_imports(
     run(|_| {
         let name = utf8(name, "file name")?;
         let source = utf8(source, "file source")?;
-        let file = protox::file::File::from_source(name, source).map_err(|e| e.to_string())?;
-        Ok(file
-            .file_descriptor_proto()
-            .dependency
-            .join("\n")
-            .into_bytes())
+        let imports = crate::descriptors::imports_of(name, source).map_err(|e| e.to_string())?;
+        Ok(imports.join("\n").into_bytes())
     })
 }
 

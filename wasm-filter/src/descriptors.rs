@@ -371,6 +371,15 @@ mod wire {
     }
 }
 
+/// The files a `.proto` source imports, in order: hosts that read sources
+/// from disk resolve them first. A syntax error names the file, line and
+/// column, as a compile error does.
+#[cfg(feature = "compiler")]
+pub fn imports_of(name: &str, source: &str) -> Result<Vec<String>, Error> {
+    let file = File::from_source(name, source).map_err(compile_error)?;
+    Ok(file.file_descriptor_proto().dependency.clone())
+}
+
 /// protox's Debug output is `file:line:column: message`, the form users can act on.
 #[cfg(feature = "compiler")]
 fn compile_error(err: protox::Error) -> Error {
@@ -451,6 +460,23 @@ mod tests {
 
     const HELLO: &str = include_str!("../../protos/helloworld.proto");
     const ROUTE: &str = include_str!("../../protos/route_guide.proto");
+
+    #[cfg(feature = "compiler")]
+    #[test]
+    fn a_syntax_error_among_imports_names_its_file_line_and_column() {
+        let source = "syntax = \"proto3\";\nimport \"a.proto\";\nmessage M {\n  int32 m = 1\n  int64 n = 2;\n}\n";
+        assert_eq!(
+            imports_of("shop/v1/catalog.proto", source)
+                .unwrap_err()
+                .to_string(),
+            "shop/v1/catalog.proto:5:3: expected ';' or '[', but found 'int64'"
+        );
+        let fine = source.replace("= 1\n", "= 1;\n");
+        assert_eq!(
+            imports_of("shop/v1/catalog.proto", &fine).unwrap(),
+            ["a.proto"]
+        );
+    }
 
     #[test]
     fn looks_up_methods_and_streaming_kinds() {

@@ -16,11 +16,10 @@ assert(grpc.loadfile(env.protos .. "/interop.proto"))
 local function connect(security)
     local opts
     if security ~= "plaintext" then
-        local ca = grpc.readfile(env.certs .. "/ca.pem")
-        opts = { host = "example.com", ca = ca }
+        opts = { host = "example.com", ca = select(2, grpc.readfile(env.certs .. "/ca.pem")) }
         if security == "mtls" then
-            opts.cert = grpc.readfile(env.certs .. "/client1.pem")
-            opts.priv_key = grpc.readfile(env.certs .. "/client1.key")
+            opts.cert = select(2, grpc.readfile(env.certs .. "/client1.pem"))
+            opts.priv_key = select(2, grpc.readfile(env.certs .. "/client1.key"))
         end
     end
     local ok, conn = grpc.connect(env["interop_" .. security], opts)

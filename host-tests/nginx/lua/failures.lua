@@ -53,11 +53,12 @@ ngx.say("metadata: ", tostring(ok), " ", res.metadata["x-echo-user"], " ", tostr
         " header ", tostring(info.headers["x-echo-user"]), " trailer ", tostring(info.trailers["x-echo-user-trailer"]))
 
 -- TLS: the wrong CA, the wrong server name
-local ca = grpc.readfile(env.certs .. "/other-ca.pem")
+local _, ca = assert(grpc.readfile(env.certs .. "/other-ca.pem"))
 local ok, tls = grpc.connect(env.echo_tls, {host = "example.com", ca = ca})
 local ok, err, info = tls:unary("/grpc.examples.echo.Echo/UnaryEcho", {message = "x"}, {timeout = 3000})
 show("wrong ca", ok, info and info.name, info)
-local ok, tls = grpc.connect(env.echo_tls, {host = "wrong.example.org", ca = grpc.readfile(env.certs .. "/ca.pem")})
+local _, right_ca = assert(grpc.readfile(env.certs .. "/ca.pem"))
+local ok, tls = grpc.connect(env.echo_tls, {host = "wrong.example.org", ca = right_ca})
 local ok, err, info = tls:unary("/grpc.examples.echo.Echo/UnaryEcho", {message = "x"}, {timeout = 3000})
 show("wrong name", ok, info and info.name, info)
 local ok, err = grpc.connect(env.echo_tls, {ca = "not pem"})

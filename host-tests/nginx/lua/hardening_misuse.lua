@@ -11,7 +11,11 @@ local function show(name, ok, err)
 end
 
 show("readfile missing", grpc.readfile(env.protos .. "/missing.pem"))
+local read_ok, text = grpc.readfile(env.protos .. "/helloworld.proto")
+show("readfile", read_ok, #text == #io.open(env.protos .. "/helloworld.proto"):read("*a"))
 show("ca from a failed readfile", grpc.connect(env.greeter, { ca = grpc.readfile(env.protos .. "/missing.pem") }))
+show("ca as readfile's first value",
+     grpc.connect(env.greeter, { ca = grpc.readfile(env.protos .. "/helloworld.proto") }))
 show("ca a number", grpc.connect(env.greeter, { ca = 42 }))
 show("host empty", grpc.connect(env.greeter, { host = "" }))
 show("opts a string", grpc.connect(env.greeter, "tls"))

@@ -46,6 +46,8 @@ stream:close()
 
 -- A .proto that parses but does not compile is not kept.
 show("bad proto", grpc.loadfile(env.tmp .. "/bad/hardening.proto"))
+-- A syntax error names its file, line and column, as a compile error does.
+show("syntax error", grpc.loadfile(env.tmp .. "/syntax/hardening.proto"))
 show("fixed proto", grpc.loadfile(env.tmp .. "/good/hardening.proto"))
 local ok, res = conn:unary("/grpcwasm.testing.Testing/Sleep", { millis = 0 }, { timeout = 5000 })
 ngx.say("later call: ", tostring(ok), " ", cjson.encode(res))

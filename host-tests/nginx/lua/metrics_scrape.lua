@@ -1,8 +1,6 @@
 -- The README's /metrics location.
-local text, err = require("resty.ffi.grpc").prometheus()
-if not text then
+local ok, text = require("resty.ffi.grpc").prometheus()
+if not ok then
     ngx.status = 500
-    ngx.say(err)
-    return
 end
 ngx.print(text)

@@ -15,11 +15,14 @@ assert(res.message == "Hello foobar!")
 ngx.say("unary: ", res.message)
 
 -- tls/mtls enabled unary call
+local _, ca = assert(grpc.readfile(env.certs .. "/ca.pem"))
+local _, cert = assert(grpc.readfile(env.certs .. "/client1.pem"))
+local _, priv_key = assert(grpc.readfile(env.certs .. "/client1.key"))
 local ok, tconn = grpc.connect(env.echo_mtls, {
     host = "example.com",
-    ca = grpc.readfile(env.certs .. "/ca.pem"),
-    cert = grpc.readfile(env.certs .. "/client1.pem"),
-    priv_key = grpc.readfile(env.certs .. "/client1.key"),
+    ca = ca,
+    cert = cert,
+    priv_key = priv_key,
 })
 assert(ok, tconn)
 local ok, res = tconn:unary("/grpc.examples.echo.Echo/UnaryEcho", {message = "hello"})

@@ -6,12 +6,12 @@ local grpc = require("resty.ffi.grpc")
 local env = require("testenv")
 
 assert(grpc.loadfile(env.protos .. "/echo.proto"))
-local ca = grpc.readfile(env.certs .. "/ca.pem")
+local _, ca = assert(grpc.readfile(env.certs .. "/ca.pem"))
+local _, cert = assert(grpc.readfile(env.certs .. "/client1.pem"))
+local _, priv_key = assert(grpc.readfile(env.certs .. "/client1.key"))
 local SERVERS = {
     tls = { env.echo_tls, { host = "example.com", ca = ca } },
-    mtls = { env.echo_mtls, { host = "example.com", ca = ca,
-                              cert = grpc.readfile(env.certs .. "/client1.pem"),
-                              priv_key = grpc.readfile(env.certs .. "/client1.key") } },
+    mtls = { env.echo_mtls, { host = "example.com", ca = ca, cert = cert, priv_key = priv_key } },
 }
 
 local function fresh(kind)

@@ -318,9 +318,8 @@ function _M.init(opts)
     return true
 end
 
---- Reads a whole file; returns its content, or false and an error (false,
--- not nil: `connect(addr, {ca = grpc.readfile(path)})` then fails at
--- connect instead of dropping the option, which would mean plaintext).
+--- Reads a whole file; returns true and its content, or false and an
+-- error, as every function here does.
 function _M.readfile(path)
     if type(path) ~= "string" then
         return false, "the path must be a string"
@@ -331,7 +330,7 @@ function _M.readfile(path)
     end
     local data = f:read("*a")
     f:close()
-    return data
+    return true, data
 end
 
 --- Loads a .proto file and what it imports (searched in the file's own
@@ -404,21 +403,21 @@ end
 --- This worker's metrics: a list of { name, labels, kind ("counter",
 -- "gauge", "histogram"), value } or, for a histogram (milliseconds),
 -- { name, labels, kind, count, sum, buckets = { { le, count }, ... } },
--- bucket counts cumulative. Or nil and an error.
+-- bucket counts cumulative: true and that list, or false and an error.
 function _M.metrics()
     local ok, err = ready()
     if not ok then
-        return nil, err
+        return false, err
     end
     local text, merr = backend.metrics()
     if not text then
-        return nil, merr
+        return false, merr
     end
     local entries = metrics.parse(text)
     for _, e in ipairs(entries) do
         e.series, e.label_order = nil, nil
     end
-    return entries
+    return true, entries
 end
 
 --- Every worker's metrics in Prometheus' text format (0.0.4): counters and
@@ -426,26 +425,27 @@ end
 -- worker takes nothing away), gauges per worker (label worker), the call
 -- duration in seconds (grpc_client_handling_seconds). Needs
 -- grpc.init{metrics_dict = ...}, a dict of its own; a worker's latest
--- figures arrive within metrics_interval. Or nil and an error.
+-- figures arrive within metrics_interval. True and the text, or false and
+-- an error.
 function _M.prometheus()
     local ok, err = ready()
     if not ok then
-        return nil, err
+        return false, err
     end
     local dict = settings.metrics_dict
     local dok, derr = metrics.check_dict(dict)
     if not dok then
-        return nil, derr
+        return false, derr
     end
     local text, merr = backend.metrics()
     if not text then
-        return nil, merr
+        return false, merr
     end
     local pok, perr = metrics.publish(dict, text)
     if not pok then
-        return nil, perr
+        return false, perr
     end
-    return metrics.exposition(ngx.shared[dict])
+    return true, metrics.exposition(ngx.shared[dict])
 end
 
 local Conn = {}
@@ -453,8 +453,9 @@ Conn.__index = Conn
 local Stream = {}
 Stream.__index = Stream
 
--- A TLS option that is present must be usable text: anything else (false
--- from a failed grpc.readfile, a number) is an error, never plaintext.
+-- A TLS option that is present must be usable text: anything else (a
+-- boolean, which grpc.readfile returns first, a number) is an error, never
+-- plaintext.
 local function check_connect_opts(opts)
     local ok, err = check_opts(opts, "connect")
     if not ok or opts == nil then
@@ -465,7 +466,7 @@ local function check_connect_opts(opts)
         if v ~= nil and (type(v) ~= "string" or v == "") then
             return nil, "invalid TLS options: " .. key .. " must be a non-empty string, got "
                 .. (type(v) == "string" and "an empty string" or type(v))
-                .. (v == false and " (did grpc.readfile fail?)" or "")
+                .. (type(v) == "boolean" and " (grpc.readfile returns ok, content: pass the content)" or "")
         end
     end
     if opts.transport ~= nil and type(opts.transport) ~= "string" then
