@@ -4,6 +4,7 @@ examples/ are its output (so that they cannot drift from it)."""
 
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.error
@@ -60,12 +61,47 @@ def test_the_plugin_configuration_takes_a_proto_and_its_imports(tmp_path):
     assert sorted(config["protos"]) == ["google/api/annotations.proto", "google/api/http.proto", "library.proto"]
     with open(os.path.join(PROTOS, "library.proto")) as f:
         assert config["protos"]["library.proto"] == f.read()
-    # A file's own directory is searched too; an import found nowhere is named.
+    # A file's own directory is searched too, and the files the module
+    # bundles need no -I: the README's quick start has none.
     with open(os.path.join(PROTOS, "library.proto")) as f:
         (tmp_path / "library.proto").write_text(f.read())
-    missing = subprocess.run([COMMAND, "--proto", str(tmp_path / "library.proto")], capture_output=True, text=True)
-    assert missing.returncode != 0
-    assert missing.stderr.startswith("grpc-wasm-config: google/api/annotations.proto not found in "), missing.stderr
+    config = json.loads(config_command("--proto", str(tmp_path / "library.proto")))
+    assert sorted(config["protos"]) == ["library.proto"]
+
+
+def refusal(*args, cwd=None):
+    out = subprocess.run([COMMAND, *args], capture_output=True, text=True, cwd=cwd)
+    assert out.returncode != 0, out
+    assert not out.stdout, out
+    return out.stderr.strip()
+
+
+def test_a_missing_file_is_named_as_what_it_is(tmp_path):
+    assert refusal("--proto", str(tmp_path / "helloword.proto")) == \
+        f"grpc-wasm-config: --proto {tmp_path}/helloword.proto: no such file"
+    (tmp_path / "a.proto").write_text('syntax = "proto3";\nimport "b/missing.proto";\n')
+    assert refusal("--proto", "a.proto", "-I", ".", cwd=tmp_path) == \
+        "grpc-wasm-config: b/missing.proto, imported by a.proto, not found in . (add -I DIR)"
+
+
+@pytest.mark.parametrize("name", ["../secret/credentials", "/proc/self/environ", "a/../../secret.proto"])
+def test_imports_stay_inside_the_include_directories(tmp_path, name):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "credentials").write_text("TOKEN=hunter2\n")
+    (tmp_path / "protos").mkdir()
+    (tmp_path / "protos" / "a.proto").write_text(f'syntax = "proto3";\nimport "{name}";\n')
+    assert refusal("--proto", "protos/a.proto", "-I", "protos", cwd=tmp_path) == (
+        f"grpc-wasm-config: a.proto imports '{name}': an import names a file under an -I directory, "
+        "never an absolute path or one with '..'")
+
+
+def test_the_bundled_files_are_the_modules():
+    with open(os.path.join(ROOT, "wasm-filter", "src", "descriptors.rs")) as f:
+        bundled = re.search(r"const BUNDLED: .*?\n\];", f.read(), re.S).group(0)
+    with open(COMMAND) as f:
+        listed = re.search(r"^BUNDLED = \((.*?)\)", f.read(), re.S | re.M).group(1)
+    assert sorted(re.findall(r'"(google/[^"]+)"', listed)) == sorted(re.findall(r'"(google/[^"]+)",', bundled))
 
 
 def test_envoy_runs_the_envoy_yaml_it_writes(library, tmp_path):
@@ -99,6 +135,76 @@ def test_envoy_runs_the_envoy_yaml_it_writes(library, tmp_path):
         assert handled in text, text
     finally:
         stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def greeter():
+    server = Server("greeter-server")
+    yield server
+    server.stop()
+
+
+def raw_request(url, body, headers, method="POST"):
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers
+
+
+def test_envoy_runs_the_browser_gateway_it_writes(greeter, tmp_path):
+    """--format envoy-web: a page of the given origin may call gRPC-Web and
+    Connect through it (the preflight allows their headers and the
+    metadata named), and the calls reach the server."""
+    port, admin = free_port(), free_port()
+    origin = "https://app.example.com"
+    yaml = config_command("--format", "envoy-web", "--origin", origin, "--metadata", "x-who", "--upstream",
+                          greeter.addr, "--listen", str(port), "--address", "127.0.0.1", "--admin-port", str(admin))
+    (tmp_path / "envoy.yaml").write_text(yaml)
+    log = tmp_path / "envoy.log"
+    proc = subprocess.Popen([envoy_binary(), "-c", str(tmp_path / "envoy.yaml"), "--concurrency", "1",
+                             "--disable-hot-restart", "--base-id", str(port), "--log-path", str(log)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(f"http://127.0.0.1:{admin}/ready", proc, log.read_text)
+        url = f"http://127.0.0.1:{port}/helloworld.Greeter/SayHello"
+        status, _, headers = raw_request(url, None, {
+            "origin": origin, "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type,x-grpc-web,x-who"}, method="OPTIONS")
+        assert status == 200
+        assert headers["access-control-allow-origin"] == origin
+        assert "x-who" in headers["access-control-allow-headers"].split(","), dict(headers)
+        # Another origin is not allowed.
+        _, _, other = raw_request(url, None, {"origin": "https://evil.example.com",
+                                              "access-control-request-method": "POST"}, method="OPTIONS")
+        assert "access-control-allow-origin" not in other
+        # gRPC-Web: HelloRequest{name: "web"} in a frame; the answer's data
+        # frame, then its trailers frame.
+        hello = b"\x0a\x03web"
+        frame = b"\x00" + len(hello).to_bytes(4, "big") + hello
+        status, body, headers = raw_request(url, frame, {"content-type": "application/grpc-web+proto",
+                                                         "x-grpc-web": "1", "origin": origin})
+        assert (status, headers["access-control-expose-headers"]) == (200, "grpc-status,grpc-message,"
+                                                                           "grpc-status-details-bin,x-who")
+        reply = b"\x0a\x0aHello web!"
+        assert body.startswith(b"\x00" + len(reply).to_bytes(4, "big") + reply), body
+        assert b"grpc-status:0" in body[5 + len(reply):], body
+        # Connect, unary with a protobuf body: the bare message back.
+        status, body, _ = raw_request(url, hello, {"content-type": "application/proto",
+                                                   "connect-protocol-version": "1", "origin": origin})
+        assert (status, body) == (200, reply)
+    finally:
+        stop_process(proc)
+
+
+def test_the_browser_gateway_is_refused_what_it_cannot_use():
+    assert "give the --origin" in refusal("--format", "envoy-web")
+    assert "takes no .proto" in refusal("--format", "envoy-web", "--origin", "https://a.example",
+                                        "--proto", "x.proto")
+    assert "a metadata key is letters" in refusal("--format", "envoy-web", "--origin", "https://a.example",
+                                                  "--metadata", "x who")
+    assert "are for --format envoy-web" in refusal("--proto", "x.proto", "--origin", "https://a.example")
 
 
 def test_ngx_wasm_module_runs_the_nginx_conf_it_writes(library, tmp_path):

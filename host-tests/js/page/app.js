@@ -1,4 +1,4 @@
-// The README's browser example, run by `make test` (host-tests/js/test_js.py)
+// docs/browser.md's page example, run by `make test` (host-tests/js/test_js.py)
 // in Chromium under a strict Content-Security-Policy: a .proto loaded at run
 // time, and calls to a gRPC server through Envoy's grpc_web filter.
 import { loadProto, createClient, GrpcError } from '/pkg/browser.js';
