@@ -164,6 +164,24 @@ class ShelvesServer:
     def Search(self, request, _context):
         return request
 
+    def GetPublicShelf(self, _request, _context):
+        return self.reply("shelves.Shelf", id=0, theme="public")
+
+    def LatestFile(self, request, _context):
+        return request
+
+    def TwinA(self, request, _context):
+        return self.reply("shelves.Shelf", id=request.shelf, theme="twin a")
+
+    def TwinB(self, request, _context):
+        return self.reply("shelves.Shelf", id=request.id, theme="twin b")
+
+    def AnyShelf(self, request, _context):
+        return self.reply("shelves.Shelf", id=request.shelf, theme="any method")
+
+    def GetAnyShelf(self, request, _context):
+        return self.reply("shelves.Shelf", id=request.shelf, theme="get")
+
     def Lookup(self, request, _context):
         return request
 

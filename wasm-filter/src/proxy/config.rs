@@ -516,7 +516,33 @@ fn collect_bindings(
             left_out.extend(bad);
         }
     }
+    left_out.extend(bound_twice(&out));
     Ok((out, left_out))
+}
+
+/// Bindings of one HTTP method and the same paths: Envoy's transcoder
+/// answers such a path as bound to none of them (see `chosen_binding`), and
+/// so does the filter; an operator is told at load time.
+fn bound_twice(bindings: &[Binding]) -> Vec<String> {
+    let mut first = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for binding in bindings {
+        let shape = binding.template.shape();
+        let key = (binding.http_method.as_str(), shape);
+        match first.get(&key) {
+            Some(earlier) => out.push(format!(
+                "{} ({} {}): {} binds the same paths, and Envoy binds such a path to neither",
+                binding.method.path(),
+                key.0,
+                key.1,
+                earlier,
+            )),
+            None => {
+                first.insert(key, binding.method.path());
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -119,23 +119,23 @@ impl Template {
     }
 
     /// [`Template::matches`], where `verb` says whether a `:verb` ending
-    /// the path is one: a verb that no binding registers is path text, as
-    /// in Envoy (`/v1/{name}` takes `/v1/a:b` whole). One trailing `/` is
-    /// ignored (`/v1/shelves/` is `/v1/shelves`), as Envoy does.
-    /// `unescape` says which escapes a variable of several segments keeps.
+    /// the path is one (see [`RequestPath::parse`]). `unescape` says which
+    /// escapes a variable of several segments keeps.
     pub fn matches_verb(&self, path: &str, verb: bool, unescape: UrlUnescape) -> Option<PathVars> {
-        let rest = path.strip_prefix('/')?;
-        let (body, verb) = if verb { split_verb(rest) } else { (rest, None) };
-        if verb != self.verb.as_deref() {
+        let request = RequestPath::parse(path, verb)?;
+        let spans = self.spans(&request)?;
+        Some(self.bind(&request, &spans, unescape))
+    }
+
+    /// For each template segment, the request segments it takes, when the
+    /// template matches `request`. As in Envoy's path matcher, segments are
+    /// compared raw (undecoded), `*` takes any one segment (an empty one of
+    /// `//` too) and a final `**` the rest, none included.
+    pub fn spans(&self, request: &RequestPath) -> Option<Vec<(usize, usize)>> {
+        if request.verb != self.verb.as_deref() {
             return None;
         }
-        let body = body.strip_suffix('/').unwrap_or(body);
-        let parts: Vec<&str> = if body.is_empty() {
-            Vec::new()
-        } else {
-            body.split('/').collect()
-        };
-        // For each template segment, the request segments it took.
+        let parts = &request.parts;
         let mut spans = Vec::with_capacity(self.segments.len());
         let mut at = 0;
         for segment in &self.segments {
@@ -144,7 +144,7 @@ impl Template {
                     spans.push((at, at + 1));
                     at += 1;
                 }
-                Segment::Single if parts.get(at).is_some_and(|p| !p.is_empty()) => {
+                Segment::Single if at < parts.len() => {
                     spans.push((at, at + 1));
                     at += 1;
                 }
@@ -155,9 +155,16 @@ impl Template {
                 _ => return None,
             }
         }
-        if at != parts.len() {
-            return None;
-        }
+        (at == parts.len()).then_some(spans)
+    }
+
+    /// The variables' values in a request that [`Template::spans`] matched.
+    pub fn bind(
+        &self,
+        request: &RequestPath,
+        spans: &[(usize, usize)],
+        unescape: UrlUnescape,
+    ) -> PathVars {
         let bindings = self.variables.iter().map(|v| {
             let (from, to) = (spans[v.start].0, spans[v.end - 1].1);
             // One segment is unescaped whole, as http.proto and Envoy do;
@@ -171,14 +178,78 @@ impl Template {
             } else {
                 UrlUnescape::AllCharacters
             };
-            let value = parts[from..to]
+            let value = request.parts[from..to]
                 .iter()
                 .map(|p| percent_decode(p, unescape))
                 .collect::<Vec<_>>()
                 .join("/");
             (v.field_path.clone(), value)
         });
-        Some(bindings.collect())
+        bindings.collect()
+    }
+
+    /// The template with its variables as the segments they match
+    /// (`/v1/users/*`): two templates of one shape match the same paths.
+    pub fn shape(&self) -> String {
+        let mut out = String::new();
+        for segment in &self.segments {
+            out.push('/');
+            out.push_str(match segment {
+                Segment::Literal(l) => l,
+                Segment::Single => "*",
+                Segment::Multi => "**",
+            });
+        }
+        if out.is_empty() {
+            out.push('/');
+        }
+        if let Some(verb) = &self.verb {
+            out.push(':');
+            out.push_str(verb);
+        }
+        out
+    }
+
+    /// How Envoy's path matcher orders templates that match one path: it
+    /// walks a tree of segments trying a literal before `*` and `*` before
+    /// `**`, and backtracks, so the template whose segment kinds come
+    /// first, segment by segment, wins; one that ends where another goes
+    /// on (with a `**` taking nothing) comes first. Where two are equal,
+    /// they are the same path in that tree.
+    pub fn precedence(&self, other: &Template) -> std::cmp::Ordering {
+        let rank = |s: &Segment| match s {
+            Segment::Literal(_) => 0,
+            Segment::Single => 1,
+            Segment::Multi => 2,
+        };
+        let mine = self.segments.iter().map(rank);
+        mine.cmp(other.segments.iter().map(rank))
+    }
+}
+
+/// A request path as Envoy's path matcher splits it: its segments, and its
+/// custom verb.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestPath<'a> {
+    parts: Vec<&'a str>,
+    verb: Option<&'a str>,
+}
+
+impl<'a> RequestPath<'a> {
+    /// `path` without its query. `verb` says whether a `:verb` ending the
+    /// path is one: a verb that no binding registers is path text, as in
+    /// Envoy (`/v1/{name}` takes `/v1/a:b` whole). Trailing `/`s are
+    /// dropped (`/v1/shelves/` is `/v1/shelves`), as Envoy drops them.
+    pub fn parse(path: &'a str, verb: bool) -> Option<RequestPath<'a>> {
+        let rest = path.strip_prefix('/')?;
+        let (body, verb) = if verb { split_verb(rest) } else { (rest, None) };
+        let body = body.trim_end_matches('/');
+        let parts = if body.is_empty() {
+            Vec::new()
+        } else {
+            body.split('/').collect()
+        };
+        Some(RequestPath { parts, verb })
     }
 }
 
@@ -298,6 +369,25 @@ pub struct Binding {
     pub request_http_body: Option<At>,
     /// Where the response holds the HttpBody that is the HTTP body.
     pub response_http_body: Option<At>,
+}
+
+impl Binding {
+    /// Whether the binding takes requests of `http_method`: its own, or
+    /// any (`custom { kind: "*" }`), as in Envoy.
+    pub fn takes(&self, http_method: &str) -> bool {
+        self.http_method == http_method || self.http_method == "*"
+    }
+
+    /// Which of two bindings that match one request Envoy's path matcher
+    /// chooses: by their templates (see [`Template::precedence`]), then an
+    /// exact HTTP method before `*`. Equal: neither (Envoy answers a path
+    /// bound twice as bound to nothing).
+    pub fn precedence(&self, other: &Binding) -> std::cmp::Ordering {
+        let any = |b: &Binding| b.http_method == "*";
+        self.template
+            .precedence(&other.template)
+            .then(any(self).cmp(&any(other)))
+    }
 }
 
 /// The bindings a method declares with `option (google.api.http)`, and

@@ -15,8 +15,9 @@ use super::config::{FilterConfig, StreamFormat};
 use super::http_body::{At, RawBody};
 use super::http_rule::{
     body_message, check_request_line as check_line, line_message, path_verb, request_message,
-    response_part, Binding, PathVars,
+    response_part, Binding, PathVars, RequestPath,
 };
+use std::cmp::Ordering;
 
 /// A response the filter writes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,27 +175,15 @@ pub fn plan(
         return Plan::PassThrough;
     }
     let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
-    let verb = path_verb(path)
-        .is_some_and(|v| config.bindings.iter().any(|b| b.template.verb() == Some(v)));
-    for binding in config
-        .bindings
-        .iter()
-        .filter(|b| b.http_method == http_method)
-    {
-        if let Some(vars) = binding
-            .template
-            .matches_verb(path, verb, config.url_unescape_spec)
-        {
-            let method = binding.method.clone();
-            let mut route = Route::new(
-                method,
-                Some((binding.clone(), vars, query_text(config, query))),
-            );
-            if binding.request_http_body.is_some() {
-                route.content_type = content_type.map(str::to_string);
-            }
-            return Plan::Transcode(route);
+    if let Some((binding, vars)) = chosen_binding(config, http_method, path) {
+        let mut route = Route::new(
+            binding.method.clone(),
+            Some((binding.clone(), vars, query_text(config, query))),
+        );
+        if binding.request_http_body.is_some() {
+            route.content_type = content_type.map(str::to_string);
         }
+        return Plan::Transcode(route);
     }
     if http_method != "POST" {
         return unbound(config, http_method, path);
@@ -231,6 +220,44 @@ pub fn plan(
         }
         Err(_) => unbound(config, http_method, path),
     }
+}
+
+/// The binding Envoy's transcoder would choose for this request, and the
+/// variables of its path: of those that take the HTTP method and match
+/// the path, the first by [`Binding::precedence`], never by the order they
+/// were declared in (`/v1/users/me` beside `/v1/users/{id}` is `me`'s
+/// whichever comes first). A path bound twice alike is bound to nothing.
+fn chosen_binding<'a>(
+    config: &'a FilterConfig,
+    http_method: &str,
+    path: &str,
+) -> Option<(&'a Binding, PathVars)> {
+    let verb = path_verb(path)
+        .is_some_and(|v| config.bindings.iter().any(|b| b.template.verb() == Some(v)));
+    let request = RequestPath::parse(path, verb)?;
+    let mut chosen: Option<(&Binding, Vec<(usize, usize)>)> = None;
+    let mut tied = false;
+    for binding in config.bindings.iter().filter(|b| b.takes(http_method)) {
+        let Some(spans) = binding.template.spans(&request) else {
+            continue;
+        };
+        let order = chosen
+            .as_ref()
+            .map_or(Ordering::Less, |(best, _)| binding.precedence(best));
+        match order {
+            Ordering::Less => {
+                chosen = Some((binding, spans));
+                tied = false;
+            }
+            Ordering::Equal => tied = true,
+            Ordering::Greater => {}
+        }
+    }
+    let (binding, spans) = chosen.filter(|_| !tied)?;
+    let vars = binding
+        .template
+        .bind(&request, &spans, config.url_unescape_spec);
+    Some((binding, vars))
 }
 
 /// The query string as the bindings read it (percent-decoding, RFC 3986):
@@ -400,7 +427,8 @@ fn array_elements(
         }
     }
     let mut elements = Elements { each, failed: None };
-    let mut reader = serde_json::Deserializer::from_slice(body);
+    let body = without_trailing_comma(body);
+    let mut reader = serde_json::Deserializer::from_slice(&body);
     let read = (&mut reader)
         .deserialize_seq(&mut elements)
         .and_then(|()| reader.end());
@@ -408,6 +436,27 @@ fn array_elements(
         (_, Some(reply)) => Err(StreamBodyError::Message(reply)),
         (Ok(()), None) => Ok(()),
         (Err(e), None) => Err(StreamBodyError::Json(format!("invalid JSON: {e}"))),
+    }
+}
+
+/// The array `body` without one comma right before its closing bracket
+/// (`[{..},\n{..},\n]`): Envoy's transcoder reads a message stream so,
+/// and clients that write one message a line send it. Nothing else
+/// changes: a comma there cannot be inside a string.
+fn without_trailing_comma(body: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let trimmed = body.trim_ascii_end();
+    let Some(inner) = trimmed.strip_suffix(b"]") else {
+        return body.into();
+    };
+    let inner = inner.trim_ascii_end();
+    match inner.strip_suffix(b",") {
+        // An element must come before it: `[,]` stays an error.
+        Some(before) if !before.trim_ascii_end().ends_with(b"[") => {
+            let mut fixed = before.to_vec();
+            fixed.push(b']');
+            fixed.into()
+        }
+        _ => body.into(),
     }
 }
 
@@ -726,6 +775,94 @@ mod tests {
         }
     }
 
+    /// A configuration of one service whose bindings overlap, the broader
+    /// ones declared first.
+    fn overlapping() -> FilterConfig {
+        let proto = r#"syntax = "proto3";
+package o;
+import "google/api/annotations.proto";
+message Id { string id = 1; string path = 2; }
+service S {
+  rpc GetUser(Id) returns (Id) { option (google.api.http) = { get: "/v1/users/{id}" }; }
+  rpc GetMe(Id) returns (Id) { option (google.api.http) = { get: "/v1/users/me" }; }
+  rpc Files(Id) returns (Id) { option (google.api.http) = { get: "/v1/files/{path=**}" }; }
+  rpc Latest(Id) returns (Id) { option (google.api.http) = { get: "/v1/files/{id}/latest" }; }
+  rpc Move(Id) returns (Id) { option (google.api.http) = { post: "/v1/users/{id}:move" }; }
+  rpc Update(Id) returns (Id) { option (google.api.http) = { post: "/v1/{path=users/*}" }; }
+  rpc Archive(Id) returns (Id) { option (google.api.http) = { post: "/v1/users/archive" }; }
+  rpc Any(Id) returns (Id) { option (google.api.http) = { custom { kind: "*" path: "/v1/any/{id}" } }; }
+  rpc GetAny(Id) returns (Id) { option (google.api.http) = { get: "/v1/any/{id}" }; }
+  rpc TwinA(Id) returns (Id) { option (google.api.http) = { get: "/v1/twins/{id}" }; }
+  rpc TwinB(Id) returns (Id) { option (google.api.http) = { get: "/v1/twins/{path}" }; }
+}"#;
+        let cfg = serde_json::json!({"protos": {"o.proto": proto}});
+        FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap()
+    }
+
+    /// The method a request reaches and its path variables, or None.
+    fn reached(c: &FilterConfig, http_method: &str, path: &str) -> Option<(String, PathVars)> {
+        match plan(c, http_method, path, None) {
+            Plan::Transcode(route) => {
+                let vars = route.binding.map(|(_, vars, _)| vars).unwrap_or_default();
+                Some((route.method.name().to_string(), vars))
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn bindings_are_chosen_as_envoys_path_matcher_chooses_them() {
+        let c = overlapping();
+        let var = |name: &str, value: &str| (vec![name.to_string()], value.to_string());
+        let cases = [
+            // A literal segment before a variable, whatever came first.
+            ("GET", "/v1/users/me", "GetMe", vec![]),
+            ("GET", "/v1/users/ann", "GetUser", vec![var("id", "ann")]),
+            // `*` before `**`; `**` takes what `*` cannot.
+            ("GET", "/v1/files/a/latest", "Latest", vec![var("id", "a")]),
+            (
+                "GET",
+                "/v1/files/a/b/latest",
+                "Files",
+                vec![var("path", "a/b/latest")],
+            ),
+            // `*` takes the empty segment of `//`; trailing `/`s are dropped.
+            ("GET", "/v1/files//latest", "Latest", vec![var("id", "")]),
+            ("GET", "/v1/users/ann//", "GetUser", vec![var("id", "ann")]),
+            // A registered verb is split off; then literals still come first.
+            ("POST", "/v1/users/ann:move", "Move", vec![var("id", "ann")]),
+            ("POST", "/v1/users/archive", "Archive", vec![]),
+            (
+                "POST",
+                "/v1/users/bob",
+                "Update",
+                vec![var("path", "users/bob")],
+            ),
+            // An exact HTTP method before `*`; `*` takes the others.
+            ("GET", "/v1/any/1", "GetAny", vec![var("id", "1")]),
+            ("DELETE", "/v1/any/1", "Any", vec![var("id", "1")]),
+        ];
+        for (http_method, path, method, vars) in cases {
+            assert_eq!(
+                reached(&c, http_method, path),
+                Some((method.to_string(), vars)),
+                "{http_method} {path}"
+            );
+        }
+        // A path and HTTP method bound twice alike is bound to neither, as
+        // in Envoy: the filter's 404, never the first declared.
+        assert_eq!(reached(&c, "GET", "/v1/twins/1"), None);
+        let Plan::Reply(r) = plan(&c, "GET", "/v1/twins/1", None) else {
+            panic!()
+        };
+        assert_eq!((r.http_status, r.code), (404, Code::NotFound));
+        // The operator is told when the configuration loads.
+        assert_eq!(
+            c.left_out,
+            ["/o.S/TwinB (GET /v1/twins/*): /o.S/TwinA binds the same paths, and Envoy binds such a path to neither"]
+        );
+    }
+
     #[test]
     fn plans() {
         let c = config();
@@ -789,6 +926,8 @@ mod tests {
             &br#" [{"latitude":1}, {"longitude":2}] "#[..],
             br#"{"latitude":1}
 {"longitude":2}"#,
+            // One comma after the last message, as Envoy takes it.
+            b"[ {\"latitude\":1},\n {\"longitude\":2},\n] \n",
         ] {
             assert_eq!(encode_request(&c, &stream, body).unwrap(), two);
         }
@@ -803,6 +942,14 @@ mod tests {
             (
                 br#"[{"latitude":1}] {}"#,
                 "invalid JSON: trailing characters at line 1 column 18",
+            ),
+            (
+                &b"[ , ]"[..],
+                "invalid JSON: expected value at line 1 column 3",
+            ),
+            (
+                b"[{\"latitude\":1},,]",
+                "invalid JSON: trailing comma at line 1 column 17",
             ),
             (
                 br#"[{"nope":1}]"#,
