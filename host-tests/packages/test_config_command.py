@@ -49,6 +49,21 @@ def wait_for(url, proc, log, timeout=30):
             time.sleep(0.1)
 
 
+def run_envoy(yaml, port, admin, tmp_path):
+    """Envoy on the configuration the command wrote, once it is ready."""
+    (tmp_path / "envoy.yaml").write_text(yaml)
+    log = tmp_path / "envoy.log"
+    proc = subprocess.Popen([envoy_binary(), "-c", str(tmp_path / "envoy.yaml"), "--concurrency", "1",
+                             "--disable-hot-restart", "--base-id", str(port), "--log-path", str(log)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(f"http://127.0.0.1:{admin}/ready", proc, log.read_text)
+    except BaseException:
+        stop_process(proc)
+        raise
+    return proc
+
+
 @pytest.fixture(scope="module")
 def library():
     server = Server("library-server")
@@ -109,13 +124,8 @@ def test_envoy_runs_the_envoy_yaml_it_writes(library, tmp_path):
     yaml = config_command("--proto", os.path.join(PROTOS, "library.proto"), "-I", PROTOS, "--format", "envoy",
                           "--upstream", library.addr, "--listen", str(port), "--address", "127.0.0.1",
                           "--admin-port", str(admin), "--module", MODULE)
-    (tmp_path / "envoy.yaml").write_text(yaml)
-    log = tmp_path / "envoy.log"
-    proc = subprocess.Popen([envoy_binary(), "-c", str(tmp_path / "envoy.yaml"), "--concurrency", "1",
-                             "--disable-hot-restart", "--base-id", str(port), "--log-path", str(log)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = run_envoy(yaml, port, admin, tmp_path)
     try:
-        wait_for(f"http://127.0.0.1:{admin}/ready", proc, log.read_text)
         base = f"http://127.0.0.1:{port}"
         assert request("GET", f"{base}/v1/shelves/7") == (200, {"id": "7", "theme": "theme-7"})
         assert request("POST", f"{base}/v1/shelves", {"id": 3, "theme": "poetry"}) == (
@@ -161,13 +171,8 @@ def test_envoy_runs_the_browser_gateway_it_writes(greeter, tmp_path):
     origin = "https://app.example.com"
     yaml = config_command("--format", "envoy-web", "--origin", origin, "--metadata", "x-who", "--upstream",
                           greeter.addr, "--listen", str(port), "--address", "127.0.0.1", "--admin-port", str(admin))
-    (tmp_path / "envoy.yaml").write_text(yaml)
-    log = tmp_path / "envoy.log"
-    proc = subprocess.Popen([envoy_binary(), "-c", str(tmp_path / "envoy.yaml"), "--concurrency", "1",
-                             "--disable-hot-restart", "--base-id", str(port), "--log-path", str(log)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = run_envoy(yaml, port, admin, tmp_path)
     try:
-        wait_for(f"http://127.0.0.1:{admin}/ready", proc, log.read_text)
         url = f"http://127.0.0.1:{port}/helloworld.Greeter/SayHello"
         status, _, headers = raw_request(url, None, {
             "origin": origin, "access-control-request-method": "POST",
