@@ -608,7 +608,7 @@ fn fill_from_request_line(
     // to the query then, but Envoy reads it, and dropping it would answer
     // a request other than the one sent.
     for (key, value) in query_pairs(query) {
-        let path = query_field_path(&key)?;
+        let path = resolve_query_path(&input, query_field_path(key)?);
         let fields = fields_on(&input, &path);
         let typed = typed_scalar(&input, &path, fields.as_deref(), value)?;
         // Envoy lets the query replace what the path bound; a rule that
@@ -778,16 +778,49 @@ fn query_field_path(key: &str) -> Result<Vec<String>, String> {
     ))
 }
 
-fn query_pairs(query: &str) -> Vec<(String, String)> {
+/// Each query parameter's name as sent, and its value percent-decoded.
+fn query_pairs(query: &str) -> Vec<(&str, String)> {
     query
         .split('&')
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let all = UrlUnescape::AllCharacters;
-            (percent_decode(k, all), percent_decode(v, all))
+            (k, percent_decode(v, UrlUnescape::AllCharacters))
         })
         .collect()
+}
+
+/// The fields a query parameter's segments name, as Envoy resolves them:
+/// each segment (split at `.` as sent, so a `%2E` splits nothing) names a
+/// field by its name or JSON name as sent, else percent-decoded
+/// (`search%5Bencoded%5D` is a JSON name written so, `search%5Bdecoded%5D`
+/// one written `search[decoded]`). A segment that names no field stays
+/// decoded, for the error that names it.
+fn resolve_query_path(input: &MessageDescriptor, raw: Vec<String>) -> Vec<String> {
+    let named = |desc: &MessageDescriptor, name: &str| {
+        desc.get_field_by_name(name)
+            .or_else(|| desc.get_field_by_json_name(name))
+    };
+    let mut desc = Some(input.clone());
+    let mut path = Vec::with_capacity(raw.len());
+    for segment in raw {
+        let decoded = percent_decode(&segment, UrlUnescape::AllCharacters);
+        let found = desc.as_ref().and_then(|d| {
+            let as_sent = named(d, &segment).map(|f| (segment.clone(), f));
+            as_sent.or_else(|| named(d, &decoded).map(|f| (decoded.clone(), f)))
+        });
+        let Some((name, field)) = found else {
+            desc = None;
+            path.push(decoded);
+            continue;
+        };
+        desc = match field.kind() {
+            Kind::Message(inner) => Some(inner),
+            _ => None,
+        };
+        path.push(name);
+    }
+    path
 }
 
 #[cfg(test)]
@@ -972,6 +1005,42 @@ service S {
             ))
         );
         assert!(query_field_path(&vec!["a"; MAX_NESTING].join(".")).is_ok());
+    }
+
+    #[test]
+    fn query_names_name_fields_as_sent_then_decoded() {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([(
+            "q.proto",
+            r#"syntax = "proto3";
+package q;
+import "google/api/annotations.proto";
+message Shelf {
+  string search_decoded = 1 [json_name = "search[decoded]"];
+  string search_encoded = 2 [json_name = "search%5Bencoded%5D"];
+}
+message Find { Shelf shelf = 1; string theme = 2; }
+service S { rpc Go(Find) returns (Find) { option (google.api.http) = { post: "/shelf" body: "*" }; } }"#,
+        )])
+        .unwrap();
+        let b = bindings_of(&r.method("/q.S/Go").unwrap()).0.remove(0);
+        let found = |query: &str| request(&b, "/shelf", query, b"");
+        // Envoy's QueryParamsDecodedName: a name decoded, or as sent.
+        for query in ["shelf.search%5Bdecoded%5D=G", "shelf.search[decoded]=G"] {
+            assert_eq!(
+                found(query).unwrap(),
+                r#"{"shelf":{"search[decoded]":"G"}}"#,
+                "{query}"
+            );
+        }
+        assert_eq!(
+            found("shelf.search%5Bencoded%5D=G").unwrap(),
+            r#"{"shelf":{"search%5Bencoded%5D":"G"}}"#
+        );
+        assert!(found("shelf.search[encoded]=G").is_err());
+        // A name is split at its dots as sent: %2E splits nothing.
+        assert!(found("shelf%2Esearch_decoded=G").is_err());
+        assert_eq!(found("th%65me=x").unwrap(), r#"{"theme":"x"}"#);
     }
 
     /// The request message `request_message` builds, printed as JSON.
