@@ -99,7 +99,8 @@ def test_a_missing_file_is_named_as_what_it_is(tmp_path):
         "grpc-wasm-config: b/missing.proto, imported by a.proto, not found in . (add -I DIR)"
 
 
-@pytest.mark.parametrize("name", ["../secret/credentials", "/proc/self/environ", "a/../../secret.proto"])
+@pytest.mark.parametrize("name", ["../secret/credentials", "/proc/self/environ", "a/../../secret.proto",
+                                  "C:/secret.proto"])
 def test_imports_stay_inside_the_include_directories(tmp_path, name):
     secret = tmp_path / "secret"
     secret.mkdir()
@@ -109,6 +110,16 @@ def test_imports_stay_inside_the_include_directories(tmp_path, name):
     assert refusal("--proto", "protos/a.proto", "-I", "protos", cwd=tmp_path) == (
         f"grpc-wasm-config: a.proto imports '{name}': an import names a file under an -I directory, "
         "never an absolute path or one with '..'")
+
+
+def test_a_symbolic_link_out_of_the_include_directory_is_refused(tmp_path):
+    (tmp_path / "secret").write_text("TOKEN=hunter2\n")
+    (tmp_path / "protos").mkdir()
+    (tmp_path / "protos" / "x.proto").symlink_to(tmp_path / "secret")
+    (tmp_path / "protos" / "a.proto").write_text('syntax = "proto3";\nimport "x.proto";\n')
+    assert refusal("--proto", "protos/a.proto", "-I", "protos", cwd=tmp_path) == (
+        "grpc-wasm-config: protos/x.proto leads out of protos (a symbolic link): "
+        "an import names a file under an -I directory")
 
 
 def test_the_bundled_files_are_the_modules():
@@ -210,6 +221,10 @@ def test_the_browser_gateway_is_refused_what_it_cannot_use():
     assert "a metadata key is letters" in refusal("--format", "envoy-web", "--origin", "https://a.example",
                                                   "--metadata", "x who")
     assert "are for --format envoy-web" in refusal("--proto", "x.proto", "--origin", "https://a.example")
+    # Nothing given can end a line of the file and start YAML of its own.
+    assert "give an origin" in refusal("--format", "envoy-web", "--origin", "https://a.example\nadmin: {}")
+    assert "give host:port" in refusal("--format", "envoy-web", "--origin", "https://a.example",
+                                       "--upstream", "x\nadmin: {}:1")
 
 
 def test_ngx_wasm_module_runs_the_nginx_conf_it_writes(library, tmp_path):
