@@ -104,7 +104,9 @@ test('an unknown option is a TypeError naming the known ones, in every entry poi
   assert.throws(() => schema.encode('helloworld.HelloRequest', {}, { emit_defaults: true }), known('JSON options', 'emit_defaults'));
   assert.throws(() => fetchTransport({ credential: 'include' }), known('fetchTransport', 'credential'));
   assert.throws(() => http2Transport({ baseUrl: 'http://127.0.0.1:1', tls: true }), known('http2Transport', 'tls'));
-  assert.throws(() => createClient(schema, 'http://127.0.0.1:1'), { name: 'TypeError', message: 'createClient: options must be an object, not string' });
+  assert.throws(() => createClient(schema, 'http://127.0.0.1:1'), { name: 'TypeError', message: 'createClient: options must be a plain object, not string' });
+  const unread = await rejection(client.unary('/helloworld.Greeter/SayHello', {}, new Map([['timeoutMs', 5]])));
+  assert.deepEqual([unread.name, unread.message], ['TypeError', 'client.unary: options must be a plain object, not a non-plain object']);
   // Every option the docs name is taken.
   createClient(schema, {
     baseUrl: 'http://127.0.0.1:1', transport: undefined, fetch: globalThis.fetch, credentials: 'include', mode: 'cors',

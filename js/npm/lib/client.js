@@ -48,7 +48,8 @@ export class Client {
   #options;
   #transport;
 
-  constructor(schema, options = {}, platform) {
+  constructor(schema, givenOptions, platform) {
+    const options = givenOptions ?? {};
     checkOptions('createClient', options, CLIENT_OPTIONS);
     checkOptions('createClient: options.json', options.json, JSON_OPTIONS);
     if (!options.baseUrl) throw new TypeError('createClient: options.baseUrl is required');
@@ -112,7 +113,8 @@ export class Client {
     this.#transport.close?.();
   }
 
-  async *#run(path, kind, input, callOptions = {}) {
+  async *#run(path, kind, input, givenCallOptions) {
+    const callOptions = givenCallOptions ?? {};
     checkOptions(`client.${API[kind]}`, callOptions, CALL_OPTIONS);
     checkOptions(`client.${API[kind]}: options.json`, callOptions.json, JSON_OPTIONS);
     const options = { ...this.#options, ...defined(callOptions) };

@@ -96,14 +96,18 @@ export function http2Transport(options) {
           stream.destroy();
         };
         signal.addEventListener('abort', onAbort, { once: true });
+        // A request body that failed here is this side's error, never the server's.
+        let bodyFailed = null;
         stream.on('close', () => {
           track(-1, s);
           signal.removeEventListener('abort', onAbort);
-          if (unheard(s)) fail(unheardError(s, plaintext));
+          if (bodyFailed) fail(bodyFailed);
+          else if (unheard(s)) fail(unheardError(s, plaintext));
           else fail(reset(stream, signal) ? resetError(stream) : new Error('the stream closed before its response'));
         });
         stream.on('error', (e) => {
-          if (unheard(s)) fail(unheardError(s, plaintext));
+          if (bodyFailed) fail(bodyFailed);
+          else if (unheard(s)) fail(unheardError(s, plaintext, e));
           else fail(reset(stream, signal, e) ? resetError(stream) : e);
         });
         stream.on('response', (responseHeaders) => {
@@ -115,7 +119,10 @@ export function http2Transport(options) {
             trailers,
           });
         });
-        send(stream, body).catch((e) => stream.destroy(e));
+        send(stream, body).catch((e) => {
+          bodyFailed = e;
+          stream.destroy(e);
+        });
       });
     },
   };
@@ -132,8 +139,9 @@ function unheard(session) {
  * that is what a TLS server does (it reads the HTTP/2 preface as a bad
  * TLS record, and answers with an alert or closes).
  */
-function unheardError(session, plaintext) {
-  const cause = sessionErrors.get(session)?.message ?? 'the server closed it';
+function unheardError(session, plaintext, error) {
+  // Node fails a session's streams before it reports the session's error.
+  const cause = sessionErrors.get(session)?.message ?? error?.message ?? 'the server closed it';
   const hint = plaintext ? ' (does the server want TLS? use an https:// baseUrl, with ca for a private CA)' : '';
   return new Error(`the connection failed before the server spoke HTTP/2: ${cause}${hint}`);
 }

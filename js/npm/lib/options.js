@@ -22,9 +22,13 @@ export const CLIENT_OPTIONS = [...new Set([...CALL_OPTIONS, 'transport', ...FETC
  * @param {readonly string[]} known
  */
 export function checkOptions(where, options, known) {
-  if (options === undefined) return;
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw new TypeError(`${where}: options must be an object, not ${options === null ? 'null' : typeof options}`);
+  if (options === undefined || options === null) return;
+  // A Map or a class instance has no own keys to check: its settings would
+  // all be dropped without a word.
+  const proto = typeof options === 'object' ? Object.getPrototypeOf(options) : undefined;
+  if (proto !== Object.prototype && proto !== null) {
+    const what = Array.isArray(options) ? 'an array' : typeof options === 'object' ? 'a non-plain object' : typeof options;
+    throw new TypeError(`${where}: options must be a plain object, not ${what}`);
   }
   const unknown = Object.keys(options).filter((name) => !known.includes(name));
   if (unknown.length) {
