@@ -52,6 +52,7 @@ CASES = [
     ("exact-method-before-any", "GET", "/any/1", None, None),
     ("any-method-delete", "DELETE", "/any/1", None, None),
     ("any-method-post", "POST", "/any/1", b"", "application/json"),
+    ("any-method-with-a-verb", "POST", "/any/1:archive", None, None),
     ("literal-verb-vs-variable", "POST", "/shelves/public:archive", None, None),
     ("delete-shelf", "DELETE", "/shelves/1", None, None),
     ("archive-shelf-bodiless-post", "POST", "/shelves/1:archive", None, None),

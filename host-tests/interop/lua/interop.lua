@@ -16,10 +16,11 @@ assert(grpc.loadfile(env.protos .. "/interop.proto"))
 local function connect(security)
     local opts
     if security ~= "plaintext" then
-        opts = { host = "example.com", ca = select(2, grpc.readfile(env.certs .. "/ca.pem")) }
+        local _, ca = assert(grpc.readfile(env.certs .. "/ca.pem"))
+        opts = { host = "example.com", ca = ca }
         if security == "mtls" then
-            opts.cert = select(2, grpc.readfile(env.certs .. "/client1.pem"))
-            opts.priv_key = select(2, grpc.readfile(env.certs .. "/client1.key"))
+            _, opts.cert = assert(grpc.readfile(env.certs .. "/client1.pem"))
+            _, opts.priv_key = assert(grpc.readfile(env.certs .. "/client1.key"))
         end
     end
     local ok, conn = grpc.connect(env["interop_" .. security], opts)

@@ -265,7 +265,7 @@ fn check_pem(text: &str, what: &str) -> Result<(), TransportError> {
         Ok(())
     } else {
         Err(TransportError::Tls(format!(
-            "{what} is not PEM text (give the file's contents, e.g. grpc.readfile(path))"
+            "{what} is not PEM text (give the file's contents: local ok, pem = grpc.readfile(path))"
         )))
     }
 }

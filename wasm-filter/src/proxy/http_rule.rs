@@ -135,7 +135,11 @@ impl Template {
         if request.verb != self.verb.as_deref() {
             return None;
         }
-        let parts = &request.parts;
+        self.spans_of(&request.parts)
+    }
+
+    /// [`Template::spans`] for the request's segments alone, its verb aside.
+    fn spans_of(&self, parts: &[&str]) -> Option<Vec<(usize, usize)>> {
         let mut spans = Vec::with_capacity(self.segments.len());
         let mut at = 0;
         for segment in &self.segments {
@@ -376,6 +380,20 @@ impl Binding {
     /// any (`custom { kind: "*" }`), as in Envoy.
     pub fn takes(&self, http_method: &str) -> bool {
         self.http_method == http_method || self.http_method == "*"
+    }
+
+    /// [`Template::spans`] for this binding. Envoy keys a binding by its
+    /// HTTP method and verb together and falls back to the bare key `*`: a
+    /// `*` binding matches whatever verb the request has, unless it names
+    /// a verb itself, when it matches nothing.
+    pub fn spans(&self, request: &RequestPath) -> Option<Vec<(usize, usize)>> {
+        if self.http_method != "*" {
+            return self.template.spans(request);
+        }
+        if self.template.verb.is_some() {
+            return None;
+        }
+        self.template.spans_of(&request.parts)
     }
 
     /// Which of two bindings that match one request Envoy's path matcher

@@ -238,7 +238,7 @@ fn chosen_binding<'a>(
     let mut chosen: Option<(&Binding, Vec<(usize, usize)>)> = None;
     let mut tied = false;
     for binding in config.bindings.iter().filter(|b| b.takes(http_method)) {
-        let Some(spans) = binding.template.spans(&request) else {
+        let Some(spans) = binding.spans(&request) else {
             continue;
         };
         let order = chosen
@@ -792,6 +792,7 @@ service S {
   rpc Archive(Id) returns (Id) { option (google.api.http) = { post: "/v1/users/archive" }; }
   rpc Any(Id) returns (Id) { option (google.api.http) = { custom { kind: "*" path: "/v1/any/{id}" } }; }
   rpc GetAny(Id) returns (Id) { option (google.api.http) = { get: "/v1/any/{id}" }; }
+  rpc AnyRun(Id) returns (Id) { option (google.api.http) = { custom { kind: "*" path: "/v1/any/{id}:run" } }; }
   rpc TwinA(Id) returns (Id) { option (google.api.http) = { get: "/v1/twins/{id}" }; }
   rpc TwinB(Id) returns (Id) { option (google.api.http) = { get: "/v1/twins/{path}" }; }
 }"#;
@@ -841,6 +842,9 @@ service S {
             // An exact HTTP method before `*`; `*` takes the others.
             ("GET", "/v1/any/1", "GetAny", vec![var("id", "1")]),
             ("DELETE", "/v1/any/1", "Any", vec![var("id", "1")]),
+            // Envoy keys a binding by method and verb, and falls back to a
+            // bare `*`: a `*` binding takes any verb, one with a verb none.
+            ("POST", "/v1/any/1:run", "Any", vec![var("id", "1")]),
         ];
         for (http_method, path, method, vars) in cases {
             assert_eq!(
