@@ -78,7 +78,11 @@ def read_protos(*names):
 
 def wasm_filter(plugin_config, module=WASM, check_schema=True):
     """The filter with `plugin_config`, which the configuration's JSON
-    Schema (Kong's metadata) must take, unless the test gives a bad one."""
+    Schema (Kong's metadata) must take, unless the test gives a bad one.
+    A transcoding configuration gets the loopback cluster envoy_config
+    writes, as grpc-wasm-config's does; `"loopback_cluster": None` leaves
+    it out."""
+    plugin_config = with_loopback(plugin_config)
     if check_schema:
         config_schema.check(plugin_config)
     return {"name": "envoy.filters.http.wasm", "typed_config": {
@@ -96,6 +100,52 @@ def wasm_filter(plugin_config, module=WASM, check_schema=True):
             "vm_config": {"vm_id": "grpc_wasm", "runtime": "envoy.wasm.runtime.v8",
                           "code": {"local": {"filename": module}}},
         }}}
+
+
+LOOPBACK = "grpc_wasm_loopback"
+
+
+def with_loopback(plugin_config):
+    if not isinstance(plugin_config, dict) or "callout" in plugin_config or not plugin_config:
+        return plugin_config
+    config = dict(plugin_config)
+    if config.get("loopback_cluster", LOOPBACK) is None:
+        del config["loopback_cluster"]
+    elif "fetch" not in config:
+        config.setdefault("loopback_cluster", LOOPBACK)
+    return config
+
+
+def loopback(listener, limit):
+    """An internal listener with `listener`'s filter chain and routes, and
+    the cluster that reaches it: the filter's own calls go back through the
+    same filters and the same route lookup as a request with a body."""
+    inner = json.loads(json.dumps(listener))
+    inner.pop("address")
+    inner["name"] = LOOPBACK
+    inner["internal_listener"] = {}
+    inner["filter_chains"][0]["filters"][0]["typed_config"]["stat_prefix"] = "loopback"
+    cluster = {
+        "name": LOOPBACK,
+        **limit,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": H2_UPSTREAM,
+        "load_assignment": {"cluster_name": LOOPBACK, "endpoints": [{"lb_endpoints": [{"endpoint": {
+            "address": {"envoy_internal_address": {"server_listener_name": LOOPBACK}}}}]}]},
+    }
+    return inner, cluster
+
+
+INTERNAL_LISTENERS = {
+    "name": "envoy.bootstrap.internal_listener",
+    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener"},
+}
+
+H2_UPSTREAM = {
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": {"http2_protocol_options": {}}}}
 
 
 def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=None, buffer_limit=None,
@@ -142,10 +192,7 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
                 **limit,
                 "type": "STATIC",
                 "connect_timeout": "1s",
-                "typed_extension_protocol_options": {
-                    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                        "explicit_http_config": {"http2_protocol_options": {}}}},
+                "typed_extension_protocol_options": H2_UPSTREAM,
                 "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {
                     "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]},
             } for _, name, port in clusters],
@@ -159,6 +206,10 @@ def envoy_config(listen_port, admin_port, plugin_config, clusters, http_filters=
         manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
         manager["http_filters"] = [*filters, manager["http_filters"][-1]]
         config["static_resources"]["listeners"].append(listener)
+    inner, cluster = loopback(ingress, limit)
+    config["bootstrap_extensions"] = [INTERNAL_LISTENERS]
+    config["static_resources"]["listeners"].append(inner)
+    config["static_resources"]["clusters"].append(cluster)
     return config
 
 
@@ -166,10 +217,12 @@ class Envoy:
     """Envoy on free loopback ports; its log is kept for failure reports."""
 
     def __init__(self, plugin_config, clusters, http_filters=None, buffer_limit=None, more_filters=(),
-                 virtual_host=None):
-        """more_filters: the filters of more listeners (see envoy_config); their ports are `more_ports`."""
+                 virtual_host=None, edit=None):
+        """more_filters: the filters of more listeners (see envoy_config); their ports are `more_ports`.
+        edit: a function that changes the configuration envoy_config wrote before Envoy reads it."""
         self.more_filters = more_filters
         self.virtual_host = virtual_host
+        self.edit = edit or (lambda config: None)
         # A port free_port() found can be taken by another process before
         # Envoy binds it: start again on new ports then.
         for attempt in range(3):
@@ -188,9 +241,11 @@ class Envoy:
         self.dir = scratch_dir("grpc-wasm-envoy-")
         self.config_path = os.path.join(self.dir, "envoy.json")
         more = list(zip(self.more_ports, self.more_filters, strict=True))
+        config = envoy_config(self.port, self.admin, plugin_config, clusters, http_filters, buffer_limit, more,
+                              self.virtual_host)
+        self.edit(config)
         with open(self.config_path, "w") as f:
-            json.dump(envoy_config(self.port, self.admin, plugin_config, clusters, http_filters, buffer_limit, more,
-                                   self.virtual_host), f)
+            json.dump(config, f)
         self.log_path = os.path.join(self.dir, "envoy.log")
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", self.config_path, "--concurrency", "1", "--disable-hot-restart",

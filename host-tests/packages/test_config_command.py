@@ -158,6 +158,25 @@ def test_envoy_runs_the_envoy_yaml_it_writes(library, tmp_path):
         stop_process(proc)
 
 
+def test_a_transcoding_envoy_yaml_sends_the_filters_own_calls_back_through_its_chain():
+    """The internal listener has the ingress's routes and filters (YAML
+    aliases of them), so a filter added after grpc-wasm in the ingress
+    applies to requests without a body too; callout mode has none."""
+    yaml = config_command("--proto", os.path.join(PROTOS, "helloworld.proto"), "--format", "envoy")
+    assert '"loopback_cluster": "grpc_wasm_loopback"' in yaml
+    assert "route_config: &routes" in yaml
+    assert "http_filters: &filters" in yaml
+    inner = yaml[yaml.index("  - name: grpc_wasm_loopback\n    # An internal listener"):]
+    for line in ("internal_listener: {}", "route_config: *routes", "http_filters: *filters"):
+        assert line in inner
+    assert "server_listener_name: grpc_wasm_loopback" in inner
+    assert "envoy.bootstrap.internal_listener" in yaml
+    callout = config_command("--proto", os.path.join(PROTOS, "helloworld.proto"), "--format", "envoy", "--callout")
+    assert "loopback" not in callout
+    assert "internal_listener" not in callout
+    assert "loopback" not in config_command("--proto", os.path.join(PROTOS, "helloworld.proto"))
+
+
 @pytest.fixture(scope="module")
 def greeter():
     server = Server("greeter-server")

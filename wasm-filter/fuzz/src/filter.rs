@@ -121,7 +121,10 @@ fn configure(ngx: bool) {
         "route_guide.proto": ROUTE_GUIDE,
     });
     let configs = [
-        (TRANSCODING, serde_json::json!({"protos": protos.clone()})),
+        (
+            TRANSCODING,
+            serde_json::json!({"protos": protos.clone(), "loopback_cluster": "inner"}),
+        ),
         (
             CALLOUT,
             serde_json::json!({"protos": protos, "callout": {"upstream": "up", "timeout_ms": 1000}}),

@@ -80,6 +80,22 @@ pub fn call_metadata<'a>(
     Ok(out)
 }
 
+/// A serialized `envoy.config.core.v3.GrpcService` whose `envoy_grpc`
+/// names `cluster` and, when not empty, the call's `:authority`: the form
+/// of `proxy_grpc_call`'s upstream that carries an authority (a bare
+/// cluster name gets the cluster's name as its authority). Field numbers:
+/// `GrpcService.envoy_grpc` 1; `EnvoyGrpc.cluster_name` 1, `authority` 2.
+pub fn envoy_grpc_service(cluster: &str, authority: &[u8]) -> Vec<u8> {
+    let mut envoy_grpc = Vec::with_capacity(cluster.len() + authority.len() + 6);
+    prost::encoding::bytes::encode(1, &cluster.as_bytes().to_vec(), &mut envoy_grpc);
+    if !authority.is_empty() {
+        prost::encoding::bytes::encode(2, &authority.to_vec(), &mut envoy_grpc);
+    }
+    let mut service = Vec::with_capacity(envoy_grpc.len() + 3);
+    prost::encoding::bytes::encode(1, &envoy_grpc, &mut service);
+    service
+}
+
 /// Names the call's client: gRPC's `grpc-<implementation>/<version>`,
 /// unless a forwarded request's own `user-agent` goes on.
 pub fn add_user_agent(metadata: &mut Vec<(String, String)>) {
@@ -414,6 +430,18 @@ mod tests {
     }
 
     #[test]
+    fn a_loopback_call_names_its_cluster_and_the_requests_authority() {
+        let mut expected = b"\x0a\x12\x0a\x05inner\x12\x09a.example".to_vec();
+        assert_eq!(envoy_grpc_service("inner", b"a.example"), expected);
+        expected.truncate(2 + 7);
+        expected[1] = 7;
+        assert_eq!(envoy_grpc_service("inner", b""), expected);
+        let call = Callout::to_loopback("inner", b"a.example");
+        assert_eq!(call.upstream, envoy_grpc_service("inner", b"a.example"));
+        assert!(call.forward_request_headers);
+    }
+
+    #[test]
     fn a_bodiless_requests_call_carries_its_headers_as_they_would_go_upstream() {
         let headers: Vec<(&[u8], &[u8])> = vec![
             (b":path", b"/v1/shelves/1"),
@@ -426,7 +454,7 @@ mod tests {
             (b"x-bad", b"a\x01b"),
             (b"grpc-metadata-tenant", b"t1"),
         ];
-        let route = Callout::to_cluster(b"library".to_vec());
+        let route = Callout::to_loopback("library", b"books.example");
         assert_eq!(
             call_metadata(&route, headers.iter().copied()).unwrap(),
             vec![

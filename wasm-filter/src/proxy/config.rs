@@ -29,6 +29,12 @@
 //! With `callout`, the filter answers transcoded requests itself by calling
 //! the method through the host (`proxy_grpc_call` / `proxy_grpc_stream`);
 //! the request never goes to the route's upstream.
+//!
+//! `"loopback_cluster"` names the cluster of an Envoy internal listener whose
+//! filter chain and routes are this listener's: where a transcoded request
+//! cannot go on as itself (no body to carry its message, an `HttpBody`
+//! answer), the filter's own call goes back through that chain, so the
+//! filters after this one and the route see it as a gRPC request.
 
 use std::collections::BTreeMap;
 
@@ -72,6 +78,8 @@ struct RawConfig {
     max_held_response_bytes: Option<usize>,
     #[serde(default)]
     callout: Option<RawCallout>,
+    #[serde(default)]
+    loopback_cluster: Option<String>,
     #[serde(default)]
     stream_format: StreamFormat,
 }
@@ -182,17 +190,19 @@ pub struct Callout {
     pub propagate: Vec<String>,
     /// Whether the request's own headers become the call's metadata, as
     /// they would reach the upstream if the request went on (the calls of
-    /// bodiless requests in transcoding mode; see [`Callout::to_cluster`]).
+    /// bodiless requests in transcoding mode; see [`Callout::to_loopback`]).
     pub forward_request_headers: bool,
 }
 
 impl Callout {
-    /// The call a bodiless request makes in transcoding mode to its own
-    /// route's cluster (Envoy lets no filter add a body to a request that
-    /// has none): the defaults of a configured callout.
-    pub fn to_cluster(cluster: Vec<u8>) -> Callout {
+    /// The call a transcoded request makes when it cannot go on as itself
+    /// (Envoy lets no filter add a body to a request that has none): to
+    /// the loopback cluster, under the request's own authority so that the
+    /// chain behind it picks the same virtual host; the defaults of a
+    /// configured callout.
+    pub fn to_loopback(cluster: &str, authority: &[u8]) -> Callout {
         Callout {
-            upstream: cluster,
+            upstream: super::callout_rules::envoy_grpc_service(cluster, authority),
             timeout_ms: DEFAULT_TIMEOUT_MS,
             metadata: Vec::new(),
             upstream_header: None,
@@ -253,6 +263,9 @@ pub struct FilterConfig {
     /// installed; the rest are served).
     pub left_out: Vec<String>,
     pub callout: Option<Callout>,
+    /// The cluster the filter's own calls in transcoding mode go to (see the
+    /// module's documentation); `None` refuses the requests that need one.
+    pub loopback_cluster: Option<String>,
     pub stream_format: StreamFormat,
 }
 
@@ -361,6 +374,7 @@ impl FilterConfig {
         check_held_limit(max_held_response_bytes, raw.max_response_bytes)?;
         let (bindings, left_out) = collect_bindings(&registry, raw.services.as_deref())?;
         let callout = raw.callout.map(check_callout).transpose()?;
+        let loopback_cluster = check_loopback(raw.loopback_cluster, callout.is_some())?;
         let p = raw.print_options;
         Ok(FilterConfig {
             methods: registry.methods_by_path(),
@@ -382,6 +396,7 @@ impl FilterConfig {
             bindings,
             left_out,
             callout,
+            loopback_cluster,
             stream_format: raw.stream_format,
         })
     }
@@ -426,6 +441,21 @@ fn check_held_limit(held: usize, response: usize) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Callout mode makes every call to `callout.upstream`, so a loopback
+/// cluster beside it would be ignored: refused, naming the way that works.
+fn check_loopback(cluster: Option<String>, callout: bool) -> Result<Option<String>, String> {
+    match cluster {
+        Some(name) if name.is_empty() => {
+            Err("loopback_cluster: give the name of a cluster".into())
+        }
+        Some(_) if callout => Err(
+            "loopback_cluster: callout mode calls callout.upstream for every request; name the loopback cluster there instead"
+                .into(),
+        ),
+        cluster => Ok(cluster),
+    }
 }
 
 fn check_callout(raw: RawCallout) -> Result<Callout, String> {
@@ -709,6 +739,30 @@ mod tests {
     fn with_callout(callout: serde_json::Value) -> Result<FilterConfig, String> {
         let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")}, "callout": callout});
         FilterConfig::from_json(cfg.to_string().as_bytes())
+    }
+
+    #[test]
+    fn a_loopback_cluster_is_a_name_and_never_beside_a_callout() {
+        let hello = include_str!("../../../protos/helloworld.proto");
+        let load = |extra: serde_json::Value| {
+            let mut cfg = serde_json::json!({"protos": {"h.proto": hello}});
+            cfg.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            FilterConfig::from_json(cfg.to_string().as_bytes())
+        };
+        let c = load(serde_json::json!({"loopback_cluster": "inner"})).unwrap();
+        assert_eq!(c.loopback_cluster.as_deref(), Some("inner"));
+        assert_eq!(load(serde_json::json!({})).unwrap().loopback_cluster, None);
+        assert_eq!(
+            load(serde_json::json!({"loopback_cluster": ""})).unwrap_err(),
+            "loopback_cluster: give the name of a cluster"
+        );
+        assert_eq!(
+            load(serde_json::json!({"loopback_cluster": "inner", "callout": {"upstream": "a"}}))
+                .unwrap_err(),
+            "loopback_cluster: callout mode calls callout.upstream for every request; name the loopback cluster there instead"
+        );
     }
 
     #[test]

@@ -91,35 +91,32 @@ pub(super) fn start(
     start_prepared(stream, context_id, route, call, end_of_stream)
 }
 
-/// Transcoding mode, a binding the upstream cannot be sent as it came (see
-/// `calls_on_route` in `filter`): the filter makes the call itself, to the
-/// cluster the proxy routed the request to, as callout mode would (a
-/// server stream comes back gathered).
-pub(super) fn start_on_route(
+/// Transcoding mode, a request that cannot go on as itself (see
+/// `calls_on_loopback` in `filter`): the filter makes the call itself,
+/// back through the loopback cluster, whose chain gives it the filters
+/// after this one and the route by its gRPC path, as a request with a body
+/// gets them; a server stream comes back gathered. With no loopback
+/// cluster the call would reach an upstream past those filters: refused.
+pub(super) fn start_on_loopback(
     stream: &mut Stream,
     context_id: ContextId,
     route: Route,
     headers: &HeaderMap,
     end_of_stream: bool,
 ) -> u32 {
-    let Some(cluster) = route_cluster() else {
-        let status = Status::new(
-            Code::Unimplemented,
-            "the host names no cluster for this request's route (property xds.cluster_name) for the filter to call: bodiless bindings and HttpBody responses need the filter's callout mode (\"callout\" in the configuration)",
-        );
+    let Some(cluster) = stream.config.loopback_cluster.as_deref() else {
+        let status = Status::new(Code::Unimplemented, NO_LOOPBACK);
         return answer(stream, &Reply::error(&stream.config, &status));
     };
-    let call = callout_host::prepare_with(&Callout::to_cluster(cluster), headers);
+    let authority = headers.get(":authority").unwrap_or_default();
+    let callout = Callout::to_loopback(cluster, authority.as_bytes());
+    let call = callout_host::prepare_with(&callout, headers);
     start_prepared(stream, context_id, route, call, end_of_stream)
 }
 
-/// The cluster Envoy routed the request to.
-fn route_cluster() -> Option<Vec<u8>> {
-    [&["xds", "cluster_name"][..], &["cluster_name"][..]]
-        .into_iter()
-        .find_map(host::property)
-        .filter(|name| !name.is_empty())
-}
+/// Why a request that needs the loopback is refused without one; the
+/// same words are logged once when the configuration is installed.
+pub(super) const NO_LOOPBACK: &str = "this request has no body to carry its message (or its answer is a google.api.HttpBody), so the filter would call the method itself, and without \"loopback_cluster\" that call would skip the filters after grpc-wasm and the route: give the cluster of an internal listener with this filter chain (grpc-wasm-config writes one)";
 
 fn start_prepared(
     stream: &mut Stream,

@@ -32,7 +32,14 @@ impl HostKind {
         !self.is_ngx_wasm_module()
     }
 
-    /// Whether the host calls the filter with the response trailers.
+    /// Whether a transcoded request without a body (or with an HttpBody
+    /// answer) becomes a call of the filter's own, through the loopback
+    /// cluster (Envoy: no body can be added to such a request; the shim
+    /// makes every call in callout mode; ngx_wasm_module has no calls).
+    pub(super) fn calls_for_bodiless_requests(self) -> bool {
+        self == HostKind::Other
+    }
+
     /// Whether the host says why it made a response itself, in the property
     /// `response.code_details` (Envoy).
     pub(super) fn names_response_cause(self) -> bool {
@@ -44,6 +51,7 @@ impl HostKind {
         !self.is_ngx_wasm_module()
     }
 
+    /// Whether the host calls the filter with the response trailers.
     pub(super) fn calls_trailers(self) -> bool {
         !self.is_ngx_wasm_module()
     }

@@ -117,6 +117,7 @@ fn install(root_id: ContextId, config: FilterConfig) -> u32 {
                     &format!("grpc-wasm: a google.api.http binding is left out: {why}"),
                 );
             }
+            log_loopback(&config);
             metrics::reconfigured();
             if host_kind().defines_metrics() {
                 metrics::descriptor_files(config.registry.pool().files().len());
@@ -144,6 +145,24 @@ fn install(root_id: ContextId, config: FilterConfig) -> u32 {
             );
             0
         }
+    }
+}
+
+/// One line when the loopback cluster decides what some requests get: none
+/// where the filter needs it (they are refused), one where it is not used.
+fn log_loopback(config: &FilterConfig) {
+    let transcodes = config.callout.is_none() && !config.bindings.is_empty();
+    let needs = host_kind().calls_for_bodiless_requests();
+    match &config.loopback_cluster {
+        None if transcodes && needs => log(
+            LogLevel::Warn,
+            &format!("grpc-wasm: no \"loopback_cluster\": requests without a body and google.api.HttpBody answers are refused with 501 UNIMPLEMENTED: {}", callout_callbacks::NO_LOOPBACK),
+        ),
+        Some(cluster) if !needs => log(
+            LogLevel::Warn,
+            &format!("grpc-wasm: loopback_cluster \"{cluster}\" is not used: this host lets the filter give a request without a body its message in the stream"),
+        ),
+        _ => {}
     }
 }
 
@@ -196,8 +215,8 @@ pub extern "C" fn proxy_on_request_headers(
             Plan::Transcode(route) if stream.config.callout.is_some() => {
                 callout_callbacks::start(stream, context_id, route, &headers, end_of_stream)
             }
-            Plan::Transcode(route) if calls_on_route(&route, end_of_stream) => {
-                callout_callbacks::start_on_route(
+            Plan::Transcode(route) if calls_on_loopback(&route, end_of_stream) => {
+                callout_callbacks::start_on_loopback(
                     stream,
                     context_id,
                     route,
@@ -258,13 +277,13 @@ fn client_path() -> Option<String> {
 }
 
 /// Whether a request for `route` in transcoding mode becomes a call of the
-/// filter's own, to the route's cluster: where a binding's fields come
+/// filter's own, through the loopback cluster: where a binding's fields come
 /// from the path and query alone, as Envoy lets no filter add the body the
 /// upstream needs (a host that does, ngx_wasm_module, gets the body in
 /// `transcoding`); and where the response is an HttpBody, as its
 /// Content-Type comes with the message, after the response headers have
 /// left (a filter on Envoy cannot hold them and still see the body).
-fn calls_on_route(route: &transcode_rules::Route, end_of_stream: bool) -> bool {
+fn calls_on_loopback(route: &transcode_rules::Route, end_of_stream: bool) -> bool {
     let host = host_kind();
     let bodiless = end_of_stream && !host.sets_request_body_at_headers();
     route.binding.is_some()

@@ -1004,8 +1004,11 @@ fn ngx_wasm_module_a_bodiless_binding_gets_its_grpc_request_as_the_body() {
 }
 
 #[test]
-fn envoy_a_bodiless_binding_is_called_on_its_routes_cluster() {
-    let host = filter(json!({"protos": {"shelves.proto": SHELVES}}), false);
+fn envoy_a_bodiless_binding_is_called_back_through_the_loopback_cluster() {
+    let config = json!({"protos": {"shelves.proto": SHELVES}, "loopback_cluster": "inner"});
+    let host = filter(config, false);
+    // The route's cluster is not where the call goes: the chain behind the
+    // loopback routes it by its gRPC path, past the filters after this one.
     host.state
         .borrow_mut()
         .properties
@@ -1024,7 +1027,7 @@ fn envoy_a_bodiless_binding_is_called_on_its_routes_cluster() {
                 state.sent.as_slice()
             ),
             (
-                &b"shelves-cluster"[..],
+                &b"\x0a\x0d\x0a\x05inner\x12\x04test"[..],
                 "shelves.Shelves",
                 "Get",
                 &[(call.token, GET_SHELF.to_vec())][..]
@@ -1040,19 +1043,40 @@ fn envoy_a_bodiless_binding_is_called_on_its_routes_cluster() {
 }
 
 #[test]
-fn envoy_a_bodiless_binding_without_a_route_cluster_says_what_is_missing() {
+fn envoy_a_bodiless_binding_without_a_loopback_cluster_is_refused_never_called() {
     let host = filter(json!({"protos": {"shelves.proto": SHELVES}}), false);
+    let warned: Vec<_> = host
+        .state
+        .borrow()
+        .logs
+        .iter()
+        .filter(|(_, line)| line.contains("no \"loopback_cluster\""))
+        .map(|(_, line)| line.clone())
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    host.state
+        .borrow_mut()
+        .properties
+        .insert(b"xds\0cluster_name".to_vec(), b"shelves-cluster".to_vec());
     assert_eq!(get_shelf(&host, true), PAUSE);
     let (status, body) = the_reply(&host);
     assert_eq!((status, body["code"].clone()), (501, json!(12)));
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("property xds.cluster_name"),
-        "{body}"
+    assert_eq!(
+        body["message"],
+        json!(super::callout_callbacks::NO_LOOPBACK)
     );
     assert!(host.state.borrow().opened.is_empty());
+}
+
+#[test]
+fn ngx_wasm_module_says_a_loopback_cluster_is_not_used() {
+    let config = json!({"protos": {"shelves.proto": SHELVES}, "loopback_cluster": "inner"});
+    let host = filter(config, true);
+    let logs = &host.state.borrow().logs;
+    assert!(
+        logs.iter().any(|(_, l)| l == "grpc-wasm: loopback_cluster \"inner\" is not used: this host lets the filter give a request without a body its message in the stream"),
+        "{logs:?}"
+    );
 }
 
 #[test]
