@@ -214,6 +214,19 @@ class ShelvesServer:
             context.abort(grpc.StatusCode.NOT_FOUND, "no such download")
         return self.reply("google.api.HttpBody", content_type="text/csv", data=b"id,title\n1,\xff\n")
 
+    def UploadNested(self, request, _context):
+        file = request.attachment.file
+        return self.reply("shelves.BulkReply", count=1, titles=[request.name], bytes=len(file.data),
+                          content_type=file.content_type)
+
+    def DownloadNested(self, request, _context):
+        file = self.reply("google.api.HttpBody", content_type="text/plain", data=f"shelf {request.shelf}\n".encode())
+        return self.reply("shelves.NestedUpload", name="download",
+                          attachment=self.reply("shelves.Attachment", file=file))
+
+    def NoteNested(self, request, _context):
+        return request
+
     def GetCover(self, request, _context):
         image = self.reply("google.api.HttpBody", content_type="image/svg+xml", data=b"<svg/>")
         return self.reply("shelves.Cover", name=f"cover {request.shelf}", image=image)

@@ -123,6 +123,25 @@ CASES = [
     ("bidi-stream-json-array", "POST", "/chat", [{"title": "a"}, {"title": "b"}], "application/json"),
     ("upload-raw-body", "POST", "/upload", bytes(range(256)), "application/octet-stream"),
     ("download-http-body", "GET", "/download/1", None, None),
+    # body and response_body at a dotted path (Envoy's UnaryEchoHttpBody,
+    # TranscodingUnaryPostWithHttpBody and EchoResponseBodyPath).
+    ("nested-http-body-upload", "POST", "/nested/n1/upload?attachment.note.stars=2", b"a,b\n\xff",
+     "text/csv"),
+    ("nested-http-body-download", "GET", "/nested/4/download", None, None),
+    ("nested-json-body", "POST", "/nested/n1/note", {"text": "hi", "stars": 3}, "application/json"),
+    ("nested-json-body-empty", "POST", "/nested/n1/note", b"", "application/json"),
+    # Query parameters beside a `*` body (Envoy: the body wins where both
+    # set a field; a repeated field gets both).
+    ("search-body-star-query-collides", "POST", "/search?query=q&limit=5", {"query": "b"}, "application/json"),
+    ("search-body-star-query-repeated", "POST", "/search?tags=q1&tags=q2", {"tags": ["b1"]}, "application/json"),
+    ("create-book-body-field-query-collides", "POST", "/shelves/1/books?book.title=q&book.pages=9",
+     {"title": "b"}, "application/json"),
+    ("search-body-star-query-nested", "POST", "/search?filter.author=qa", {"filter": {"year": 1999}},
+     "application/json"),
+    # Escapes that decode to no UTF-8, in a string path variable and a
+    # string query parameter.
+    ("lookup-invalid-utf8", "GET", "/one/a%FFb", None, None),
+    ("search-invalid-utf8", "GET", "/search?query=a%FF", None, None),
     ("download-fails", "GET", "/download/404", None, None),
     ("response-body-http-body", "GET", "/cover/1", None, None),
     ("unknown-path-get", "GET", "/nope", None, None),
@@ -188,6 +207,12 @@ DIFFERENCES = {
     ("sse-streams", "stream-fails-after-books"):
         "a stream that fails after messages ends with an error event and, gathered, answers the error's "
         "HTTP status; Envoy answers 200 and events that look complete",
+    ("defaults", "lookup-invalid-utf8"):
+        "escapes that decode to bytes that are not UTF-8 are a 400 naming the path variable; Envoy puts the "
+        "bytes in the string field, and the upstream refuses the message (grpcio: 500 INTERNAL)",
+    ("defaults", "search-invalid-utf8"):
+        "escapes that decode to bytes that are not UTF-8 are a 400 naming the query parameter; Envoy puts "
+        "the bytes in the string field, and the upstream refuses the message (grpcio: 500 INTERNAL)",
     ("defaults", "grpc-method-path"):
         "every method answers at POST /pkg.Service/Method; Envoy's auto_mapping maps only the methods "
         "without a google.api.http binding",

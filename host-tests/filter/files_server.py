@@ -82,6 +82,7 @@ def handlers(files, httpbody):
         "Get": unary(get),
         "Download": grpc.unary_stream_rpc_method_handler(download),
         "Describe": unary(describe),
+        "UploadNested": unary(upload),
     })
 
 

@@ -85,6 +85,27 @@ def test_a_raw_request_body_is_the_http_body_the_upstream_gets(files):
     assert base64.b64decode(json.loads(raw)["request"]) == b"\x12\x09{not json"
 
 
+def test_an_http_body_at_a_dotted_path_takes_the_raw_body(files):
+    """`body: "attachment.file"`: Envoy's transcoder reads a dotted path, so
+    the filter does too, in both hosts (the rule is the core's)."""
+    status, raw, _ = exchange(files, "POST", "/v1/nested/n1", b"a,b\n\xff", "text/csv")
+    assert status == 200, (raw[:300], files.log()[-3000:])
+    file = http_body("text/csv", b"a,b\n\xff")
+    attachment = b"\x0a" + varint(len(file)) + file
+    expected = b"\x12" + varint(len(attachment)) + attachment + b"\x0a\x02n1"
+    assert base64.b64decode(json.loads(raw)["request"]) == expected
+
+
+def test_escapes_that_decode_to_no_utf8_are_refused_in_the_path_and_the_query(files):
+    """Envoy's own transcoder sends such bytes on in a string field, for the
+    upstream to refuse (grpcio: 500 INTERNAL); the filter answers 400."""
+    for path, named in [("/v1/nested/a%FFb", "path variable 'name'"),
+                        ("/v1/uploads?content_type=%C3", "query parameter 'content_type'")]:
+        status, raw, headers = exchange(files, "POST", path, b"x", "text/plain")
+        assert (status, headers["content-type"]) == (400, "application/json"), raw[:300]
+        assert json.loads(raw)["message"].startswith(f"{named}: its "), raw
+
+
 def test_a_body_field_takes_the_raw_body_and_the_path_the_rest(files):
     status, raw, headers = exchange(files, "PUT", "/v1/files/notes.txt", b"line 1\nline 2\n", "text/plain")
     if files.kind == "ngx_wasm":

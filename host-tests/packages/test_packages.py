@@ -71,10 +71,10 @@ def greeter():
     server.stop()
 
 
-# What grpc_wasm.wasm may weigh: its size when this check came (1,580,872 B,
-# issue 32) and 1 % more, so that growth is a decision and not a drift. The
-# goal is 1 MiB; docs/benchmarks.md says what stands in the way.
-MODULE_BUDGET_BYTES = 1_597_000
+# What grpc_wasm.wasm may weigh: a little over its size, so that growth is
+# a decision (the commit that raises it says why) and not a drift. The goal
+# is 1 MiB; docs/benchmarks.md says what stands in the way.
+MODULE_BUDGET_BYTES = 1_604_000
 
 
 def test_the_module_stays_within_its_size_budget():

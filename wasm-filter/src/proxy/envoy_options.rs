@@ -147,7 +147,7 @@ fn translate_validation(doc: &mut Map<String, Value>, options: Value) -> Result<
         &mut options,
         "reject_binding_body_field_collisions",
         "false",
-        "the request line wins over the body where both set a field",
+        "where the path and the body set one field the path wins, where the body and the query the body",
         prefix,
     )?;
     match options.keys().next() {

@@ -6,7 +6,7 @@ use prost::encoding::{
     decode_key, decode_varint, encode_key, encode_varint, encoded_len_varint, key_len, skip_field,
     DecodeContext, WireType,
 };
-use prost_reflect::{Kind, MessageDescriptor};
+use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 
 const FULL_NAME: &str = "google.api.HttpBody";
 const CONTENT_TYPE: u32 = 1;
@@ -20,8 +20,39 @@ pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 pub enum At {
     /// The message is one.
     Whole,
-    /// Its top-level field with this number is one.
-    Field(u32),
+    /// The field these numbers lead to, through singular message fields
+    /// (`body: "file"`, or Envoy's dotted `"attachment.file"`), is one.
+    Field(FieldPath),
+}
+
+/// How deep a binding's `body` or `response_body` may name its HttpBody.
+pub const MAX_BODY_PATH: usize = 8;
+
+/// Field numbers from the message down to its HttpBody field: a path
+/// kept inline (a binding is copied into each request's route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldPath {
+    numbers: [u32; MAX_BODY_PATH],
+    len: u8,
+}
+
+impl FieldPath {
+    /// `None` when `numbers` is empty or deeper than [`MAX_BODY_PATH`].
+    pub fn new(numbers: &[u32]) -> Option<FieldPath> {
+        if numbers.is_empty() || numbers.len() > MAX_BODY_PATH {
+            return None;
+        }
+        let mut path = FieldPath {
+            numbers: [0; MAX_BODY_PATH],
+            len: numbers.len() as u8,
+        };
+        path.numbers[..numbers.len()].copy_from_slice(numbers);
+        Some(path)
+    }
+
+    pub fn numbers(&self) -> &[u32] {
+        &self.numbers[..usize::from(self.len)]
+    }
 }
 
 /// A body passed raw, and its Content-Type.
@@ -51,21 +82,67 @@ fn is_http_body(desc: &MessageDescriptor) -> bool {
 }
 
 /// Where `desc` holds an HttpBody for a binding's `body` or
-/// `response_body` (`"*"` or `""`: the whole message; else a top-level
-/// field, by its name or JSON name).
+/// `response_body` (`"*"` or `""`: the whole message; else a field, by its
+/// name or JSON name, or a dotted path of them through singular message
+/// fields, as Envoy's transcoder reads it).
 pub fn at(desc: &MessageDescriptor, selector: &str) -> Option<At> {
     if matches!(selector, "" | "*") {
         return is_http_body(desc).then_some(At::Whole);
     }
-    let field = desc
-        .get_field_by_name(selector)
-        .or_else(|| desc.get_field_by_json_name(selector))?;
-    match field.kind() {
-        Kind::Message(inner) if !field.is_list() && !field.is_map() && is_http_body(&inner) => {
-            Some(At::Field(field.number()))
+    let fields = singular_path(desc, selector)?;
+    let last = fields.last()?;
+    match last.kind() {
+        Kind::Message(inner) if !last.is_list() && !last.is_map() && is_http_body(&inner) => {
+            let numbers: Vec<u32> = fields.iter().map(|f| f.number()).collect();
+            FieldPath::new(&numbers).map(At::Field)
         }
         _ => None,
     }
+}
+
+/// The fields a dotted `selector` names from `desc` (each by its name or
+/// JSON name), all but the last singular message fields (no list, no map):
+/// the fields a binding's `body` or `response_body` may name.
+pub fn singular_path(desc: &MessageDescriptor, selector: &str) -> Option<Vec<FieldDescriptor>> {
+    let mut fields: Vec<FieldDescriptor> = Vec::new();
+    let mut current = desc.clone();
+    for name in selector.split('.') {
+        if let Some(previous) = fields.last() {
+            let Kind::Message(inner) = previous.kind() else {
+                return None;
+            };
+            if previous.is_list() || previous.is_map() {
+                return None;
+            }
+            current = inner;
+        }
+        let field = current
+            .get_field_by_name(name)
+            .or_else(|| current.get_field_by_json_name(name))?;
+        fields.push(field);
+        if fields.len() > MAX_BODY_PATH {
+            return None;
+        }
+    }
+    Some(fields)
+}
+
+/// `inner`, the encoding of the last field of `numbers` within its own
+/// message, wrapped in each message field that leads to it: the encoding
+/// of the outermost message.
+pub fn wrap(numbers: &[u32], inner: Vec<u8>) -> Vec<u8> {
+    let Some((&outer, rest)) = numbers.split_first() else {
+        return inner;
+    };
+    if rest.is_empty() {
+        return inner;
+    }
+    let nested = wrap(rest, inner);
+    let mut out = Vec::with_capacity(nested.len() + 10);
+    encode_key(outer, WireType::LengthDelimited, &mut out);
+    encode_varint(nested.len() as u64, &mut out);
+    out.extend_from_slice(&nested);
+    out
 }
 
 /// The protobuf of a request whose HttpBody at `at` holds `data`, with
@@ -79,9 +156,20 @@ pub fn encode(at: At, content_type: &str, data: &[u8]) -> Vec<u8> {
             key_len(number) + encoded_len_varint(len as u64) + len
         }
     };
-    let inner = delimited(CONTENT_TYPE, content_type.len()) + delimited(DATA, data.len());
-    let mut out = Vec::with_capacity(inner + 16);
-    if let At::Field(number) = at {
+    let numbers = match &at {
+        At::Whole => &[][..],
+        At::Field(path) => path.numbers(),
+    };
+    // Each enclosing message's length is the length of what it holds, from
+    // the HttpBody outwards.
+    let mut lengths = Vec::with_capacity(numbers.len());
+    let mut length = delimited(CONTENT_TYPE, content_type.len()) + delimited(DATA, data.len());
+    for &number in numbers.iter().rev() {
+        lengths.push(length);
+        length += key_len(number) + encoded_len_varint(length as u64);
+    }
+    let mut out = Vec::with_capacity(length);
+    for (&number, &inner) in numbers.iter().zip(lengths.iter().rev()) {
         encode_key(number, WireType::LengthDelimited, &mut out);
         encode_varint(inner as u64, &mut out);
     }
@@ -102,21 +190,11 @@ pub fn encode(at: At, content_type: &str, data: &[u8]) -> Vec<u8> {
 /// size (issue 26). Its `content_type` becomes a response header, so it
 /// must be one: visible ASCII, spaces and tabs, at most
 /// [`MAX_CONTENT_TYPE_BYTES`].
-pub fn decode(at: At, mut bytes: &[u8]) -> Result<RawBody, String> {
+pub fn decode(at: At, bytes: &[u8]) -> Result<RawBody, String> {
     let mut found = Found::default();
-    match at {
+    match &at {
         At::Whole => found.read(bytes)?,
-        At::Field(number) => {
-            while !bytes.is_empty() {
-                let (tag, wire_type) = decode_key(&mut bytes).map_err(|e| e.to_string())?;
-                if tag == number {
-                    found.read(delimited(wire_type, &mut bytes)?)?;
-                } else {
-                    skip_field(wire_type, tag, &mut bytes, DecodeContext::default())
-                        .map_err(|e| e.to_string())?;
-                }
-            }
-        }
+        At::Field(path) => visit(path.numbers(), bytes, &mut found)?,
     }
     let content_type = match found.content_type {
         None | Some(b"") => DEFAULT_CONTENT_TYPE,
@@ -138,6 +216,25 @@ pub fn decode(at: At, mut bytes: &[u8]) -> Result<RawBody, String> {
         content_type: content_type.to_string(),
         data,
     })
+}
+
+/// Reads every occurrence of the field `numbers` lead to: a parser merges
+/// the occurrences of each enclosing message, so their HttpBody fields
+/// merge in the order they come.
+fn visit<'a>(numbers: &[u32], mut bytes: &'a [u8], found: &mut Found<'a>) -> Result<(), String> {
+    let Some((&number, rest)) = numbers.split_first() else {
+        return found.read(bytes);
+    };
+    while !bytes.is_empty() {
+        let (tag, wire_type) = decode_key(&mut bytes).map_err(|e| e.to_string())?;
+        if tag == number {
+            visit(rest, delimited(wire_type, &mut bytes)?, found)?;
+        } else {
+            skip_field(wire_type, tag, &mut bytes, DecodeContext::default())
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 use crate::limits::MAX_CONTENT_TYPE_BYTES;
@@ -199,7 +296,12 @@ package files;
 import "google/api/httpbody.proto";
 message Put { string name = 1; google.api.HttpBody file = 2; }
 message Other { string name = 1; repeated google.api.HttpBody files = 2; }
+message Deep { string name = 1; Put put = 3; repeated Put puts = 4; }
 "#;
+
+    fn field(number: u32) -> At {
+        At::Field(FieldPath::new(&[number]).unwrap())
+    }
 
     fn registry() -> Registry {
         let mut r = Registry::new().unwrap();
@@ -215,17 +317,61 @@ message Other { string name = 1; repeated google.api.HttpBody files = 2; }
         let other = r.message("files.Other").unwrap();
         assert_eq!(at(&body, "*"), Some(At::Whole));
         assert_eq!(at(&body, ""), Some(At::Whole));
-        assert_eq!(at(&put, "file"), Some(At::Field(2)));
+        assert_eq!(at(&put, "file"), Some(field(2)));
         assert_eq!(at(&put, "*"), None);
         assert_eq!(at(&put, "name"), None);
         assert_eq!(at(&other, "files"), None, "a list is JSON");
+        let deep = r.message("files.Deep").unwrap();
+        let put_file = At::Field(FieldPath::new(&[3, 2]).unwrap());
+        assert_eq!(at(&deep, "put.file"), Some(put_file));
+        assert_eq!(at(&deep, "put.name"), None);
+        assert_eq!(at(&deep, "puts.file"), None, "through a list");
+        assert_eq!(at(&deep, "put.file.data"), None);
+        assert_eq!(at(&deep, "put"), None);
+    }
+
+    #[test]
+    fn a_nested_http_body_is_written_and_read_through_its_messages() {
+        let r = registry();
+        let deep = r.message("files.Deep").unwrap();
+        let put_file = At::Field(FieldPath::new(&[3, 2]).unwrap());
+        let bytes = encode(put_file, "text/csv", b"a,b\n");
+        let message = decode_message(&deep, &bytes).unwrap();
+        let put = message.get_field_by_name("put").unwrap();
+        let file = put.as_message().unwrap().get_field_by_name("file").unwrap();
+        let file = file.as_message().unwrap();
+        assert_eq!(
+            file.get_field_by_name("data")
+                .unwrap()
+                .as_bytes()
+                .unwrap()
+                .as_ref(),
+            b"a,b\n"
+        );
+        // A second occurrence of `put` merges: its file's data wins.
+        let mut twice = bytes.clone();
+        twice.extend(encode(put_file, "", b"new"));
+        twice.extend([0x0a, 0x01, b'n']);
+        assert_eq!(
+            decode(put_file, &twice).unwrap(),
+            RawBody {
+                content_type: "text/csv".into(),
+                data: b"new".to_vec()
+            }
+        );
+        assert_eq!(
+            wrap(&[3, 2], vec![0x12, 0x00]),
+            vec![0x1a, 0x02, 0x12, 0x00]
+        );
+        assert_eq!(wrap(&[2], vec![0x12, 0x00]), vec![0x12, 0x00]);
+        assert!(FieldPath::new(&[1; MAX_BODY_PATH + 1]).is_none());
     }
 
     #[test]
     fn encodes_what_prost_reflect_decodes_and_back() {
         let r = registry();
         let put = r.message("files.Put").unwrap();
-        let bytes = encode(At::Field(2), "image/png", &[0, 1, 2, 255]);
+        let bytes = encode(field(2), "image/png", &[0, 1, 2, 255]);
         let message = decode_message(&put, &bytes).unwrap();
         let file = message.get_field_by_name("file").unwrap();
         let file = file.as_message().unwrap();
@@ -234,7 +380,7 @@ message Other { string name = 1; repeated google.api.HttpBody files = 2; }
             Some("image/png")
         );
         assert_eq!(
-            decode(At::Field(2), &bytes).unwrap(),
+            decode(field(2), &bytes).unwrap(),
             RawBody {
                 content_type: "image/png".into(),
                 data: vec![0, 1, 2, 255]
@@ -256,13 +402,13 @@ message Other { string name = 1; repeated google.api.HttpBody files = 2; }
     fn merges_as_a_parser_does_and_skips_the_rest() {
         // Field 2 given twice (merged: the later data wins, the earlier
         // content type stays), a name, extensions and an unknown group.
-        let mut bytes = encode(At::Field(2), "text/csv", b"old");
+        let mut bytes = encode(field(2), "text/csv", b"old");
         bytes.extend([0x0a, 0x01, b'n']);
-        bytes.extend(encode(At::Field(2), "", b"new"));
+        bytes.extend(encode(field(2), "", b"new"));
         bytes.extend([0x12, 0x04, 0x1a, 0x02, 0x0a, 0x00]);
         bytes.extend([0x3b, 0x08, 0x01, 0x3c]);
         assert_eq!(
-            decode(At::Field(2), &bytes).unwrap(),
+            decode(field(2), &bytes).unwrap(),
             RawBody {
                 content_type: "text/csv".into(),
                 data: b"new".to_vec()
@@ -270,7 +416,7 @@ message Other { string name = 1; repeated google.api.HttpBody files = 2; }
         );
         // Not set at all: an empty body.
         assert_eq!(
-            decode(At::Field(2), &[0x0a, 0x01, b'n']).unwrap(),
+            decode(field(2), &[0x0a, 0x01, b'n']).unwrap(),
             RawBody::default()
         );
     }

@@ -124,7 +124,7 @@ impl Template {
     pub fn matches_verb(&self, path: &str, verb: bool, unescape: UrlUnescape) -> Option<PathVars> {
         let request = RequestPath::parse(path, verb)?;
         let spans = self.spans(&request)?;
-        Some(self.bind(&request, &spans, unescape))
+        self.bind(&request, &spans, unescape).ok()
     }
 
     /// For each template segment, the request segments it takes, when the
@@ -163,12 +163,14 @@ impl Template {
     }
 
     /// The variables' values in a request that [`Template::spans`] matched.
+    /// A variable whose escapes decode to bytes that are not UTF-8 is
+    /// refused, naming it.
     pub fn bind(
         &self,
         request: &RequestPath,
         spans: &[(usize, usize)],
         unescape: UrlUnescape,
-    ) -> PathVars {
+    ) -> Result<PathVars, String> {
         let bindings = self.variables.iter().map(|v| {
             let (from, to) = (spans[v.start].0, spans[v.end - 1].1);
             // One segment is unescaped whole, as http.proto and Envoy do;
@@ -184,10 +186,16 @@ impl Template {
             };
             let value = request.parts[from..to]
                 .iter()
-                .map(|p| percent_decode(p, unescape))
-                .collect::<Vec<_>>()
+                .map(|p| percent_decode_value(p, unescape))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    format!(
+                        "path variable '{}': its escapes decode to bytes that are not UTF-8",
+                        v.field_path.join(".")
+                    )
+                })?
                 .join("/");
-            (v.field_path.clone(), value)
+            Ok((v.field_path.clone(), value))
         });
         bindings.collect()
     }
@@ -310,24 +318,50 @@ impl UrlUnescape {
 /// rewritten in between, so that its escapes can be trusted.
 /// Segment by segment: a `%2F` that nginx decoded into two segments (and
 /// routed as two) must not become one here.
-pub fn is_raw_form_of(raw: &str, decoded_path: &str, decoded_query: &str) -> bool {
+pub fn is_raw_form_of(raw: &str, decoded_path: &[u8], decoded_query: &str) -> bool {
     let (raw_path, raw_query) = raw.split_once('?').unwrap_or((raw, ""));
     raw_query == decoded_query
         && raw_path
             .split('/')
-            .map(|segment| percent_decode(segment, UrlUnescape::AllCharacters))
-            .eq(decoded_path.split('/'))
+            .map(|segment| percent_decode_bytes(segment, UrlUnescape::AllCharacters))
+            .eq(decoded_path.split(|&b| b == b'/').map(<[u8]>::to_vec))
 }
 
 /// A decoded path written back as one the bindings read the same way:
 /// `%` and `?` escaped again, so that nothing is decoded twice and a `?`
-/// nginx decoded does not start a query.
-pub fn escaped_again(decoded_path: &str) -> String {
-    decoded_path.replace('%', "%25").replace('?', "%3F")
+/// nginx decoded does not start a query; a path that is not UTF-8 has its
+/// other bytes escaped too, so that a variable holding them is refused by
+/// name rather than the whole path lost.
+pub fn escaped_again(decoded_path: &[u8]) -> String {
+    if let Ok(text) = std::str::from_utf8(decoded_path) {
+        return text.replace('%', "%25").replace('?', "%3F");
+    }
+    let mut out = String::with_capacity(decoded_path.len() + 8);
+    for &byte in decoded_path {
+        if byte.is_ascii() && byte != b'%' && byte != b'?' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
-/// `%XX` escapes, but those `unescape` keeps.
+/// `%XX` escapes, but those `unescape` keeps; text that is not UTF-8
+/// once decoded as U+FFFD, for looking names up.
 fn percent_decode(text: &str, unescape: UrlUnescape) -> String {
+    String::from_utf8_lossy(&percent_decode_bytes(text, unescape)).into_owned()
+}
+
+/// [`percent_decode`] for a value: `None` when the escapes decode to
+/// bytes that are not UTF-8, which no JSON value and no string field can
+/// carry (Envoy's transcoder passes them on, for the upstream to refuse
+/// the message; a U+FFFD would change the value unseen).
+fn percent_decode_value(text: &str, unescape: UrlUnescape) -> Option<String> {
+    String::from_utf8(percent_decode_bytes(text, unescape)).ok()
+}
+
+fn percent_decode_bytes(text: &str, unescape: UrlUnescape) -> Vec<u8> {
     let b = text.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -353,7 +387,7 @@ fn percent_decode(text: &str, unescape: UrlUnescape) -> String {
         out.push(b[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// The variables a matched path binds: each field path and its text.
@@ -493,24 +527,29 @@ fn collect(
 }
 
 /// `body` names a field of the request and `response_body` one of the
-/// response, each at the top level as http.proto allows: a path such as
-/// `nested.content` would otherwise print `null` for every answer.
+/// response: a top-level one as http.proto says, or a dotted path through
+/// singular message fields as Envoy's transcoder reads it (its own tests
+/// bind `nested.content`). A name that is no such path would print `null`
+/// for every answer.
 fn check_fields(binding: &Binding) -> Result<(), String> {
-    let named = |desc: &MessageDescriptor, name: &str| {
-        desc.get_field_by_name(name).is_some() || desc.get_field_by_json_name(name).is_some()
-    };
     let body = binding.body.as_str();
-    if !matches!(body, "" | "*") && !named(&binding.method.input(), body) {
+    if !matches!(body, "" | "*")
+        && http_body::singular_path(&binding.method.input(), body).is_none()
+    {
         return Err(format!(
-            "body '{body}' is not a top-level field of {}",
-            binding.method.input().full_name()
+            "body '{body}' names no field of {} (a field, or a dotted path through singular message fields, at most {} deep)",
+            binding.method.input().full_name(),
+            http_body::MAX_BODY_PATH
         ));
     }
     let response = binding.response_body.as_str();
-    if !response.is_empty() && !named(&binding.method.output(), response) {
+    if !response.is_empty()
+        && http_body::singular_path(&binding.method.output(), response).is_none()
+    {
         return Err(format!(
-            "response_body '{response}' is not a top-level field of {}",
-            binding.method.output().full_name()
+            "response_body '{response}' names no field of {} (a field, or a dotted path through singular message fields, at most {} deep)",
+            binding.method.output().full_name(),
+            http_body::MAX_BODY_PATH
         ));
     }
     Ok(())
@@ -520,7 +559,8 @@ fn check_fields(binding: &Binding) -> Result<(), String> {
 /// body field), then what the request line gives (the path variables and
 /// the query parameters) as a second encoding of the message. A parser
 /// merges the two field by field, so the request line wins where both set
-/// a field. The body is never held as anything but its JSON and its
+/// a field; the query goes around the body so that the body wins over it,
+/// as in Envoy (see [`line_parts`]). The body is never held as anything but its JSON and its
 /// protobuf (issue 26).
 pub fn request_message(
     binding: &Binding,
@@ -529,9 +569,49 @@ pub fn request_message(
     body: (&[u8], Option<&str>),
     options: &JsonOptions,
 ) -> Result<Vec<u8>, String> {
-    let mut message = body_message(binding, body, options)?;
-    message.extend_from_slice(&line_message(binding, vars, query, options)?);
+    let body = body_message(binding, body, options)?;
+    let (mut message, after) = line_parts(binding, vars, query, options)?;
+    message.extend_from_slice(&body);
+    message.extend_from_slice(&after);
     Ok(message)
+}
+
+/// What the request line gives, as the encodings that go before and after
+/// the body's (a client stream puts them around each of its messages). As
+/// in Envoy's transcoder, the body wins over the query: a query parameter
+/// sets what the body leaves unset, and a list gets the body's items, then
+/// the query's. The query counts beside a `*` body too, where http.proto
+/// leaves it no field (Envoy reads it; dropping it would answer a request
+/// other than the one sent). The path goes last, so it wins over both
+/// (unlike Envoy: what a rule checked on the path is what the upstream
+/// gets; the query may not set what the path binds).
+pub fn line_parts(
+    binding: &Binding,
+    vars: PathVars,
+    query: &str,
+    options: &JsonOptions,
+) -> Result<(Vec<u8>, Vec<u8>), String> {
+    if query.is_empty() || binding.body.is_empty() {
+        // No body to go around: one message, its fields in number order.
+        return Ok((
+            Vec::new(),
+            line_message(binding, vars, query, Params::All, options)?,
+        ));
+    }
+    check_request_line(binding, vars.clone(), query)?;
+    let before = line_message(binding, Vec::new(), query, Params::Singular, options)?;
+    let mut after = line_message(binding, Vec::new(), query, Params::Lists, options)?;
+    after.extend_from_slice(&line_message(binding, vars, "", Params::All, options)?);
+    Ok((before, after))
+}
+
+/// Which query parameters a part of the request line takes (see
+/// [`line_parts`]): its singular fields go before the body, its lists after.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Params {
+    All,
+    Singular,
+    Lists,
 }
 
 /// The body's part of [`request_message`] (`body`: its bytes and
@@ -557,26 +637,56 @@ pub fn body_message(
         (None, field)
             if empty && field != "*" && is_message_field(&binding.method.input(), field) =>
         {
-            input.field_json_to_protobuf(field, b"{}", options)
+            field_json_to_protobuf(binding, field, b"{}", options)
         }
         (None, _) if empty => Ok(Vec::new()),
-        (None, "*") => input.json_to_protobuf(body, options),
-        (None, field) => input.field_json_to_protobuf(field, body, options),
+        (None, "*") => input
+            .json_to_protobuf(body, options)
+            .map_err(|e| e.to_string()),
+        (None, field) => field_json_to_protobuf(binding, field, body, options),
     }
-    .map_err(|e| e.to_string())
 }
 
-/// The request line's part of [`request_message`]: the path variables and
-/// the query parameters, encoded once (a client stream appends it to each
-/// of its messages).
-pub fn line_message(
+/// The body's JSON as the field `body` names, within the request message:
+/// a dotted path's last field encoded in its own message, then wrapped in
+/// each message field that leads to it.
+fn field_json_to_protobuf(
+    binding: &Binding,
+    field: &str,
+    json: &[u8],
+    options: &JsonOptions,
+) -> Result<Vec<u8>, String> {
+    let input = binding.method.input_type();
+    let Some((parents, last)) = field.rsplit_once('.') else {
+        return input
+            .field_json_to_protobuf(field, json, options)
+            .map_err(|e| e.to_string());
+    };
+    let path = http_body::singular_path(input.descriptor(), field)
+        .ok_or_else(|| format!("body '{field}' names no field"))?;
+    let parent = path
+        .iter()
+        .rev()
+        .nth(1)
+        .and_then(|f| f.kind().as_message().cloned())
+        .ok_or_else(|| format!("body '{parents}' is no message"))?;
+    let inner = crate::json::MessageType::new(parent)
+        .field_json_to_protobuf(last, json, options)
+        .map_err(|e| e.to_string())?;
+    let numbers: Vec<u32> = path.iter().map(|f| f.number()).collect();
+    Ok(http_body::wrap(&numbers, inner))
+}
+
+/// The path variables and the query parameters, encoded as one message.
+fn line_message(
     binding: &Binding,
     vars: PathVars,
     query: &str,
+    params: Params,
     options: &JsonOptions,
 ) -> Result<Vec<u8>, String> {
     let mut line = Value::Object(Map::new());
-    fill_from_request_line(&mut line, binding, vars, query)?;
+    fill_from_request_line(&mut line, binding, vars, query, params)?;
     if line.as_object().is_none_or(|fields| fields.is_empty()) {
         return Ok(Vec::new());
     }
@@ -593,14 +703,19 @@ pub fn line_message(
 /// before any body comes: a request refused for them then never reaches
 /// the upstream, which a proxy starts once the headers pass.
 pub fn check_request_line(binding: &Binding, vars: PathVars, query: &str) -> Result<(), String> {
-    fill_from_request_line(&mut Value::Object(Map::new()), binding, vars, query)
+    fill_from_request_line(
+        &mut Value::Object(Map::new()),
+        binding,
+        vars,
+        query,
+        Params::All,
+    )
 }
 
-/// A body field (by its name or its JSON name) of message type.
+/// A body field (by its name or JSON name, or a dotted path) of message type.
 fn is_message_field(input: &MessageDescriptor, name: &str) -> bool {
-    input
-        .get_field_by_name(name)
-        .or_else(|| input.get_field_by_json_name(name))
+    http_body::singular_path(input, name)
+        .and_then(|path| path.last().cloned())
         .is_some_and(|f| !f.is_list() && !f.is_map() && matches!(f.kind(), Kind::Message(_)))
 }
 
@@ -611,6 +726,7 @@ fn fill_from_request_line(
     binding: &Binding,
     vars: PathVars,
     query: &str,
+    params: Params,
 ) -> Result<(), String> {
     let input = binding.method.input();
     let mut bound = Vec::with_capacity(vars.len());
@@ -622,10 +738,7 @@ fn fill_from_request_line(
         bound.push(numbers_of(fields.as_deref()));
         set(root, &path, typed);
     }
-    // Even where the body is the whole message: http.proto leaves no field
-    // to the query then, but Envoy reads it, and dropping it would answer
-    // a request other than the one sent.
-    for (key, value) in query_pairs(query) {
+    for (key, value) in query_pairs(query)? {
         let path = resolve_query_path(&input, query_field_path(key)?);
         let fields = fields_on(&input, &path);
         let typed = typed_scalar(&input, &path, fields.as_deref(), value)?;
@@ -642,44 +755,58 @@ fn fill_from_request_line(
                 path.join(".")
             ));
         }
-        if fields
+        let list = fields
             .as_deref()
             .and_then(<[_]>::last)
-            .is_some_and(|f| f.is_list())
-        {
-            push(root, &path, typed);
-        } else {
-            set(root, &path, typed);
+            .is_some_and(|f| f.is_list());
+        match (params, list) {
+            (Params::Singular, true) | (Params::Lists, false) => {}
+            (_, true) => push(root, &path, typed),
+            (_, false) => set(root, &path, typed),
         }
     }
     Ok(())
 }
 
-/// The part of a printed response that `response_body` selects.
+/// The part of a printed response that `response_body` selects (a field,
+/// or a dotted path of them), or the field's default where the printer
+/// left it out.
 pub fn response_part(binding: &Binding, printed: &str) -> String {
     if binding.response_body.is_empty() {
         return printed.to_string();
     }
-    let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(printed) else {
+    let output = binding.method.output();
+    let Some(path) = http_body::singular_path(&output, &binding.response_body) else {
         return printed.to_string();
     };
-    let output = binding.method.output();
-    let names = output
-        .get_field_by_name(&binding.response_body)
-        .map(|f| vec![f.json_name().to_string(), f.name().to_string()])
-        .unwrap_or_default();
-    names
-        .iter()
-        .find_map(|n| fields.get(n))
-        .map(Value::to_string)
-        .unwrap_or_else(|| default_of(&output, &binding.response_body))
+    let Ok(mut value) = serde_json::from_str::<Value>(printed) else {
+        return printed.to_string();
+    };
+    let Some(selected) = path.last() else {
+        return printed.to_string();
+    };
+    for field in &path {
+        let Value::Object(mut fields) = value else {
+            return default_of(selected);
+        };
+        let found = [field.json_name(), field.name()]
+            .into_iter()
+            .find_map(|n| fields.remove(n));
+        match found {
+            Some(inner) => value = inner,
+            None => return default_of(selected),
+        }
+    }
+    value.to_string()
 }
 
-fn default_of(output: &MessageDescriptor, field: &str) -> String {
-    match output.get_field_by_name(field) {
-        Some(f) if f.is_list() => "[]".into(),
-        Some(f) if f.is_map() || matches!(f.kind(), Kind::Message(_)) => "{}".into(),
-        _ => "null".into(),
+fn default_of(field: &prost_reflect::FieldDescriptor) -> String {
+    if field.is_list() {
+        "[]".into()
+    } else if field.is_map() || matches!(field.kind(), Kind::Message(_)) {
+        "{}".into()
+    } else {
+        "null".into()
     }
 }
 
@@ -797,13 +924,17 @@ fn query_field_path(key: &str) -> Result<Vec<String>, String> {
 }
 
 /// Each query parameter's name as sent, and its value percent-decoded.
-fn query_pairs(query: &str) -> Vec<(&str, String)> {
+fn query_pairs(query: &str) -> Result<Vec<(&str, String)>, String> {
     query
         .split('&')
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (k, percent_decode(v, UrlUnescape::AllCharacters))
+            let value = percent_decode_value(v, UrlUnescape::AllCharacters).ok_or_else(|| {
+                let shown: String = k.chars().take(40).collect();
+                format!("query parameter '{shown}': its value's escapes decode to bytes that are not UTF-8")
+            })?;
+            Ok((k, value))
         })
         .collect()
 }
@@ -886,7 +1017,7 @@ service S {
   rpc Root(Ask) returns (Reply) {
     option (google.api.http) = {
       get: "/"
-      additional_bindings { get: "/v1/{id}" response_body: "nested.content" }
+      additional_bindings { get: "/v1/{id}" response_body: "nested.text" }
       additional_bindings { post: "/v1/{id}" body: "missing" }
       additional_bindings { get: "/v1/bad{" }
       additional_bindings { get: "/v1/{id}/text" response_body: "text" }
@@ -907,8 +1038,8 @@ service S {
         assert_eq!(
             left_out,
             vec![
-                "/b.S/Root (GET /v1/{id}): response_body 'nested.content' is not a top-level field of b.Reply",
-                "/b.S/Root (POST /v1/{id}): body 'missing' is not a top-level field of b.Ask",
+                "/b.S/Root (GET /v1/{id}): response_body 'nested.text' names no field of b.Reply (a field, or a dotted path through singular message fields, at most 8 deep)",
+                "/b.S/Root (POST /v1/{id}): body 'missing' names no field of b.Ask (a field, or a dotted path through singular message fields, at most 8 deep)",
                 "/b.S/Root (GET /v1/bad{): invalid path template '/v1/bad{': bad segment 'bad{'",
             ]
         );
@@ -952,20 +1083,39 @@ service S {
             query("/v1/search/a%3Ab", UrlUnescape::AllCharactersExceptReserved),
             "a%3Ab"
         );
-        assert!(is_raw_form_of("/v1/a%3Ab?x=%3A", "/v1/a:b", "x=%3A"));
-        assert!(!is_raw_form_of("/v1/a%3Ab", "/v2/a:b", ""), "rewritten");
-        assert!(!is_raw_form_of("/v1//a", "/v1/a", ""), "merged slashes");
+        assert!(is_raw_form_of("/v1/a%3Ab?x=%3A", b"/v1/a:b", "x=%3A"));
+        assert!(!is_raw_form_of("/v1/a%3Ab", b"/v2/a:b", ""), "rewritten");
+        assert!(!is_raw_form_of("/v1//a", b"/v1/a", ""), "merged slashes");
+        assert!(is_raw_form_of("/v1/a%FFb", b"/v1/a\xffb", ""), "not UTF-8");
+        assert_eq!(escaped_again(b"/v1/a\xff%b?"), "/v1/a%FF%25b%3F");
+        assert_eq!(escaped_again("/v1/\u{e9}?".as_bytes()), "/v1/\u{e9}%3F");
         assert!(
-            !is_raw_form_of("/v1/a%2Fb", "/v1/a/b", ""),
+            !is_raw_form_of("/v1/a%2Fb", b"/v1/a/b", ""),
             "a segment split"
         );
-        assert!(is_raw_form_of("/v1/a%3F", "/v1/a?", ""), "a ? of the path");
-        assert_eq!(escaped_again("/v1/a?%41"), "/v1/a%3F%2541");
+        assert!(is_raw_form_of("/v1/a%3F", b"/v1/a?", ""), "a ? of the path");
+        assert_eq!(escaped_again(b"/v1/a?%41"), "/v1/a%3F%2541");
         assert_eq!(
             percent_decode("%+1%4g%41", UrlUnescape::AllCharacters),
             "%+1%4gA"
         );
+        // Escapes that decode to no UTF-8 are refused, never replaced.
         let one = Template::parse("/v1/{name}").unwrap();
+        let request = RequestPath::parse("/v1/a%FFb", true).unwrap();
+        let spans = one.spans(&request).unwrap();
+        assert_eq!(
+            one.bind(&request, &spans, UrlUnescape::AllCharacters)
+                .unwrap_err(),
+            "path variable 'name': its escapes decode to bytes that are not UTF-8"
+        );
+        assert_eq!(
+            one.matches("/v1/%C3%A9%EF%BF%BD").unwrap()[0].1,
+            "\u{e9}\u{fffd}"
+        );
+        assert_eq!(
+            query_pairs("a=1&b=%FF").unwrap_err(),
+            "query parameter 'b': its value's escapes decode to bytes that are not UTF-8"
+        );
         let name = one.matches_verb(
             "/v1/a%3Ab%2Fc",
             true,
@@ -1094,7 +1244,8 @@ service S { rpc Go(Find) returns (Find) { option (google.api.http) = { post: "/s
             r#"{"shelf":"7","book":{}}"#
         );
         // Where the body is the whole message, the query still counts (Envoy
-        // reads it too), and wins over the body as the path does.
+        // reads it too): it sets what the body leaves unset, and the body
+        // wins where both set a field, as in Envoy.
         let shelf = binding(&r, "CreateShelf", 0);
         assert_eq!(
             request(
@@ -1104,6 +1255,10 @@ service S { rpc Go(Find) returns (Find) { option (google.api.http) = { post: "/s
                 br#"{"theme":"body","id":"3"}"#
             )
             .unwrap(),
+            r#"{"id":"3","theme":"body"}"#
+        );
+        assert_eq!(
+            request(&shelf, "/v1/shelves", "theme=line", br#"{"id":"3"}"#).unwrap(),
             r#"{"id":"3","theme":"line"}"#
         );
         let list = binding(&r, "ListBooks", 0);
@@ -1135,7 +1290,7 @@ service S { rpc Go(Find) returns (Find) { option (google.api.http) = { post: "/s
     }
 
     #[test]
-    fn the_request_line_wins_over_the_body_and_errors_name_the_body_field() {
+    fn the_path_wins_over_the_body_the_body_over_the_query_and_errors_name_the_body_field() {
         let r = library();
         let update = binding(&r, "UpdateBook", 0);
         // The path's name replaces the body's; the rest of the book stays.
@@ -1149,8 +1304,8 @@ service S { rpc Go(Find) returns (Find) { option (google.api.http) = { post: "/s
             .unwrap(),
             r#"{"book":{"name":"shelves/1/books/2","title":"T"}}"#
         );
-        // The request line wins with a default too: left out of its
-        // encoding, the body's 5 would stand.
+        // The body wins over the query, as in Envoy; the query sets what
+        // the body leaves unset, a default too.
         assert_eq!(
             request(
                 &update,
@@ -1159,7 +1314,17 @@ service S { rpc Go(Find) returns (Find) { option (google.api.http) = { post: "/s
                 br#"{"title":"T","pages":"5"}"#
             )
             .unwrap(),
-            r#"{"book":{"name":"shelves/1/books/2"}}"#
+            r#"{"book":{"name":"shelves/1/books/2","title":"T","pages":"5"}}"#
+        );
+        assert_eq!(
+            request(
+                &update,
+                "/v1/shelves/1/books/2",
+                "book.title=Q",
+                br#"{"pages":"5"}"#
+            )
+            .unwrap(),
+            r#"{"book":{"name":"shelves/1/books/2","title":"Q","pages":"5"}}"#
         );
         assert_eq!(
             request(&update, "/v1/shelves/1/books/2", "", br#"{"pages":true}"#).unwrap_err(),
@@ -1185,5 +1350,59 @@ service S { rpc Go(Find) returns (Find) { option (google.api.http) = { post: "/s
             r#"[{"title":"a"}]"#
         );
         assert_eq!(response_part(&search, "{}"), "[]");
+    }
+
+    #[test]
+    fn body_and_response_body_may_name_a_nested_field() {
+        let mut r = Registry::new().unwrap();
+        r.add_sources([(
+            "n.proto",
+            r#"syntax = "proto3";
+package n;
+import "google/api/annotations.proto";
+message Note { string text = 1; int32 stars = 2; }
+message Attachment { Note note = 1; string label = 2; }
+message Ask { string id = 1; Attachment attachment = 2; }
+service S {
+  rpc Put(Ask) returns (Ask) {
+    option (google.api.http) = {
+      post: "/v1/{id}" body: "attachment.note" response_body: "attachment.note"
+      additional_bindings { get: "/v1/{id}/label" response_body: "attachment.label" }
+    };
+  }
+}"#,
+        )])
+        .unwrap();
+        let (mut kept, left_out) = bindings_of(&r.method("/n.S/Put").unwrap());
+        assert_eq!(left_out, Vec::<String>::new());
+        let label = kept.remove(1);
+        let put = kept.remove(0);
+        let options = JsonOptions::default();
+        let vars = vec![(vec!["id".to_string()], "7".to_string())];
+        let bytes = request_message(
+            &put,
+            vars,
+            "",
+            (br#"{"text":"hi","stars":3}"#, None),
+            &options,
+        )
+        .unwrap();
+        let ask = crate::json::decode_message(&r.message("n.Ask").unwrap(), &bytes).unwrap();
+        let printed = crate::json::message_to_json(&ask, &options).unwrap();
+        assert_eq!(
+            printed,
+            r#"{"id":"7","attachment":{"note":{"text":"hi","stars":3}}}"#
+        );
+        assert_eq!(response_part(&put, &printed), r#"{"stars":3,"text":"hi"}"#);
+        // Not printed (a default): the field's own default.
+        assert_eq!(response_part(&put, r#"{"id":"7"}"#), "{}");
+        assert_eq!(response_part(&label, r#"{"id":"7"}"#), "null");
+        assert_eq!(
+            response_part(&label, r#"{"attachment":{"label":"x"}}"#),
+            r#""x""#
+        );
+        // An empty body still sets the nested message, present and empty.
+        let bytes = request_message(&put, vec![], "", (b"", None), &options).unwrap();
+        assert_eq!(bytes, vec![0x12, 0x02, 0x0a, 0x00]);
     }
 }

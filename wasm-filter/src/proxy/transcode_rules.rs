@@ -14,7 +14,7 @@ use super::callout_rules::{check_whole, each_value, ValueError};
 use super::config::{FilterConfig, StreamFormat};
 use super::http_body::{At, RawBody};
 use super::http_rule::{
-    body_message, check_request_line as check_line, line_message, path_verb, request_message,
+    body_message, check_request_line as check_line, line_parts, path_verb, request_message,
     response_part, Binding, PathVars, RequestPath,
 };
 use std::cmp::Ordering;
@@ -176,6 +176,10 @@ pub fn plan(
     }
     let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
     if let Some((binding, vars)) = chosen_binding(config, http_method, path) {
+        let vars = match vars {
+            Ok(vars) => vars,
+            Err(message) => return Plan::Reply(bad_request(config, message)),
+        };
         let mut route = Route::new(
             binding.method.clone(),
             Some((binding.clone(), vars, query_text(config, query))),
@@ -231,7 +235,7 @@ fn chosen_binding<'a>(
     config: &'a FilterConfig,
     http_method: &str,
     path: &str,
-) -> Option<(&'a Binding, PathVars)> {
+) -> Option<(&'a Binding, Result<PathVars, String>)> {
     let verb = path_verb(path)
         .is_some_and(|v| config.bindings.iter().any(|b| b.template.verb() == Some(v)));
     let request = RequestPath::parse(path, verb)?;
@@ -311,13 +315,13 @@ pub fn encode_request(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
     check_request_size(config, body)?;
     let options = route.json(config);
     // The request line's fields, read once, go with every message.
-    let line = match &route.binding {
-        Some((binding, vars, query)) => line_message(binding, vars.clone(), query, options)
+    let (before, after) = match &route.binding {
+        Some((binding, vars, query)) => line_parts(binding, vars.clone(), query, options)
             .map_err(|message| bad_request(config, message))?,
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     let mut frame = |value: &[u8]| {
-        let mut message = match &route.binding {
+        let body = match &route.binding {
             Some((binding, _, _)) => body_message(binding, (value, None), options),
             None => route
                 .method
@@ -326,7 +330,10 @@ pub fn encode_request(config: &FilterConfig, route: &Route, body: &[u8]) -> Resu
                 .map_err(|e| e.to_string()),
         }
         .map_err(|message| bad_request(config, message))?;
-        message.extend_from_slice(&line);
+        let mut message = Vec::with_capacity(before.len() + body.len() + after.len());
+        message.extend_from_slice(&before);
+        message.extend_from_slice(&body);
+        message.extend_from_slice(&after);
         // The messages together stay within the body's limit: tiny JSON
         // values (`{}`), each given the request line's fields, would
         // otherwise grow without bound.

@@ -264,7 +264,9 @@ fn client_path() -> Option<String> {
         let bytes = host::property(&["request", name])?;
         String::from_utf8(bytes).ok()
     };
-    let (uri, args) = (text("url_path")?, text("query").unwrap_or_default());
+    // nginx's `$uri` is decoded: its bytes need not be UTF-8.
+    let uri = host::property(&["request", "url_path"])?;
+    let args = text("query").unwrap_or_default();
     if let Some(raw) = text("path").filter(|raw| is_raw_form_of(raw, &uri, &args)) {
         return Some(raw);
     }
