@@ -231,6 +231,64 @@ def test_the_loopback_call_keeps_the_requests_authority_and_so_its_virtual_host(
         proxy.stop()
 
 
+def rbac_allowing_remote_ip(*cidrs):
+    principals = [{"remote_ip": {"address_prefix": prefix, "prefix_len": length}} for prefix, length in cidrs]
+    return {"name": "envoy.filters.http.rbac", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC",
+        "rules": {"action": "ALLOW", "policies": {"from": {
+            "permissions": [{"any": True}], "principals": principals}}}}}
+
+
+# A loopback client: Envoy writes its own address (192.0.2.2 here) into
+# x-forwarded-for for a peer on 127.0.0.0/8, which the loopback's chain
+# then reads as the client's. A real client's address is written as itself.
+LOCAL_CLIENT = [("127.0.0.1", 32), ("192.0.2.2", 32)]
+
+
+def edge_ingress(envoy):
+    """The ingress as an edge proxy: the client's address is its peer's
+    (`use_remote_address`, as grpc-wasm-config writes it); the loopback's
+    chain reads it from the x-forwarded-for the ingress wrote."""
+    ingress = envoy["static_resources"]["listeners"][0]
+    ingress["filter_chains"][0]["filters"][0]["typed_config"]["use_remote_address"] = True
+
+
+@pytest.mark.parametrize(("allowed", "status"), [(LOCAL_CLIENT, 200), ([("10.0.0.0", 8)], 403)],
+                         ids=["the-client-allowed", "another-network-allowed"])
+def test_rules_on_the_clients_address_hold_through_the_loopback_and_cannot_be_smuggled(shelves, allowed, status):
+    config, (server, _) = shelves
+    proxy = Envoy(None, [("/", "bookstore", server.port)],
+                  http_filters=with_filters_after(config, [rbac_allowing_remote_ip(*allowed)]),
+                  edit=edge_ingress)
+    try:
+        for name, method, path, body, _ in BINDINGS:
+            got, answer = request(proxy, method, path, body)
+            assert (name, got) == (name, status), (answer, proxy.log())
+            # A grpc-metadata-* header stays itself: unwrapped into the
+            # loopback call, it would add to the x-forwarded-for the rule
+            # reads (and to any header the proxy set or checked).
+            headers = {"x-forwarded-for": "1.1.1.1", "grpc-metadata-x-forwarded-for": "10.1.2.3"}
+            got, answer = request(proxy, method, path, body, headers)
+            assert (name, "smuggled", got) == (name, "smuggled", status), answer
+    finally:
+        proxy.stop()
+
+
+def test_an_authority_that_names_no_host_is_refused_not_held(shelves):
+    """Envoy keeps a gRPC client per distinct authority for a while: the
+    loopback call takes only a host[:port] of at most 255 bytes."""
+    config, (server, _) = shelves
+    proxy = Envoy(config, [("/", "bookstore", server.port)])
+    try:
+        status, answer = request(proxy, "GET", "/shelves/1", headers={"host": "a" * 256})
+        assert (status, answer["code"]) == (400, 3), answer
+        assert answer["message"].startswith("the request's authority 'aaaa"), answer
+        status, _ = request(proxy, "GET", "/shelves/1", headers={"host": "Books.Example:8080"})
+        assert status == 200
+    finally:
+        proxy.stop()
+
+
 def test_without_a_loopback_cluster_bodiless_bindings_are_refused_and_logged_once(shelves):
     config, (server, _) = shelves
     proxy = Envoy({**config, "loopback_cluster": None}, [("/", "bookstore", server.port)])

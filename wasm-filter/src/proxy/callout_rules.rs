@@ -10,7 +10,7 @@ use crate::status::{percent_decode, Status};
 use crate::timeout::parse_timeout;
 
 use super::config::Callout;
-use super::contract::METADATA_PREFIX;
+use super::contract::{METADATA_PREFIX, ORIGINAL_PATH_HEADER};
 
 /// The call's deadline in milliseconds: the request's `grpc-timeout`, or
 /// the configured default. Never 0: Envoy fails a call with timeout 0 at once.
@@ -52,11 +52,19 @@ pub fn call_metadata<'a>(
     let mut out = callout.metadata.clone();
     let mut checked = Metadata::new();
     for (name, value) in headers {
+        // A request that goes on as itself carries `grpc-metadata-*` as
+        // the headers they are: unwrapped here, one would stand in for a
+        // header the proxy set or checked (`x-forwarded-for`,
+        // `authorization`) before the filters after this one.
+        if callout.forward_request_headers {
+            forward_header(name, value, &mut out);
+            continue;
+        }
         let prefixed = name.len() >= METADATA_PREFIX.len()
             && name[..METADATA_PREFIX.len()].eq_ignore_ascii_case(METADATA_PREFIX.as_bytes());
         if !prefixed {
-            if callout.forward_request_headers || propagates(callout, name) {
-                forward_header(name, value, &mut checked, &mut out);
+            if propagates(callout, name) {
+                propagate_header(name, value, &mut checked, &mut out);
             }
             continue;
         }
@@ -96,6 +104,26 @@ pub fn envoy_grpc_service(cluster: &str, authority: &[u8]) -> Vec<u8> {
     service
 }
 
+/// The request's `:authority` as the loopback call's, lower-cased: a host
+/// and port (at most 255 bytes of letters, digits, `.-_:[]`), as only a
+/// real one names a virtual host. Envoy keeps a client per distinct
+/// authority for a while: a header of any size and case would let a
+/// client make it keep as many, as large, as it likes.
+pub fn loopback_authority(authority: &str) -> Result<String, Status> {
+    let host_char = |b: u8| b.is_ascii_alphanumeric() || b".-_:[]".contains(&b);
+    if authority.len() > MAX_AUTHORITY_BYTES || !authority.bytes().all(host_char) {
+        let shown: String = authority.chars().take(40).collect();
+        return Err(Status::new(
+            Code::InvalidArgument,
+            format!("the request's authority '{shown}' is no host[:port] of at most {MAX_AUTHORITY_BYTES} bytes"),
+        ));
+    }
+    Ok(authority.to_ascii_lowercase())
+}
+
+/// A DNS name (253) and a port, rounded.
+const MAX_AUTHORITY_BYTES: usize = 255;
+
 /// Names the call's client: gRPC's `grpc-<implementation>/<version>`,
 /// unless a forwarded request's own `user-agent` goes on.
 pub fn add_user_agent(metadata: &mut Vec<(String, String)>) {
@@ -131,19 +159,33 @@ const NOT_METADATA: [&str; 13] = [
 
 /// A request header as the call's metadata, as it would have reached the
 /// upstream with the request: pseudo-headers, the exchange's own headers
-/// (see [`NOT_METADATA`]) and the proxy's `x-envoy-*` stay behind, and so
-/// does a value metadata cannot carry.
-fn forward_header(
+/// (see [`NOT_METADATA`]), the proxy's `x-envoy-*` and the filter's own
+/// `x-grpc-wasm-original-path` stay behind; the value goes as it came
+/// (the proxy took it as a header value), unless it is no text.
+fn forward_header(name: &[u8], value: &[u8], out: &mut Vec<(String, String)>) {
+    let key = String::from_utf8_lossy(name).to_ascii_lowercase();
+    if key.starts_with(':')
+        || key.starts_with(PROXY_CONTROLLED_PREFIX)
+        || key == ORIGINAL_PATH_HEADER
+        || NOT_METADATA.contains(&key.as_str())
+    {
+        return;
+    }
+    if let Ok(text) = std::str::from_utf8(value) {
+        out.push((key, text.to_string()));
+    }
+}
+
+/// A header `callout.propagate` names, as metadata: only a value metadata
+/// can carry goes (a callout's metadata is checked as gRPC's).
+fn propagate_header(
     name: &[u8],
     value: &[u8],
     checked: &mut Metadata,
     out: &mut Vec<(String, String)>,
 ) {
     let key = String::from_utf8_lossy(name).to_ascii_lowercase();
-    if key.starts_with(':')
-        || key.starts_with(PROXY_CONTROLLED_PREFIX)
-        || NOT_METADATA.contains(&key.as_str())
-    {
+    if key.starts_with(':') || NOT_METADATA.contains(&key.as_str()) {
         return;
     }
     let text = String::from_utf8_lossy(value).into_owned();
@@ -436,7 +478,7 @@ mod tests {
         expected.truncate(2 + 7);
         expected[1] = 7;
         assert_eq!(envoy_grpc_service("inner", b""), expected);
-        let call = Callout::to_loopback("inner", b"a.example");
+        let call = Callout::to_loopback("inner", b"a.example", "/v1/a");
         assert_eq!(call.upstream, envoy_grpc_service("inner", b"a.example"));
         assert!(call.forward_request_headers);
     }
@@ -451,18 +493,48 @@ mod tests {
             (b"te", b"trailers"),
             (b"grpc-timeout", b"1S"),
             (b"x-trace-bin", b"AQI="),
-            (b"x-bad", b"a\x01b"),
+            (b"x-tab", b"a\tb caf\xc3\xa9"),
             (b"grpc-metadata-tenant", b"t1"),
+            (b"x-grpc-wasm-original-path", b"/forged"),
         ];
-        let route = Callout::to_loopback("library", b"books.example");
+        let route = Callout::to_loopback("library", b"books.example", "/v1/shelves/1");
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        // As they go upstream on a request with a body: values as they
+        // came, `grpc-metadata-*` as itself (unwrapped, it would stand in
+        // for a header the proxy checked), the original path the filter's.
         assert_eq!(
             call_metadata(&route, headers.iter().copied()).unwrap(),
             vec![
-                ("authorization".to_string(), "Bearer t".to_string()),
-                ("x-trace-bin".to_string(), "AQI=".to_string()),
-                ("tenant".to_string(), "t1".to_string()),
+                pair("x-grpc-wasm-original-path", "/v1/shelves/1"),
+                pair("authorization", "Bearer t"),
+                pair("x-trace-bin", "AQI="),
+                pair("x-tab", "a\tb caf\u{e9}"),
+                pair("grpc-metadata-tenant", "t1"),
             ]
         );
+        let smuggled: Vec<(&[u8], &[u8])> = vec![
+            (b"x-forwarded-for", b"1.1.1.1,192.0.2.2"),
+            (b"grpc-metadata-x-forwarded-for", b"10.1.2.3"),
+            (b"grpc-metadata-authorization", b"Bearer smuggled"),
+        ];
+        let sent = call_metadata(&route, smuggled.iter().copied()).unwrap();
+        assert_eq!(
+            sent[1..],
+            [
+                pair("x-forwarded-for", "1.1.1.1,192.0.2.2"),
+                pair("grpc-metadata-x-forwarded-for", "10.1.2.3"),
+                pair("grpc-metadata-authorization", "Bearer smuggled"),
+            ]
+        );
+        assert_eq!(
+            loopback_authority("Books.Example:8080").unwrap(),
+            "books.example:8080"
+        );
+        assert_eq!(loopback_authority("[::1]:80").unwrap(), "[::1]:80");
+        for bad in ["a b", "a/b", &"a".repeat(256)] {
+            let err = loopback_authority(bad).unwrap_err();
+            assert_eq!(err.code, Code::InvalidArgument, "{bad}");
+        }
         // A configured callout forwards only grpc-metadata-*.
         assert_eq!(
             call_metadata(&callout(), headers.iter().copied()).unwrap(),

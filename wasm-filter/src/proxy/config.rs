@@ -200,11 +200,17 @@ impl Callout {
     /// the loopback cluster, under the request's own authority so that the
     /// chain behind it picks the same virtual host; the defaults of a
     /// configured callout.
-    pub fn to_loopback(cluster: &str, authority: &[u8]) -> Callout {
+    /// `original_path` goes as `x-grpc-wasm-original-path`, as it goes on
+    /// a request that carries a body.
+    pub fn to_loopback(cluster: &str, authority: &[u8], original_path: &str) -> Callout {
+        let original = (
+            super::contract::ORIGINAL_PATH_HEADER.to_string(),
+            original_path.to_string(),
+        );
         Callout {
             upstream: super::callout_rules::envoy_grpc_service(cluster, authority),
             timeout_ms: DEFAULT_TIMEOUT_MS,
-            metadata: Vec::new(),
+            metadata: vec![original],
             upstream_header: None,
             max_timeout_ms: DEFAULT_MAX_TIMEOUT_MS,
             forward_metadata: None,

@@ -163,6 +163,10 @@ pub const JSON_OPTIONS_HEADER: &str = "x-grpc-wasm-json-options";
 /// way).
 pub const METADATA_PREFIX: &str = "grpc-metadata-";
 
+/// The request's own path, where the filter sent the gRPC path instead:
+/// set only by the filter (a client's copy is dropped or refused).
+pub const ORIGINAL_PATH_HEADER: &str = "x-grpc-wasm-original-path";
+
 /// A callout's answer carries the call's trailing metadata as response
 /// headers with this prefix (its initial metadata has [`METADATA_PREFIX`]).
 pub const TRAILER_PREFIX: &str = "grpc-trailer-";

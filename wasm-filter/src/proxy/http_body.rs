@@ -101,7 +101,8 @@ pub fn at(desc: &MessageDescriptor, selector: &str) -> Option<At> {
 }
 
 /// The fields a dotted `selector` names from `desc` (each by its name or
-/// JSON name), all but the last singular message fields (no list, no map):
+/// JSON name, none a group), all but the last singular message fields (no
+/// list, no map):
 /// the fields a binding's `body` or `response_body` may name.
 pub fn singular_path(desc: &MessageDescriptor, selector: &str) -> Option<Vec<FieldDescriptor>> {
     let mut fields: Vec<FieldDescriptor> = Vec::new();
@@ -116,9 +117,11 @@ pub fn singular_path(desc: &MessageDescriptor, selector: &str) -> Option<Vec<Fie
             }
             current = inner;
         }
+        // A proto2 group is delimited by tags, not by a length.
         let field = current
             .get_field_by_name(name)
-            .or_else(|| current.get_field_by_json_name(name))?;
+            .or_else(|| current.get_field_by_json_name(name))
+            .filter(|f| !f.is_group())?;
         fields.push(field);
         if fields.len() > MAX_BODY_PATH {
             return None;

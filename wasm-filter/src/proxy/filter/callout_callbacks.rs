@@ -8,6 +8,7 @@ use crate::code::Code;
 use crate::status::Status;
 
 use super::super::callout_host::{self, Call};
+use super::super::callout_rules::loopback_authority;
 use super::super::config::{Callout, FilterConfig};
 use super::super::contract::{BufferType, ContextId, LogLevel, Token};
 use super::super::host::{self, *};
@@ -108,8 +109,12 @@ pub(super) fn start_on_loopback(
         let status = Status::new(Code::Unimplemented, NO_LOOPBACK);
         return answer(stream, &Reply::error(&stream.config, &status));
     };
-    let authority = headers.get(":authority").unwrap_or_default();
-    let callout = Callout::to_loopback(cluster, authority.as_bytes());
+    let authority = match loopback_authority(headers.get(":authority").unwrap_or_default()) {
+        Ok(authority) => authority,
+        Err(status) => return answer(stream, &Reply::error(&stream.config, &status)),
+    };
+    let path = headers.get(":path").unwrap_or_default();
+    let callout = Callout::to_loopback(cluster, authority.as_bytes(), path);
     let call = callout_host::prepare_with(&callout, headers);
     start_prepared(stream, context_id, route, call, end_of_stream)
 }

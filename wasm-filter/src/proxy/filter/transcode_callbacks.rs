@@ -18,7 +18,7 @@ use crate::framing::{self, Compression, FrameDecoder, FrameError};
 use crate::limits::LARGE_MESSAGE_BYTES;
 use crate::status::Status;
 
-use super::super::contract::{BufferType, LogLevel, MapType};
+use super::super::contract::{BufferType, LogLevel, MapType, ORIGINAL_PATH_HEADER};
 use super::super::host::{self, *};
 use super::super::metrics::frames_in;
 use super::super::transcode_rules::{self, Reply, Route};
@@ -468,8 +468,6 @@ fn rewrite_request_headers(
     };
     headers.edit(MapType::HttpRequestHeaders, set, &remove)
 }
-
-const ORIGINAL_PATH_HEADER: &str = "x-grpc-wasm-original-path";
 
 /// A streamed response: each chunk leaves as the messages it completes.
 fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
