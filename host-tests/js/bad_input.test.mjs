@@ -22,6 +22,10 @@ const WEB = { 'content-type': 'application/grpc-web+proto' };
 const OK_TRAILERS = frame(0x80, 'grpc-status: 0\r\n');
 // 64 frames of ~1 KiB that inflate to 1 MiB each (unknown protobuf fields).
 const BOMB = Buffer.concat(Array.from({ length: 64 }, () => frame(1, gzipSync(Buffer.alloc(1 << 20, 'x')))));
+// 400,000 repeats of one key, 3.2 MB: within a message's limit, far over a
+// header block's. Joined by copying, this took 49 s in one wasm call.
+const FLOOD = 'x-t: a\r\n'.repeat(400_000);
+const CONNECT_FLOOD = JSON.stringify({ metadata: { 'x-t': Array(400_000).fill('a') } });
 const CASES = {
   ok: [200, WEB, Buffer.concat([frame(0, ''), OK_TRAILERS])],
   'gzip-bomb': [200, { ...WEB, 'grpc-encoding': 'gzip' }, Buffer.concat([BOMB, OK_TRAILERS])],
@@ -38,6 +42,9 @@ const CASES = {
   'connect-end-not-json': [200, { 'content-type': 'application/connect+proto' }, frame(2, 'not json')],
   'connect-error-not-json': [503, { 'content-type': 'text/html' }, '<h1>down</h1>'],
   'html-page': [502, { 'content-type': 'text/html' }, '<h1>bad gateway</h1>'],
+  'trailers-flood': [200, WEB, Buffer.concat([frame(0, ''), frame(0x80, `grpc-status: 0\r\n${FLOOD}`)])],
+  'connect-end-flood': [200, { 'content-type': 'application/connect+proto' }, frame(2, CONNECT_FLOOD)],
+  'trailers-100': [200, WEB, Buffer.concat([frame(0, ''), frame(0x80, `grpc-status: 0\r\n${'x-t: a\r\n'.repeat(99)}`)])],
 };
 
 const server = http.createServer((request, response) => {
@@ -155,6 +162,28 @@ test('repeated -bin metadata keeps every value', async () => {
   let status;
   await web.unary(`${TESTING}/Sleep`, { millis: 1 }, { metadata: { 'x-case': 'repeated-bin' }, onStatus: (s) => { status = s; } });
   assert.deepEqual(status.headers['x-a-bin'], [Uint8Array.from([1, 2]), Uint8Array.from([3, 4])]);
+});
+
+test('metadata past a header block ends the call at once, and a timer still fires', async () => {
+  const connect = createClient(schema, { baseUrl, protocol: 'connect' });
+  for (const [name, client] of [['trailers-flood', web], ['connect-end-flood', connect]]) {
+    let ticks = 0;
+    const timer = setInterval(() => { ticks++; }, 20);
+    const started = Date.now();
+    const error = await rejection((async () => {
+      for await (const _ of client.serverStream(`${TESTING}/StreamThenFail`, {}, { metadata: { 'x-case': name } }));
+    })());
+    clearInterval(timer);
+    const took = Date.now() - started;
+    assert.equal(error.code, Code.RESOURCE_EXHAUSTED, `${name}: ${error.message}`);
+    assert.match(error.message, /^the peer ended the call with \d+ bytes of metadata, more than 100 entries or 65536 bytes may be$|^the peer's end-of-stream message is \d+ bytes, more than 131072 may be$/);
+    assert.ok(took < 2000, `${name} took ${took} ms`);
+    assert.ok(ticks > 0 || took < 40, `${name}: no timer fired in ${took} ms`);
+  }
+  // 100 entries, grpc-status among them: the most a call may end with.
+  let status;
+  await web.unary(`${TESTING}/Sleep`, { millis: 1 }, { metadata: { 'x-case': 'trailers-100' }, onStatus: (s) => { status = s; } });
+  assert.equal(status.trailers['x-t'].split(', ').length, 99);
 });
 
 test('trailers written with bare line feeds', async () => {

@@ -3,6 +3,8 @@
 use grpc_wasm::details::decode_details;
 use grpc_wasm::web::Outcome;
 use grpc_wasm::{JsonOptions, Registry, Status};
+use std::collections::BTreeMap;
+
 use serde_json::{json, Map, Value};
 
 /// `{code, name, message, details, headers, trailers}`: the shape of both a
@@ -39,18 +41,14 @@ pub fn status_json(registry: &Registry, status: &Status, options: &JsonOptions) 
 /// with ", "; base64 has no comma). A `-bin` value that is not base64 is
 /// kept as the text it came as, not dropped.
 fn metadata_json(pairs: &[(String, String)]) -> Value {
-    let mut map = Map::new();
-    let mut binary: Vec<(String, Vec<Value>)> = Vec::new();
+    // Each key found once, each value appended once: linear in the
+    // metadata, however often a key repeats.
+    let mut text: BTreeMap<&str, String> = BTreeMap::new();
+    let mut binary: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     for (key, value) in pairs {
         if grpc_wasm::metadata::is_binary_key(key) {
-            let index = match binary.iter().position(|(k, _)| k == key) {
-                Some(index) => index,
-                None => {
-                    binary.push((key.clone(), Vec::new()));
-                    binary.len() - 1
-                }
-            };
-            binary[index].1.extend(value.split(',').map(|one| {
+            let values = binary.entry(key).or_default();
+            values.extend(value.split(',').map(|one| {
                 match grpc_wasm::metadata::decode_binary(key, one.trim().as_bytes()) {
                     Ok(bytes) => json!(bytes),
                     Err(_) => json!(one.trim()),
@@ -58,18 +56,26 @@ fn metadata_json(pairs: &[(String, String)]) -> Value {
             }));
             continue;
         }
-        let joined = match map.get(key).and_then(Value::as_str) {
-            Some(before) => format!("{before}, {value}"),
-            None => value.clone(),
-        };
-        map.insert(key.clone(), Value::String(joined));
+        match text.get_mut(key.as_str()) {
+            Some(joined) => {
+                joined.push_str(", ");
+                joined.push_str(value);
+            }
+            None => {
+                text.insert(key, value.clone());
+            }
+        }
+    }
+    let mut map = Map::new();
+    for (key, joined) in text {
+        map.insert(key.to_string(), Value::String(joined));
     }
     for (key, mut values) in binary {
         let value = match values.len() {
             1 => values.remove(0),
             _ => Value::Array(values),
         };
-        map.insert(key, value);
+        map.insert(key.to_string(), value);
     }
     Value::Object(map)
 }

@@ -118,6 +118,13 @@ pub const MAX_CONTENT_TYPE_BYTES: usize = 1024;
 /// only for its HTTP status. README: the row "a Connect error's body".
 pub const MAX_CONNECT_ERROR_BYTES: usize = 64 << 10;
 
+/// How much metadata a peer may end a call with inside the body (gRPC-Web's
+/// trailers frame, Connect's end-of-stream message), bounded as a peer's
+/// header block is (Envoy's defaults: 100 headers, 60 KiB): a body frame
+/// may otherwise be as large as a message.
+pub const MAX_TRAILER_ENTRIES: usize = 100;
+pub const MAX_TRAILER_BYTES: usize = 64 << 10;
+
 /// The error text for input that nests deeper than [`MAX_NESTING`].
 pub fn nesting_error() -> String {
     format!("message nesting exceeds {MAX_NESTING} levels")

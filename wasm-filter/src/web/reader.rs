@@ -6,7 +6,7 @@ use super::text::Base64Stream;
 use super::{is_protocol_header, Protocol, Wire};
 use crate::code::Code;
 use crate::framing::{Compression, FrameDecoder, FrameError};
-use crate::limits::MAX_CONNECT_ERROR_BYTES;
+use crate::limits::{MAX_CONNECT_ERROR_BYTES, MAX_TRAILER_BYTES, MAX_TRAILER_ENTRIES};
 use crate::status::Status;
 
 /// gRPC-Web's flag for the frame that carries the trailers.
@@ -151,7 +151,8 @@ impl ResponseReader {
                         "the response ended without a grpc-status trailer",
                     )
                 });
-                self.end(status, application_metadata(trailers))
+                let (status, trailers) = bounded(status, application_metadata(trailers));
+                self.end(status, trailers)
             }
             (Protocol::GrpcWeb | Protocol::GrpcWebText, _) => self.end(
                 Status::new(
@@ -306,9 +307,10 @@ impl ResponseReader {
                 }
                 Ok(Some(envelope)) => {
                     let (status, trailers) = match self.wire.protocol {
-                        Protocol::Connect => connect::end_of_stream(&envelope.payload),
+                        Protocol::Connect => connect_end(&envelope.payload),
                         _ => web_trailers(&envelope.payload),
                     };
+                    let (status, trailers) = bounded(status, trailers);
                     events.extend(self.end(status, trailers));
                     return events;
                 }
@@ -352,8 +354,15 @@ fn frame_decoder(wire: Wire, max_message: usize, compression: Compression) -> Fr
 }
 
 /// The status and metadata of gRPC-Web's trailers frame: header lines,
-/// `name: value`, separated by CRLF (a bare LF is taken too).
+/// `name: value`, separated by CRLF (a bare LF is taken too). A frame
+/// larger than a peer's header block may be is not read at all.
 fn web_trailers(block: &[u8]) -> (Status, Vec<(String, String)>) {
+    if block.len() > MAX_TRAILER_BYTES {
+        return (
+            too_much_metadata(format!("{} bytes", block.len())),
+            Vec::new(),
+        );
+    }
     let text = String::from_utf8_lossy(block);
     let lines: Vec<(String, String)> = text
         .split('\n')
@@ -367,6 +376,49 @@ fn web_trailers(block: &[u8]) -> (Status, Vec<(String, String)>) {
         )
     });
     (status, application_metadata(&lines))
+}
+
+/// Connect's end-of-stream message: an error and metadata, each bounded
+/// (64 KiB of error as a unary error body is kept, 64 KiB of metadata); a
+/// larger one is not parsed at all, as a message-sized JSON document of
+/// small values took one synchronous call hundreds of milliseconds.
+fn connect_end(json: &[u8]) -> (Status, Vec<(String, String)>) {
+    const MOST: usize = MAX_CONNECT_ERROR_BYTES + MAX_TRAILER_BYTES;
+    if json.len() > MOST {
+        let status = Status::new(
+            Code::ResourceExhausted,
+            format!(
+                "the peer's end-of-stream message is {} bytes, more than {MOST} may be",
+                json.len()
+            ),
+        );
+        return (status, Vec::new());
+    }
+    connect::end_of_stream(json)
+}
+
+/// The end of a call as the peer said it, unless its metadata is more than
+/// a peer's header block may hold: then the call fails, naming the bound,
+/// and none of it is kept.
+fn bounded(status: Status, trailers: Vec<(String, String)>) -> (Status, Vec<(String, String)>) {
+    if trailers.len() > MAX_TRAILER_ENTRIES {
+        return (
+            too_much_metadata(format!("{} entries", trailers.len())),
+            Vec::new(),
+        );
+    }
+    let bytes: usize = trailers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_TRAILER_BYTES {
+        return (too_much_metadata(format!("{bytes} bytes")), Vec::new());
+    }
+    (status, trailers)
+}
+
+fn too_much_metadata(amount: String) -> Status {
+    Status::new(
+        Code::ResourceExhausted,
+        format!("the peer ended the call with {amount} of metadata, more than {MAX_TRAILER_ENTRIES} entries or {MAX_TRAILER_BYTES} bytes may be"),
+    )
 }
 
 fn status_from_headers(headers: &[(String, String)]) -> Option<Status> {

@@ -82,6 +82,53 @@ fn grpc_web_messages_then_the_trailers_frame() {
 }
 
 #[test]
+fn metadata_at_the_end_is_bounded_as_a_header_block_is() {
+    // (status, how many trailers were kept) of a stream that ends with `body`.
+    let ended_with = |protocol, body: Vec<u8>| {
+        let wire = Wire::new(protocol, Codec::Proto, StreamingKind::ServerStreaming);
+        let mut r = ResponseReader::new(wire, 4 << 20);
+        let kind = match protocol {
+            Protocol::Connect => "application/connect+proto",
+            _ => "application/grpc-web+proto",
+        };
+        r.headers(200, &headers(&[("content-type", kind)]));
+        let mut events = r.push(&body);
+        events.extend(r.finish(None));
+        let outcome = end(&events);
+        (outcome.status.clone(), outcome.trailers.len())
+    };
+    let lines = |n: usize| format!("grpc-status: 0\r\n{}", "x-t: a\r\n".repeat(n));
+    let (status, kept) = ended_with(Protocol::GrpcWeb, frame(0x80, lines(100).as_bytes()));
+    assert_eq!((status.code, kept), (Code::Ok, 100));
+    let (status, kept) = ended_with(Protocol::GrpcWeb, frame(0x80, lines(101).as_bytes()));
+    assert_eq!(
+        (status.code, status.message.as_str(), kept),
+        (
+            Code::ResourceExhausted,
+            "the peer ended the call with 101 entries of metadata, more than 100 entries or 65536 bytes may be",
+            0
+        )
+    );
+    let large = format!("grpc-status: 0\r\nx-t: {}\r\n", "a".repeat(70_000));
+    let (status, _) = ended_with(Protocol::GrpcWeb, frame(0x80, large.as_bytes()));
+    assert_eq!(status.code, Code::ResourceExhausted);
+    assert_eq!(
+        status.message,
+        "the peer ended the call with 70023 bytes of metadata, more than 100 entries or 65536 bytes may be"
+    );
+    let values: Vec<String> = (0..101).map(|i| format!("\"{i}\"")).collect();
+    let json = format!(r#"{{"metadata":{{"x-t":[{}]}}}}"#, values.join(","));
+    let (status, kept) = ended_with(Protocol::Connect, frame(2, json.as_bytes()));
+    assert_eq!((status.code, kept), (Code::ResourceExhausted, 0));
+    let huge = format!(r#"{{"metadata":{{"x-t":["{}"]}}}}"#, "a".repeat(140_000));
+    let (status, _) = ended_with(Protocol::Connect, frame(2, huge.as_bytes()));
+    assert_eq!(
+        status.message,
+        "the peer's end-of-stream message is 140025 bytes, more than 131072 may be"
+    );
+}
+
+#[test]
 fn grpc_web_text_in_separately_padded_pieces() {
     let mut r = reader(
         Protocol::GrpcWebText,
