@@ -85,6 +85,20 @@ def test_the_module_stays_within_its_size_budget():
         "(target/wasm32-wasip1/wasm/grpc_wasm.wasm), or raise the budget in a commit that says why")
 
 
+# The npm package's two builds, held the same way (make npm writes them).
+NPM_WASM_BUDGET_BYTES = {"full": 1_000_000, "lite": 766_000}
+
+
+@pytest.mark.parametrize("build", sorted(NPM_WASM_BUDGET_BYTES))
+def test_the_npm_wasm_files_stay_within_their_size_budgets(build):
+    path = os.path.join(ROOT, "js", "npm", "wasm", build, "grpc_wasm_bg.wasm")
+    size = os.path.getsize(path)
+    budget = NPM_WASM_BUDGET_BYTES[build]
+    assert size <= budget, (
+        f"the npm package's {build} wasm is {size:,} B, over its budget of {budget:,} B: find what grew with "
+        "`twiggy top`, or raise the budget in a commit that says why")
+
+
 def test_every_package_is_there_with_its_checksum():
     names = {"grpc_wasm.wasm", "grpc_wasm.meta.json", "grpc-wasm-config",
              f"grpc-wasm-openresty-{VERSION}-linux-{ARCH}.tar.gz", f"grpc-wasm-{VERSION}-1.rockspec",
