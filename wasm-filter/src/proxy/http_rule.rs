@@ -591,27 +591,18 @@ pub fn line_parts(
     query: &str,
     options: &JsonOptions,
 ) -> Result<(Vec<u8>, Vec<u8>), String> {
-    if query.is_empty() || binding.body.is_empty() {
-        // No body to go around: one message, its fields in number order.
-        return Ok((
-            Vec::new(),
-            line_message(binding, vars, query, Params::All, options)?,
-        ));
+    let mut after = Value::Object(Map::new());
+    // No body to go around: one message, its fields in number order.
+    if binding.body.is_empty() {
+        fill_from_request_line(binding, vars, query, &mut after, None)?;
+        return Ok((Vec::new(), line_message(binding, &after, options)?));
     }
-    check_request_line(binding, vars.clone(), query)?;
-    let before = line_message(binding, Vec::new(), query, Params::Singular, options)?;
-    let mut after = line_message(binding, Vec::new(), query, Params::Lists, options)?;
-    after.extend_from_slice(&line_message(binding, vars, "", Params::All, options)?);
-    Ok((before, after))
-}
-
-/// Which query parameters a part of the request line takes (see
-/// [`line_parts`]): its singular fields go before the body, its lists after.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Params {
-    All,
-    Singular,
-    Lists,
+    let mut before = Value::Object(Map::new());
+    fill_from_request_line(binding, vars, query, &mut after, Some(&mut before))?;
+    Ok((
+        line_message(binding, &before, options)?,
+        line_message(binding, &after, options)?,
+    ))
 }
 
 /// The body's part of [`request_message`] (`body`: its bytes and
@@ -677,20 +668,12 @@ fn field_json_to_protobuf(
     Ok(http_body::wrap(&numbers, inner))
 }
 
-/// The path variables and the query parameters, encoded as one message.
-fn line_message(
-    binding: &Binding,
-    vars: PathVars,
-    query: &str,
-    params: Params,
-    options: &JsonOptions,
-) -> Result<Vec<u8>, String> {
-    let mut line = Value::Object(Map::new());
-    fill_from_request_line(&mut line, binding, vars, query, params)?;
+/// What the request line gives to one side of the body, as protobuf.
+fn line_message(binding: &Binding, line: &Value, options: &JsonOptions) -> Result<Vec<u8>, String> {
     if line.as_object().is_none_or(|fields| fields.is_empty()) {
         return Ok(Vec::new());
     }
-    let json = serde_json::to_vec(&line).map_err(|e| e.to_string())?;
+    let json = serde_json::to_vec(line).map_err(|e| e.to_string())?;
     // Defaults included: a path's 0 must replace the body's 42.
     binding
         .method
@@ -703,13 +686,7 @@ fn line_message(
 /// before any body comes: a request refused for them then never reaches
 /// the upstream, which a proxy starts once the headers pass.
 pub fn check_request_line(binding: &Binding, vars: PathVars, query: &str) -> Result<(), String> {
-    fill_from_request_line(
-        &mut Value::Object(Map::new()),
-        binding,
-        vars,
-        query,
-        Params::All,
-    )
+    fill_from_request_line(binding, vars, query, &mut Value::Object(Map::new()), None)
 }
 
 /// A body field (by its name or JSON name, or a dotted path) of message type.
@@ -720,13 +697,14 @@ fn is_message_field(input: &MessageDescriptor, name: &str) -> bool {
 }
 
 /// Sets the path variables, then the query parameters, typed by the input
-/// message's fields.
+/// message's fields, into `after`; with `before` (a binding with a body,
+/// see [`line_parts`]), a query parameter's singular field goes there.
 fn fill_from_request_line(
-    root: &mut Value,
     binding: &Binding,
     vars: PathVars,
     query: &str,
-    params: Params,
+    after: &mut Value,
+    mut before: Option<&mut Value>,
 ) -> Result<(), String> {
     let input = binding.method.input();
     let mut bound = Vec::with_capacity(vars.len());
@@ -736,7 +714,7 @@ fn fill_from_request_line(
         let fields = fields_on(&input, &path);
         let typed = typed_scalar(&input, &path, fields.as_deref(), value)?;
         bound.push(numbers_of(fields.as_deref()));
-        set(root, &path, typed);
+        set(after, &path, typed);
     }
     for (key, value) in query_pairs(query)? {
         let path = resolve_query_path(&input, query_field_path(key)?);
@@ -759,10 +737,10 @@ fn fill_from_request_line(
             .as_deref()
             .and_then(<[_]>::last)
             .is_some_and(|f| f.is_list());
-        match (params, list) {
-            (Params::Singular, true) | (Params::Lists, false) => {}
-            (_, true) => push(root, &path, typed),
-            (_, false) => set(root, &path, typed),
+        match before.as_deref_mut() {
+            _ if list => push(after, &path, typed),
+            Some(before) => set(before, &path, typed),
+            None => set(after, &path, typed),
         }
     }
     Ok(())
