@@ -23,6 +23,9 @@ listener the same way, chosen by `mode`:
 - `ping_flood`: the handshake, then, once a request is in, PINGs without
   end and nothing read again: every PING owes an ack the server never
   takes;
+- `ping_flood_first`: SETTINGS and PINGs without end from the moment the
+  connection is taken, not a byte read: the flood starts before the
+  client's preface, whatever the client is doing;
 - `after_reset`: a gRPC 200 and one empty message to each request, which
   it never ends; once the client resets the stream, 1,000 one-byte DATA
   frames on it: a thousand times what a server has in flight when its
@@ -93,6 +96,9 @@ class RawH2:
             conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             conn.close()
             return
+        if self.mode == "ping_flood_first":
+            self.flood(conn, frame(SETTINGS, 0, 0))
+            return
         reader = conn.makefile("rb")
         if reader.read(len(PREFACE)) != PREFACE:
             conn.close()
@@ -127,6 +133,13 @@ class RawH2:
                     self.stopped.wait()
                     return
 
+    def flood(self, conn, first=b""):
+        """PINGs until the server stops or the peer goes; nothing is read."""
+        pings = frame(PING, 0, 0, b"floodfld") * 4096
+        conn.sendall(first)
+        while not self.stopped.is_set():
+            conn.sendall(pings)
+
     def answer(self, conn, stream):
         if self.mode.startswith("reset:"):
             code = ERROR_CODES[self.mode.split(":", 1)[1]]
@@ -159,9 +172,7 @@ class RawH2:
         elif self.mode in ("no_window", "wide_window"):
             conn.sendall(frame(HEADERS, END_HEADERS, stream, GRPC_200))
         elif self.mode == "ping_flood":
-            pings = frame(PING, 0, 0, b"floodfld") * 4096
-            while not self.stopped.is_set():
-                conn.sendall(pings)
+            self.flood(conn)
             return "closed"
         # "silent": nothing.
         return None

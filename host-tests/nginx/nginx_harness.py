@@ -56,13 +56,14 @@ class Nginx:
     """nginx on a free port; `testenv.lua` tells the Lua tests where things are."""
 
     def __init__(self, env, workers=2, http_extra="", transport="cosocket", mode="", shim=SHIM, wasm=WASM,
-                 lua=LUA):
+                 lua=LUA, cache=None):
         """mode, shim, wasm: GRPC_WASM_MODE, _SHIM, _MODULE ("" leaves one unset);
-        lua: the directory whose <name>.lua answers /t/<name>."""
+        lua: the directory whose <name>.lua answers /t/<name>; cache: the
+        compiled module's directory (default: the user's, warm)."""
         self.prefix = scratch_dir("grpc-wasm-nginx-")
         os.makedirs(os.path.join(self.prefix, "logs"))
         self.port = free_port()
-        cache = os.path.join(os.path.expanduser("~"), ".cache", "grpc-wasm")
+        cache = cache or os.path.join(os.path.expanduser("~"), ".cache", "grpc-wasm")
         os.makedirs(cache, exist_ok=True)
         with open(os.path.join(self.prefix, "nginx.conf"), "w") as f:
             f.write(CONF.format(workers=workers, prefix=self.prefix, shim=shim, wasm=wasm, cache=cache, mode=mode,

@@ -15,7 +15,7 @@ import urllib.parse
 
 import pytest
 
-from nginx_harness import BIN, PROTOS, Nginx, free_port
+from nginx_harness import BIN, PROTOS, Nginx, free_port, scratch_dir
 from raw_h2 import RawH2
 from test_nginx import check_log
 
@@ -101,26 +101,60 @@ def rss_mb(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
-def test_a_server_that_floods_pings_and_reads_nothing_ends_the_connection_not_the_worker(nginx):
+class PeakRss:
+    """The highest resident size of a process while it runs, sampled."""
+
+    def __init__(self, pid):
+        self.pid, self.peak = pid, rss_mb(pid)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+
+    def sample(self):
+        while not self.done.wait(0.02):
+            self.peak = max(self.peak, rss_mb(self.pid))
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        return self.peak
+
+
+@pytest.mark.parametrize("cache", ["warm", "cold"])
+@pytest.mark.parametrize("mode", ["ping_flood", "ping_flood_first"])
+def test_a_server_that_floods_pings_and_reads_nothing_ends_the_connection_not_the_worker(nginx, mode, cache):
     """Each PING owes an ack; a server that reads none of them grew the
     worker to 603 MB in 9 s on cosocket, as the acks waited unbounded for
-    the socket, until its 10 s send timeout. The connection now ends at
-    64 MiB unsent, its call with UNAVAILABLE naming why."""
-    server = RawH2("ping_flood")
+    the socket. The connection ends at 64 MiB unsent, its call with
+    UNAVAILABLE naming why. Then the server floods on: the socket's reader
+    read on and fed what h2, over, never took, and the worker grew by the
+    server's rate (4 GB in 5 s; the issue saw it on a worker's first call,
+    whose module compiles first, the server flooding on meanwhile). The
+    flood starts at a request (`ping_flood`) or at the first byte
+    (`ping_flood_first`), with the module cached or compiled first."""
+    proxy = Nginx({"protos": PROTOS}, workers=1, cache=scratch_dir("grpc-wasm-cache-")) if cache == "cold" else nginx
+    server = RawH2(mode)
     try:
-        (worker,) = worker_pids(nginx)
+        (worker,) = worker_pids(proxy)
         before = rss_mb(worker)
-        counts, slowest, error = calls(nginx, name="ping-flood", addr=server.addr,
+        peak = PeakRss(worker)
+        counts, slowest, error = calls(proxy, name=f"ping-flood-{mode}", addr=server.addr,
                                        transport="cosocket", ms=0, timeout=8000)
-        grown = rss_mb(worker) - before
+        # The server floods on after the call has failed.
+        time.sleep(3)
+        grown = peak.stop() - before
     finally:
         server.stop()
+        if proxy is not nginx:
+            proxy.stop()
     assert counts == {"UNAVAILABLE": "1"}, (counts, error)
     assert error == ("UNAVAILABLE (14): the connection failed: the server does not read what this side "
                      "sends: 67108864 bytes wait unsent"), error
-    # Well before the deadline, and the worker holds about the bound.
+    # Well before the deadline (a cold worker compiles the module first),
+    # and the worker holds about the bound: 80 MB warm, 130 MB cold with
+    # the compiler's own.
     assert slowest < 6000, slowest
-    assert grown < 200, f"the worker grew by {grown:.0f} MB"
+    assert grown < 250, f"the worker grew by {grown:.0f} MB at its peak"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

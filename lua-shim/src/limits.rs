@@ -25,6 +25,14 @@ pub const DEFAULT_MAX_QUEUED_BYTES: usize = DEFAULT_MAX_MESSAGE_BYTES;
 /// for the socket".
 pub const MAX_UNSENT: usize = 64 << 20;
 
+/// Bytes read from a `cosocket` connection's socket that HTTP/2 has not
+/// taken yet. h2 takes what each read brings before the next (64 KiB), so
+/// only a connection that stopped taking its input comes near it: the
+/// socket's reader kept reading a flooding server after h2 had ended, and
+/// the worker grew by the server's rate, gigabytes in seconds. Past this
+/// the connection fails, and its calls with UNAVAILABLE.
+pub const MAX_UNREAD: usize = 4 << 20;
+
 /// Streams this side reset that h2 remembers, for a second, so as to ignore
 /// the frames still in flight for them; a few hundred bytes each. At h2's
 /// default of 50, the 51st cancel within a second is forgotten at once and

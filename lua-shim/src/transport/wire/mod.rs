@@ -202,8 +202,12 @@ impl Wire {
         Ok(())
     }
 
-    /// Bytes from the socket.
+    /// Bytes from the socket. Once the HTTP/2 connection is over they are
+    /// dropped: nothing would ever take them.
     pub fn input(&mut self, bytes: &[u8]) -> Produced {
+        if self.is_over() {
+            return Vec::new();
+        }
         if let Liveness::Heard(_) = self.liveness {
             self.liveness = Liveness::Heard(Instant::now());
         }
@@ -832,6 +836,12 @@ mod tests {
         assert_eq!(only_close(&produced, Token(3)), (14, expected));
         assert!(wire.is_over());
         assert!(wire.take_output().len() <= crate::limits::MAX_UNSENT);
+        // The flood goes on; h2 is over and takes none of it. The socket's
+        // reader fed it on, and the worker grew by the server's rate.
+        for _ in 0..crate::limits::MAX_UNREAD / flood.len() + 2 {
+            assert!(wire.input(&flood).is_empty());
+        }
+        assert!(lock(&wire.pipe).unread() < flood.len());
     }
 
     #[test]

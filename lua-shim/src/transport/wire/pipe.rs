@@ -15,11 +15,16 @@ use crate::sync::lock;
 /// Why a TLS connection fails when its server goes on after closing it.
 pub(super) const AFTER_CLOSE_NOTIFY: &str = "TLS: the server sent bytes after its close_notify";
 
-use crate::limits::MAX_UNSENT;
+use crate::limits::{MAX_UNREAD, MAX_UNSENT};
 
 /// Why a connection whose server reads nothing of it failed.
 pub(super) fn unread() -> String {
     format!("the server does not read what this side sends: {MAX_UNSENT} bytes wait unsent")
+}
+
+/// Why a connection whose input HTTP/2 stopped taking failed.
+pub(super) fn untaken() -> String {
+    format!("HTTP/2 does not take what the server sends: over {MAX_UNREAD} bytes wait unread")
 }
 
 /// The bytes between h2 and the socket, with TLS in between when enabled.
@@ -61,7 +66,16 @@ impl Pipe {
         self.outbound.len()
     }
 
+    /// The bytes fed that h2 has not read.
+    #[cfg(test)]
+    pub(super) fn unread(&self) -> usize {
+        self.inbound.len()
+    }
+
     pub(super) fn feed(&mut self, mut bytes: &[u8]) -> Result<(), String> {
+        if self.inbound.len().saturating_add(bytes.len()) > MAX_UNREAD {
+            return Err(untaken());
+        }
         match &mut self.tls {
             None => self.inbound.extend_from_slice(bytes),
             Some(tls) => {
@@ -161,5 +175,25 @@ impl AsyncWrite for PipeIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_nothing_reads_fails_the_pipe_at_the_bound() {
+        let mut pipe = Pipe::new(None);
+        let chunk = vec![0u8; 65536];
+        for _ in 0..MAX_UNREAD / chunk.len() {
+            assert_eq!(pipe.feed(&chunk), Ok(()));
+        }
+        assert_eq!(pipe.feed(&[0]), Err(untaken()));
+        assert_eq!(pipe.unread(), MAX_UNREAD);
+        assert_eq!(
+            untaken(),
+            "HTTP/2 does not take what the server sends: over 4194304 bytes wait unread"
+        );
     }
 }

@@ -226,8 +226,15 @@ local function pump_reader(pump, sock)
             end
             post_ready(ids, n)
             -- HTTP/2's own answers (acks, window updates), or its end.
-            if C.grpc_wasm_wire_pending(pump.id) ~= 0 then
+            local pending = C.grpc_wasm_wire_pending(pump.id)
+            if pending ~= 0 then
                 pump.wake:post(1)
+            end
+            -- Over: nothing takes what the server still sends, and a
+            -- reader that read on grew the worker by the server's rate
+            -- while the writer waited on a server that reads nothing.
+            if pending == 2 then
+                return
             end
         end
     end
