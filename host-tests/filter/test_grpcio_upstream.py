@@ -64,3 +64,35 @@ def test_a_compressed_answer_over_the_limit_is_refused_after_inflating(proxy_fac
     assert body["message"] == "grpc: received message larger than max (200001 vs. 200000)", body
     status, body, _ = request(proxy, "POST", UNARY, {"responseSize": 1000, "responseCompressed": {"value": True}})
     assert (status, payload_size(body)) == (200, 1000), proxy.log()[-3000:]
+
+
+# grpcio writes the headers and the first DATA apart, and sends its
+# initial metadata before an error when asked to echo some: the filter sees
+# the headers before it can know how the answer ends.
+ECHO_INITIAL = {"x-grpc-test-echo-initial": "first"}
+
+
+def test_an_answer_over_the_limit_is_not_a_200(proxy):
+    """A 5 MB answer over max_response_bytes (4 MiB) was a 200 whose body
+    was the error: the headers had left before the frame header said 5 MB.
+    Envoy holds one answer's headers until it is known, as its own
+    transcoder does; ngx_wasm_module sends them on at once (a pause there
+    asks for a local reply), so only the body can say it."""
+    status, body, headers = request(proxy, "POST", UNARY, {"responseSize": 5_000_000})
+    if proxy.kind == "ngx_wasm":
+        # nginx's buffers are full before the frame is whole.
+        expected = (200, "response body of 5000015 bytes exceeds the limit of 4194304 bytes")
+    else:
+        expected = (413, "grpc: received message larger than max (5000010 vs. 4194304)")
+    assert (status, body) == (expected[0], {"code": 8, "message": expected[1], "details": []}), \
+        (status, str(body)[:300], proxy.log()[-3000:])
+    assert headers["content-type"] == "application/json"
+
+
+def test_an_error_after_the_headers_is_the_http_status(proxy):
+    status, body, _ = request(proxy, "POST", UNARY, {"responseStatus": {"code": 5, "message": "gone"}},
+                              ECHO_INITIAL)
+    assert body == {"code": 5, "message": "gone", "details": []}, (status, body)
+    expected = 200 if proxy.kind == "ngx_wasm" else 404
+    assert status == expected, proxy.log()[-3000:]
+

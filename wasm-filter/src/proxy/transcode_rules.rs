@@ -6,7 +6,7 @@ use crate::code::Code;
 use crate::descriptors::{Method, StreamingKind};
 use crate::details::status_to_json;
 use crate::error::Error;
-use crate::framing::{encode_frame_into, Compression, FrameDecoder, HEADER_LEN};
+use crate::framing::{encode_frame_into, Compression, FrameDecoder, FrameError, HEADER_LEN};
 use crate::json::JsonOptions;
 use crate::status::Status;
 
@@ -629,6 +629,12 @@ pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -
     Reply::error_with_http(config, &too_large_status(what, size, limit), 413)
 }
 
+/// A response refused for its size (`status` says which limit), answered
+/// 413 as a request over its limit is.
+pub fn response_too_large(config: &FilterConfig, status: &Status) -> Reply {
+    Reply::error_with_http(config, status, 413)
+}
+
 /// The status of a body over its limit, for a reply whose headers have
 /// already left (so that only its body and trailers can say it).
 pub fn too_large_status(what: &str, size: usize, limit: usize) -> Status {
@@ -665,7 +671,30 @@ pub fn decode_response(
         Ok(messages) => reply_from_messages(config, route, messages, status),
         // Undecodable messages before a failure: the failure is the news.
         Err(_) if !status.is_ok() => Reply::error(config, status),
-        Err(decode_error) => Reply::error(config, &decode_error),
+        Err(Undecodable::TooLarge(error)) => response_too_large(config, &error),
+        Err(Undecodable::Other(error)) => Reply::error(config, &error),
+    }
+}
+
+/// Why a response body did not decode: over a limit (413, as every
+/// response over its limit), or anything else.
+enum Undecodable {
+    TooLarge(Status),
+    Other(Status),
+}
+
+impl From<FrameError> for Undecodable {
+    fn from(e: FrameError) -> Undecodable {
+        let too_large = matches!(
+            e,
+            FrameError::MessageTooLarge { .. } | FrameError::TotalTooLarge { .. }
+        );
+        let status = Status::from(e);
+        if too_large {
+            Undecodable::TooLarge(status)
+        } else {
+            Undecodable::Other(status)
+        }
     }
 }
 
@@ -750,13 +779,13 @@ fn decode_messages(
     route: &Route,
     body: &[u8],
     encoding: Compression,
-) -> Result<Vec<String>, Status> {
+) -> Result<Vec<String>, Undecodable> {
     let mut decoder = FrameDecoder::new(config.max_response_bytes, encoding);
     decoder.limit_total(config.max_response_bytes);
     decoder.push(body);
     let mut out = Vec::new();
     while let Some(message) = decoder.next_message()? {
-        out.push(decode_message(config, route, &message)?);
+        out.push(decode_message(config, route, &message).map_err(Undecodable::Other)?);
     }
     decoder.finish()?;
     Ok(out)

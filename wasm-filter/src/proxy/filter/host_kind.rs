@@ -56,6 +56,13 @@ impl HostKind {
         !self.is_ngx_wasm_module()
     }
 
+    /// Whether the upstream's trailers, which no callback hands over, are
+    /// the host's variables by the end of the body (nginx:
+    /// `$upstream_trailer_grpc_status`, read as `ngx.*` properties).
+    pub(super) fn keeps_upstream_trailers_in_variables(self) -> bool {
+        self.is_ngx_wasm_module()
+    }
+
     /// Whether a filter may give a request a body from its request
     /// headers callback (ngx_wasm_module allows `proxy_set_buffer_bytes`
     /// on the request body there; Envoy has no body buffer yet).
@@ -115,6 +122,13 @@ impl HostKind {
     /// details).
     pub(super) fn details_are_reason_phrase(self) -> bool {
         self.is_ngx_wasm_module()
+    }
+
+    /// Whether the response headers may wait for the body (Envoy: a paused
+    /// header block still hands this filter the body; ngx_wasm_module
+    /// takes a pause there for a local reply, and sends the headers on).
+    pub(super) fn holds_response_headers(self) -> bool {
+        !self.is_ngx_wasm_module()
     }
 
     /// Whether a local reply sent from the response-headers callback keeps
@@ -190,12 +204,16 @@ mod tests {
     }
 
     /// Every capability, in a fixed order, for a table per host.
-    fn capabilities(kind: HostKind) -> [(&'static str, bool); 14] {
+    fn capabilities(kind: HostKind) -> [(&'static str, bool); 16] {
         [
             ("has_grpc_calls", kind.has_grpc_calls()),
             ("names_response_cause", kind.names_response_cause()),
             ("defines_metrics", kind.defines_metrics()),
             ("calls_trailers", kind.calls_trailers()),
+            (
+                "keeps_upstream_trailers_in_variables",
+                kind.keeps_upstream_trailers_in_variables(),
+            ),
             (
                 "sets_request_body_at_headers",
                 kind.sets_request_body_at_headers(),
@@ -221,6 +239,7 @@ mod tests {
                 "replies_keep_response_headers",
                 kind.replies_keep_response_headers(),
             ),
+            ("holds_response_headers", kind.holds_response_headers()),
         ]
     }
 
@@ -235,7 +254,11 @@ mod tests {
         for (name, has) in capabilities(envoy) {
             let expected = matches!(
                 name,
-                "has_grpc_calls" | "calls_trailers" | "defines_metrics" | "names_response_cause"
+                "has_grpc_calls"
+                    | "calls_trailers"
+                    | "defines_metrics"
+                    | "names_response_cause"
+                    | "holds_response_headers"
             );
             assert_eq!(has, expected, "Envoy: {name}");
         }
@@ -248,7 +271,11 @@ mod tests {
         for (name, has) in capabilities(ngx) {
             let expected = !matches!(
                 name,
-                "has_grpc_calls" | "calls_trailers" | "defines_metrics" | "names_response_cause"
+                "has_grpc_calls"
+                    | "calls_trailers"
+                    | "defines_metrics"
+                    | "names_response_cause"
+                    | "holds_response_headers"
             );
             assert_eq!(has, expected, "ngx_wasm_module: {name}");
         }

@@ -84,9 +84,18 @@ pub(super) fn answer_response(
     // headers, and from nginx's own error pages (502, 504) it sends
     // nothing: the headers become the reply's here, and the body callback
     // writes its body over the first chunk.
+    make_headers_the_replys(headers, reply);
+    stream.phase = Phase::ReplyInFirstChunk(reply.content().1.to_vec());
+    stream.end(reply.code, origin);
+    CONTINUE
+}
+
+/// Makes the response headers `reply`'s own: its HTTP status, content type
+/// and gRPC status, none of the upstream's that would contradict them.
+pub(super) fn make_headers_the_replys(headers: &HeaderMap, reply: &Reply) {
     let http_status = reply.http_status.to_string();
     let code = reply.code.as_i32().to_string();
-    let (content_type, body) = reply.content();
+    let (content_type, _) = reply.content();
     let set = [
         (":status", http_status.as_str()),
         ("content-type", content_type),
@@ -111,7 +120,4 @@ pub(super) fn answer_response(
             "grpc-wasm: the host refused a response header change",
         );
     }
-    stream.phase = Phase::ReplyInFirstChunk(body.to_vec());
-    stream.end(reply.code, origin);
-    CONTINUE
 }

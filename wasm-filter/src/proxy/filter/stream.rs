@@ -9,6 +9,7 @@ use crate::status::Status;
 use super::super::callout_host::Call;
 use super::super::config::FilterConfig;
 use super::super::held::Held;
+use super::super::host::HeaderMap;
 use super::super::metrics::{Cause, Meter};
 use super::super::transcode_rules::Route;
 
@@ -29,6 +30,9 @@ pub(super) struct Stream {
     pub(super) request_written: bool,
     /// The call's metrics.
     pub(super) meter: Meter,
+    /// The response headers, held back until the answer is known (see
+    /// `transcode_callbacks::response_headers`): they leave made its own.
+    pub(super) held_headers: Option<HeaderMap>,
 }
 
 /// Who decided how an exchange ended: the filter itself (its error is a
@@ -50,6 +54,7 @@ impl Stream {
             held: Held::default(),
             request_written: false,
             meter: Meter::default(),
+            held_headers: None,
         }
     }
 

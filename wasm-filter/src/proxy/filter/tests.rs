@@ -131,9 +131,11 @@ fn envoy_a_body_in_chunks_and_a_status_in_trailers() {
         Some(frame(REQUEST))
     );
 
-    assert_eq!(response_headers(&host, &GRPC_OK, false), CONTINUE);
-    let content_type = host.map_value(MapType::HttpResponseHeaders, "content-type");
-    assert_eq!(content_type.as_deref(), Some(&b"application/json"[..]));
+    // The headers wait for the answer, as Envoy's own transcoder holds
+    // them: its status is decided at its end.
+    assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+    let content_type = || host.map_value(MapType::HttpResponseHeaders, "content-type");
+    assert_eq!(content_type().as_deref(), Some(&b"application/grpc"[..]));
     // Envoy buffers what a paused body callback saw; trailers end it.
     let reply = frame(REPLY);
     assert_eq!(response_body(&host, &reply[..4], false), PAUSE);
@@ -141,6 +143,7 @@ fn envoy_a_body_in_chunks_and_a_status_in_trailers() {
     host.set_map(MapType::HttpResponseTrailers, &[("grpc-status", "0")]);
     assert_eq!(proxy_on_response_trailers(HTTP, 1), CONTINUE);
     assert_eq!(response_text(&host), r#"{"message":"hi ann"}"#);
+    assert_eq!(content_type().as_deref(), Some(&b"application/json"[..]));
     assert!(host.state.borrow().replies.is_empty());
 }
 
@@ -462,6 +465,11 @@ fn response_trailers(host: &MockHost, trailers: &[(&str, &str)]) -> u32 {
     proxy_on_response_trailers(HTTP, trailers.len() as u32)
 }
 
+fn response_header(host: &MockHost, name: &str) -> Option<String> {
+    host.map_value(MapType::HttpResponseHeaders, name)
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+}
+
 fn trailer(host: &MockHost, name: &str) -> Option<String> {
     host.map_value(MapType::HttpResponseTrailers, name)
         .map(|v| String::from_utf8_lossy(&v).into_owned())
@@ -476,13 +484,20 @@ fn item(n: u8) -> Vec<u8> {
 fn envoy_a_streamed_response_leaves_message_by_message_and_its_error_last() {
     let host = testing_filter(json!({}), false);
     json_request(&host, STREAM_THEN_FAIL, br#"{"count":2}"#);
-    assert_eq!(response_headers(&host, &GRPC_OK, false), CONTINUE);
-    let content_type = host.map_value(MapType::HttpResponseHeaders, "content-type");
-    assert_eq!(content_type.as_deref(), Some(&b"application/x-ndjson"[..]));
+    // The headers wait for the first message.
+    assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+    let content_type = || host.map_value(MapType::HttpResponseHeaders, "content-type");
+    assert_eq!(content_type().as_deref(), Some(&b"application/grpc"[..]));
     // A message split across chunks leaves with the chunk that ends it.
     let body = [item(1), item(2)].concat();
-    assert_eq!(response_body(&host, &body[..9], false), CONTINUE);
+    assert_eq!(response_body(&host, &body[..3], false), PAUSE);
+    assert_eq!(response_text(&host), "");
+    assert_eq!(response_body(&host, &body[3..9], false), CONTINUE);
     assert_eq!(response_text(&host), "{\"index\":1}\n");
+    assert_eq!(
+        content_type().as_deref(),
+        Some(&b"application/x-ndjson"[..])
+    );
     assert_eq!(response_body(&host, &body[9..], false), CONTINUE);
     assert_eq!(response_text(&host), "{\"index\":2}\n");
     let failed = [("grpc-status", "5"), ("grpc-message", "gone")];
@@ -493,6 +508,22 @@ fn envoy_a_streamed_response_leaves_message_by_message_and_its_error_last() {
     );
     // An error stays in the trailers too, for HTTP/2 clients.
     assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("5"));
+}
+
+#[test]
+fn envoy_a_stream_that_fails_before_its_first_message_is_its_http_status() {
+    let host = testing_filter(json!({}), false);
+    json_request(&host, STREAM_THEN_FAIL, br#"{"count":0}"#);
+    assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+    let failed = [("grpc-status", "5"), ("grpc-message", "gone")];
+    assert_eq!(response_trailers(&host, &failed), PAUSE);
+    let replies = host.state.borrow().replies.clone();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].http_status, 404);
+    assert_eq!(
+        String::from_utf8_lossy(&replies[0].body),
+        r#"{"code":5,"message":"gone","details":[]}"#
+    );
 }
 
 #[test]
@@ -624,9 +655,14 @@ fn envoy_a_large_unary_message_is_carried_by_the_module_and_leaves_whole() {
     json_request(&host, LARGE, br#"{"size":70000}"#);
     response_headers(&host, &GRPC_OK, false);
     let reply = large_reply(70_000);
-    // Taken out of the host's buffer chunk by chunk, nothing paused.
+    // Taken out of the host's buffer chunk by chunk, nothing paused: its
+    // header said it fits, and the headers left with the first chunk.
     assert_eq!(response_body(&host, &reply[..30_000], false), CONTINUE);
     assert_eq!(response_text(&host), "");
+    assert_eq!(
+        response_header(&host, "content-type").as_deref(),
+        Some("application/json")
+    );
     assert_eq!(response_body(&host, &reply[30_000..], false), CONTINUE);
     let json: Value = serde_json::from_str(&response_text(&host)).unwrap_or(Value::Null);
     let payload = json["payload"].as_str().unwrap_or_default();
@@ -639,6 +675,77 @@ fn envoy_a_large_unary_message_is_carried_by_the_module_and_leaves_whole() {
 }
 
 #[test]
+fn envoy_an_answer_over_the_limit_is_a_413_not_a_200() {
+    // grpcio sends the headers and the first DATA apart: the headers once
+    // left as a 200 before the frame header said 5 MB (issue 49).
+    let host = testing_filter(json!({}), false);
+    json_request(&host, LARGE, br#"{"size":5000000}"#);
+    assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+    let reply = large_reply(5_000_000);
+    assert_eq!(response_body(&host, &reply[..16_384], false), CONTINUE);
+    assert_eq!(response_header(&host, ":status").as_deref(), Some("413"));
+    assert_eq!(response_header(&host, "grpc-status").as_deref(), Some("8"));
+    assert_eq!(
+        response_header(&host, "content-type").as_deref(),
+        Some("application/json")
+    );
+    assert_eq!(
+        response_text(&host),
+        r#"{"code":8,"message":"grpc: received message larger than max (5000005 vs. 4194304)","details":[]}"#
+    );
+    // The rest is dropped; the trailers say the same.
+    assert_eq!(
+        response_body(&host, &reply[16_384..32_768], false),
+        CONTINUE
+    );
+    assert_eq!(response_text(&host), "");
+    assert_eq!(response_trailers(&host, &[("grpc-status", "0")]), CONTINUE);
+    assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("8"));
+}
+
+#[test]
+fn envoy_an_error_in_trailers_after_the_headers_is_the_http_status() {
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+    host.set_map(
+        MapType::HttpResponseTrailers,
+        &[("grpc-status", "5"), ("grpc-message", "gone")],
+    );
+    // No body came, so Envoy has none to write the answer into: a local
+    // reply, as for a trailers-only error.
+    assert_eq!(proxy_on_response_trailers(HTTP, 2), PAUSE);
+    let replies = host.state.borrow().replies.clone();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].http_status, 404);
+    assert_eq!(
+        String::from_utf8_lossy(&replies[0].body),
+        r#"{"code":5,"message":"gone","details":[]}"#
+    );
+}
+
+#[test]
+fn envoy_an_error_in_trailers_after_a_message_is_the_http_status() {
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+    assert_eq!(response_body(&host, &frame(REPLY), false), PAUSE);
+    host.set_map(
+        MapType::HttpResponseTrailers,
+        &[("grpc-status", "9"), ("grpc-message", "not now")],
+    );
+    assert_eq!(proxy_on_response_trailers(HTTP, 2), CONTINUE);
+    assert_eq!(response_header(&host, ":status").as_deref(), Some("400"));
+    assert_eq!(response_header(&host, "grpc-status").as_deref(), Some("9"));
+    assert_eq!(
+        response_text(&host),
+        r#"{"code":9,"message":"not now","details":[]}"#
+    );
+}
+
+#[test]
 fn envoy_a_large_message_cut_by_the_trailers_is_an_error_in_the_trailers() {
     let host = testing_filter(json!({}), false);
     json_request(&host, LARGE, br#"{"size":70000}"#);
@@ -646,6 +753,7 @@ fn envoy_a_large_message_cut_by_the_trailers_is_an_error_in_the_trailers() {
     let reply = large_reply(70_000);
     assert_eq!(response_body(&host, &reply[..30_000], false), CONTINUE);
     assert_eq!(response_trailers(&host, &[("grpc-status", "0")]), CONTINUE);
+    // The headers left with the first chunk: the trailers say it.
     assert_eq!(trailer(&host, "grpc-status").as_deref(), Some("13"));
     assert_eq!(
         trailer(&host, "grpc-message").as_deref(),
@@ -687,6 +795,32 @@ fn ngx_wasm_module_a_trailers_only_error_rewrites_the_headers_and_fills_the_body
     assert_eq!(response_text(&host), "");
     assert_eq!(response_body(&host, b"late", true), CONTINUE);
     assert_eq!(response_text(&host), "\n");
+}
+
+#[test]
+fn ngx_wasm_module_reads_the_upstream_trailers_from_nginx_variables() {
+    // No trailers callback there: an error after the headers (grpcio sends
+    // its initial metadata first when asked) was "expected one response
+    // message, got 0", and a stream failing before its first message an
+    // empty 200. nginx keeps the trailers as $upstream_trailer_*.
+    let host = transcoding(true);
+    let body = br#"{"name":"ann"}"#;
+    let length = body.len().to_string();
+    request_headers(&host, &[("content-length", &length)], false);
+    request_body(&host, body, true);
+    response_headers(&host, &GRPC_OK, false);
+    for (name, value) in [("grpc_status", "5"), ("grpc_message", "gone%21")] {
+        let key = format!("ngx\0upstream_trailer_{name}");
+        let mut state = host.state.borrow_mut();
+        state
+            .properties
+            .insert(key.into_bytes(), value.as_bytes().to_vec());
+    }
+    assert_eq!(response_body(&host, b"", true), CONTINUE);
+    assert_eq!(
+        response_text(&host),
+        r#"{"code":5,"message":"gone!","details":[]}"#
+    );
 }
 
 #[test]
@@ -809,7 +943,8 @@ fn second_stream(host: &MockHost, id: u32, path: &str) {
     host.set_buffer_bytes(BufferType::HttpRequestBody, b"{}");
     assert_eq!(proxy_on_request_body(id, 2, 1), CONTINUE);
     host.set_map(MapType::HttpResponseHeaders, &GRPC_OK);
-    assert_eq!(proxy_on_response_headers(id, 2, 0), CONTINUE);
+    // PAUSE for one answer (its headers wait), CONTINUE for a stream.
+    proxy_on_response_headers(id, 2, 0);
 }
 
 #[test]
@@ -853,6 +988,7 @@ fn envoy_streams_past_the_vm_budget_fail_alone_with_resource_exhausted() {
         error,
         json!({"code": 8, "details": [], "message": "the proxy holds too many responses at once: 80000 bytes for other streams, max_held_response_bytes is 150000"})
     );
+    assert_eq!(response_header(&host, ":status").as_deref(), Some("429"));
     host.set_buffer_bytes(BufferType::HttpResponseBody, b"");
     host.set_map(MapType::HttpResponseTrailers, &[("grpc-status", "0")]);
     assert_eq!(proxy_on_response_trailers(3, 1), CONTINUE);
@@ -926,16 +1062,18 @@ fn envoy_a_streamed_response_s_incomplete_frames_count_against_the_vm_budget() {
     // 600 bytes of a frame declaring 900: held until the rest comes.
     let mut partial = vec![0, 0, 0, 0x03, 0x84];
     partial.resize(600, 0);
-    assert_eq!(response_body(&host, &partial, false), CONTINUE);
+    assert_eq!(response_body(&host, &partial, false), PAUSE);
     assert_eq!(response_text(&host), "");
     assert_eq!(vm_held(), 600);
     second_stream(&host, 3, STREAM_THEN_FAIL);
     host.set_buffer_bytes(BufferType::HttpResponseBody, &partial);
+    // No message has left: the error is the whole answer, and its status.
     assert_eq!(proxy_on_response_body(3, 600, 0), CONTINUE);
     assert_eq!(
         response_text(&host),
-        "{\"error\":{\"code\":8,\"message\":\"the proxy holds too many responses at once: 600 bytes for other streams, max_held_response_bytes is 1000\",\"details\":[]}}\n"
+        "{\"code\":8,\"message\":\"the proxy holds too many responses at once: 600 bytes for other streams, max_held_response_bytes is 1000\",\"details\":[]}"
     );
+    assert_eq!(response_header(&host, ":status").as_deref(), Some("429"));
     proxy_on_delete(3);
     assert_eq!(vm_held(), 600);
     proxy_on_delete(HTTP);

@@ -7,9 +7,11 @@
 //! in `x-grpc-wasm-original-path`). Response: a trailers-only status (the
 //! usual form of a gRPC error) becomes a JSON error with the HTTP status
 //! mapped from `grpc-status`; otherwise the gRPC body is held until the
-//! trailers and replaced by JSON. Hosts send response headers before the
-//! body can be held, so a status that only arrives in trailers after data
-//! changes the body (a `google.rpc.Status` object) but not the HTTP status.
+//! trailers and replaced by JSON. Envoy holds the headers of one answer
+//! until then too, so its HTTP status is the answer's; ngx_wasm_module
+//! sends them on at once, and there (as in a stream) a status that only
+//! arrives after the headers changes the body (a `google.rpc.Status`
+//! object), not the HTTP status.
 
 use std::rc::Rc;
 
@@ -23,7 +25,9 @@ use super::super::host::{self, *};
 use super::super::metrics::frames_in;
 use super::super::transcode_rules::{self, Reply, Route};
 use super::host_kind::host_kind;
-use super::reply::{answer, answer_response, internal, CONTINUE, PAUSE};
+use super::reply::{
+    answer, answer_from, answer_response, internal, make_headers_the_replys, CONTINUE, PAUSE,
+};
 use super::stream::{Origin, Phase, Stream};
 
 /// Request headers of a method to transcode here: the request becomes a
@@ -245,24 +249,73 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
         );
         return answer_response(stream, &reply, &headers, Origin::Upstream);
     }
-    // The headers leave now (a paused header block would also hold the
-    // body back from this filter): a status that arrives in trailers
-    // after data can change the body, not the HTTP status.
-    let content_type = if transcode_rules::streams_response(&stream.config, &route) {
+    let streams = transcode_rules::streams_response(&stream.config, &route);
+    if streams {
         stream.phase = Phase::Streaming(FrameDecoder::new(
             stream.config.max_response_bytes,
             stream.encoding,
         ));
-        transcode_rules::stream_content_type(&stream.config)
-    } else {
-        "application/json"
+    }
+    if host_kind().holds_response_headers() {
+        // One answer's headers wait for it, as Envoy's own transcoder holds
+        // them, and a stream's for its first message: what the body or the
+        // trailers decide before then (a message over the limit, an error
+        // after the upstream's headers) is the HTTP status, never a 200
+        // carrying an error. After a stream's first message, an error can
+        // only end its body.
+        stream.held_headers = Some(headers);
+        return PAUSE;
+    }
+    if streams {
+        let content_type = transcode_rules::stream_content_type(&stream.config);
+        let _ = headers.edit(
+            MapType::HttpResponseHeaders,
+            &[("content-type", content_type)],
+            &["content-length"],
+        );
+        return CONTINUE;
+    }
+    // ngx_wasm_module sends the headers on whatever the filter answers.
+    let _ = headers.edit(
+        MapType::HttpResponseHeaders,
+        &[("content-type", "application/json")],
+        &["content-length"],
+    );
+    CONTINUE
+}
+
+/// Lets held response headers go, made `reply`'s: an answer keeps its
+/// status and takes the reply's content type; an error takes the reply's
+/// status and gRPC status too.
+fn release_headers(stream: &mut Stream, reply: &Reply) {
+    let Some(headers) = stream.held_headers.take() else {
+        return;
     };
+    if reply.code != Code::Ok {
+        make_headers_the_replys(&headers, reply);
+        return;
+    }
+    let (content_type, _) = reply.content();
+    answer_headers(&headers, content_type);
+}
+
+/// Lets held response headers of a stream go: its messages follow.
+fn release_stream_headers(stream: &mut Stream) {
+    if let Some(headers) = stream.held_headers.take() {
+        answer_headers(
+            &headers,
+            transcode_rules::stream_content_type(&stream.config),
+        );
+    }
+}
+
+/// The upstream's headers for the filter's answer of `content_type`.
+fn answer_headers(headers: &HeaderMap, content_type: &str) {
     let _ = headers.edit(
         MapType::HttpResponseHeaders,
         &[("content-type", content_type)],
         &["content-length"],
     );
-    CONTINUE
 }
 
 pub(super) fn response_body(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
@@ -307,15 +360,15 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
         _ => 0,
     };
     let total = carried + size;
-    if total > stream.config.max_response_bytes || host_gave_up {
-        // The headers have left, so a local reply is no longer possible:
-        // the chunk becomes the error.
-        let status = if host_gave_up {
-            transcode_rules::host_response_buffer_full(&stream.config)
-        } else {
-            transcode_rules::too_large_status("response", total, stream.config.max_response_bytes)
-        };
+    if host_gave_up {
+        let status = transcode_rules::host_response_buffer_full(&stream.config);
         fail_in_body(stream, size, status, end_of_stream);
+        return CONTINUE;
+    }
+    if total > stream.config.max_response_bytes {
+        let limit = stream.config.max_response_bytes;
+        let status = transcode_rules::too_large_status("response", total, limit);
+        fail_too_large(stream, size, status, end_of_stream);
         return CONTINUE;
     }
     if !end_of_stream {
@@ -349,16 +402,26 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
     finish(stream, body, status_at_end_without_trailers())
 }
 
-/// The status of a response whose body ended without trailers.
+/// The status of a response whose body ended without trailers: on a host
+/// that calls no trailers callback, the upstream's trailers as the host
+/// keeps them elsewhere, if it does.
 fn status_at_end_without_trailers() -> Status {
     if host_kind().calls_trailers() {
-        Status::new(
+        return Status::new(
             Code::Internal,
             "the upstream ended the response without grpc-status",
-        )
-    } else {
-        Status::ok()
+        );
     }
+    if !host_kind().keeps_upstream_trailers_in_variables() {
+        return Status::ok();
+    }
+    let trailer = |name| host::property(&["ngx", name]);
+    let status = trailer("upstream_trailer_grpc_status");
+    let message = trailer("upstream_trailer_grpc_message");
+    let details = trailer("upstream_trailer_grpc_status_details_bin");
+    Status::from_header_values(status.as_deref(), message.as_deref(), details.as_deref())
+        // No trailers at all: the messages stand.
+        .unwrap_or_else(Status::ok)
 }
 
 pub(super) fn response_trailers(stream: &mut Stream) -> u32 {
@@ -388,12 +451,47 @@ fn trailers_of_response(stream: &mut Stream) -> u32 {
         )
     });
     match &stream.phase {
+        // Not one message yet: the headers still wait, and the status is
+        // the whole answer, a local reply as for a trailers-only status
+        // (Envoy has no body to write it into if none came).
+        Phase::Streaming(_) if stream.held_headers.take().is_some() => {
+            let reply = match stream.route.clone() {
+                Some(route) => transcode_rules::decode_response(
+                    &stream.config,
+                    &route,
+                    &[],
+                    Compression::Identity,
+                    &status,
+                ),
+                None => Reply::error(&stream.config, &status),
+            };
+            answer_from(stream, &reply, Origin::Upstream)
+        }
         Phase::Streaming(_) => end_stream(stream, &trailers, &status),
         Phase::Carrying(held) if !held.is_empty() => cut_large_response(stream, &trailers),
         // The whole buffered body: the host stops at its end. The trailers
         // stay as the upstream sent them, as with Envoy's own transcoder
         // (HTTP/1.1 clients never see them); changing them would cost a
         // host call per request.
+        // Headers held and no body at all: the host has none to write the
+        // answer into (Envoy), so it goes as a local reply, whose headers
+        // are still the first to leave.
+        Phase::Open if stream.held_headers.take().is_some() => {
+            let route = stream.route.clone();
+            let reply = route.map_or_else(
+                || Reply::error(&stream.config, &status),
+                |route| {
+                    transcode_rules::decode_response(
+                        &stream.config,
+                        &route,
+                        &[],
+                        Compression::Identity,
+                        &status,
+                    )
+                },
+            );
+            answer_from(stream, &reply, Origin::Upstream)
+        }
         _ => {
             let body = match stream.phase.take_seen() {
                 Some(seen) => Ok(seen),
@@ -493,7 +591,26 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
         ),
     };
     let messages = decoder.returned() - before;
+    let none_yet = decoder.returned() == 0;
     stream.meter.received(messages, chunk.len());
+    if stream.held_headers.is_some() {
+        let end = error
+            .clone()
+            .or_else(|| end_of_stream.then(status_at_end_without_trailers));
+        match end {
+            // Nothing has left: the failure is the whole answer.
+            Some(status) if none_yet && !status.is_ok() => {
+                fail_in_body(stream, size, status, end_of_stream);
+                return CONTINUE;
+            }
+            // Still no message: the headers wait on.
+            None if none_yet => {
+                let _ = replace_response_chunk(size, b"", false);
+                return PAUSE;
+            }
+            _ => release_stream_headers(stream),
+        }
+    }
     if let Some(status) = error {
         // What follows cannot be read: the error ends the stream, and the
         // upstream's own status (in trailers) gives way to it.
@@ -589,7 +706,7 @@ fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
             size: message,
             limit,
         });
-        fail_in_body(stream, size, status, false);
+        fail_too_large(stream, size, status, false);
         return CONTINUE;
     }
     if let Err(status) = make_room(stream, &mut held, chunk.len(), declared) {
@@ -598,6 +715,12 @@ fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
     }
     if let Err(s) = set_buffer(BufferType::HttpResponseBody, size, b"") {
         return cannot(stream, size, "take", s);
+    }
+    // Its header says it fits: the headers leave now. Held until its JSON,
+    // they would make Envoy buffer that JSON whole behind them, and past
+    // the connection's buffer limit Envoy answers 500 itself.
+    if stream.held_headers.is_some() {
+        release_headers(stream, &Reply::ok(String::new()));
     }
     held.extend_from_slice(&chunk);
     if (held.len() as u64) < declared {
@@ -683,14 +806,33 @@ fn cut_large_response(stream: &mut Stream, trailers: &HeaderMap) -> u32 {
     stream.phase = Phase::Answered;
     stream.end(Code::Internal, Origin::Filter);
     log(LogLevel::Warn, &format!("grpc-wasm: {message}"));
-    set_status_trailers(trailers, &Status::new(Code::Internal, message));
+    let status = Status::new(Code::Internal, message);
+    if stream.held_headers.is_some() {
+        // Nothing has left: the error is the whole answer.
+        let reply = Reply::error(&stream.config, &status);
+        release_headers(stream, &reply);
+        let _ = set_buffer(BufferType::HttpResponseBody, 0, reply.body.as_bytes());
+    }
+    set_status_trailers(trailers, &status);
     CONTINUE
 }
 
-/// The headers have left: the error replaces the chunk, what follows is
-/// dropped, and trailers that come later say the same.
+/// The error replaces the chunk, what follows is dropped, and trailers
+/// that come later say the same; held headers leave with its status.
 fn fail_in_body(stream: &mut Stream, size: usize, status: Status, end_of_stream: bool) {
     let reply = Reply::error(&stream.config, &status);
+    fail_with(stream, size, &reply, status, end_of_stream);
+}
+
+/// [`fail_in_body`] for a response over its limit: 413, where the headers
+/// can still say it.
+fn fail_too_large(stream: &mut Stream, size: usize, status: Status, end_of_stream: bool) {
+    let reply = transcode_rules::response_too_large(&stream.config, &status);
+    fail_with(stream, size, &reply, status, end_of_stream);
+}
+
+fn fail_with(stream: &mut Stream, size: usize, reply: &Reply, status: Status, end_of_stream: bool) {
+    release_headers(stream, reply);
     let _ = replace_response_chunk(size, reply.body.as_bytes(), end_of_stream);
     stream.end(status.code, Origin::Filter);
     stream.phase = Phase::Failed(status);
@@ -772,6 +914,7 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
         Origin::Upstream
     };
     stream.end(reply.code, origin);
+    release_headers(stream, &reply);
     let (_, text) = reply.content();
     match set_buffer(
         BufferType::HttpResponseBody,
