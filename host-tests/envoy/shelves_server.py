@@ -179,6 +179,12 @@ class ShelvesServer:
     def AnyShelf(self, request, _context):
         return self.reply("shelves.Shelf", id=request.shelf, theme="any method")
 
+    def Ping(self, request, _context):
+        return self.reply("shelves.Shelf", id=request.shelf, theme="pong")
+
+    def PingAnywhere(self, request, _context):
+        return request
+
     def GetAnyShelf(self, request, _context):
         return self.reply("shelves.Shelf", id=request.shelf, theme="get")
 

@@ -148,6 +148,10 @@ CASES = [
     ("unknown-path-post", "POST", "/nope", {}, "application/json"),
     ("unbound-method-put", "PUT", "/shelves", {}, "application/json"),
     ("grpc-method-path", "POST", f"/{SERVICE}/GetShelf", {"shelf": "1"}, "application/json"),
+    # A method without a binding is auto-mapped: its literal path outranks
+    # any template (here PingAnywhere's "/{path}/Ping").
+    ("auto-mapped-method-before-template", "POST", f"/{SERVICE}/Ping", {"shelf": "1"}, "application/json"),
+    ("template-for-another-service", "POST", "/other.Service/Ping", {}, "application/json"),
 ]
 
 # The options of item 8 that change answers, each in its own Envoy: Envoy's

@@ -38,7 +38,7 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -265,6 +265,9 @@ pub struct FilterConfig {
     pub max_held_response_bytes: usize,
     /// The `google.api.http` bindings of the exposed methods.
     pub bindings: Vec<Binding>,
+    /// The paths (`/pkg.Service/Method`) of the methods with a binding:
+    /// Envoy's `auto_mapping` binds the others to `POST` at their path.
+    pub bound_paths: FxHashSet<Box<str>>,
     /// Bindings left out, each with why (logged when the configuration is
     /// installed; the rest are served).
     pub left_out: Vec<String>,
@@ -399,6 +402,7 @@ impl FilterConfig {
             max_request_bytes: raw.max_request_bytes,
             max_response_bytes: raw.max_response_bytes,
             max_held_response_bytes,
+            bound_paths: bindings.iter().map(|b| b.method.path().into()).collect(),
             bindings,
             left_out,
             callout,

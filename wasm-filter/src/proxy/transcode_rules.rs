@@ -163,8 +163,9 @@ pub enum Plan {
     Reply(Reply),
 }
 
-/// Decides from the request line and content type: a `google.api.http`
-/// binding first, then `POST /pkg.Service/Method`.
+/// Decides from the request line and content type: `POST` at the path of
+/// a method without bindings, else a `google.api.http` binding, else
+/// `POST /pkg.Service/Method` of any method.
 pub fn plan(
     config: &FilterConfig,
     http_method: &str,
@@ -175,7 +176,22 @@ pub fn plan(
         return Plan::PassThrough;
     }
     let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
-    if let Some((binding, vars)) = chosen_binding(config, http_method, path) {
+    let at_its_path = if http_method == "POST" {
+        config.methods.get(path)
+    } else {
+        None
+    };
+    // Envoy's auto_mapping binds a method without bindings to POST at its
+    // path: a literal path, which no template outranks.
+    let auto_mapped = at_its_path.is_some_and(|m| {
+        !config.bound_paths.contains(m.path()) && config.exposes(m.service_name())
+    });
+    let chosen = if auto_mapped {
+        None
+    } else {
+        chosen_binding(config, http_method, path)
+    };
+    if let Some((binding, vars)) = chosen {
         let vars = match vars {
             Ok(vars) => vars,
             Err(message) => return Plan::Reply(bad_request(config, message)),
@@ -192,7 +208,7 @@ pub fn plan(
     if http_method != "POST" {
         return unbound(config, http_method, path);
     }
-    let found = match config.methods.get(path) {
+    let found = match at_its_path {
         Some(method) => Ok(method.clone()),
         None => config.registry.method(path),
     };
@@ -831,6 +847,8 @@ service S {
   rpc AnyRun(Id) returns (Id) { option (google.api.http) = { custom { kind: "*" path: "/v1/any/{id}:run" } }; }
   rpc TwinA(Id) returns (Id) { option (google.api.http) = { get: "/v1/twins/{id}" }; }
   rpc TwinB(Id) returns (Id) { option (google.api.http) = { get: "/v1/twins/{path}" }; }
+  rpc Ping(Id) returns (Id);
+  rpc Catch(Id) returns (Id) { option (google.api.http) = { post: "/{path=**}" body: "*" }; }
 }"#;
         let cfg = serde_json::json!({"protos": {"o.proto": proto}});
         FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap()
@@ -845,6 +863,26 @@ service S {
             }
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_method_without_bindings_outranks_every_template_at_its_path() {
+        let c = overlapping();
+        let path = |p: &str| vec![(vec!["path".to_string()], p.to_string())];
+        // Envoy's auto_mapping: a literal path. Before, the catch-all took it.
+        assert_eq!(
+            reached(&c, "POST", "/o.S/Ping"),
+            Some(("Ping".into(), vec![]))
+        );
+        // A method with bindings has none at its path: the template takes it.
+        assert_eq!(
+            reached(&c, "POST", "/o.S/GetMe"),
+            Some(("Catch".into(), path("o.S/GetMe")))
+        );
+        assert_eq!(
+            reached(&c, "POST", "/o.S/Pong"),
+            Some(("Catch".into(), path("o.S/Pong")))
+        );
     }
 
     #[test]
