@@ -97,6 +97,11 @@ CASES = [
     ("search-percent", "GET", "/search?query=a%20b%2Bc%26d", None, None),
     ("search-empty-value", "GET", "/search?query=", None, None),
     ("search-unknown-parameter", "GET", "/search?nope=1", None, None),
+    # A parameter with no '=' or no name sets nothing.
+    ("search-name-without-value", "GET", "/search?tags", None, None),
+    ("search-bool-without-value", "GET", "/search?exact&limit=2", None, None),
+    ("search-value-without-name", "GET", "/search?=x", None, None),
+    ("get-shelf-name-without-value", "GET", "/shelves/1?shelf", None, None),
     ("search-bad-enum", "GET", "/search?filter.genre=NOPE", None, None),
     ("search-bad-int", "GET", "/search?limit=x", None, None),
     ("search-path-variables", "GET", "/search/Tolkien/1954", None, None),

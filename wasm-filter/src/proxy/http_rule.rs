@@ -45,6 +45,9 @@ impl Template {
             .strip_prefix('/')
             .ok_or_else(|| err("must start with '/'"))?;
         let (body, verb) = split_verb(rest);
+        if verb == Some("") {
+            return Err(err("a ':' must be followed by a verb"));
+        }
         let mut template = Template {
             segments: Vec::new(),
             variables: Vec::new(),
@@ -901,13 +904,14 @@ fn query_field_path(key: &str) -> Result<Vec<String>, String> {
     ))
 }
 
-/// Each query parameter's name as sent, and its value percent-decoded.
+/// Each query parameter's name as sent, and its value percent-decoded. A
+/// parameter with no `=` or no name sets nothing, as in Envoy (`?tags`
+/// is not `tags=""`).
 fn query_pairs(query: &str) -> Result<Vec<(&str, String)>, String> {
     query
         .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        .filter_map(|pair| pair.split_once('=').filter(|(k, _)| !k.is_empty()))
+        .map(|(k, v)| {
             let value = percent_decode_value(v, UrlUnescape::AllCharacters).ok_or_else(|| {
                 let shown: String = k.chars().take(40).collect();
                 format!("query parameter '{shown}': its value's escapes decode to bytes that are not UTF-8")
@@ -1090,6 +1094,11 @@ service S {
             one.matches("/v1/%C3%A9%EF%BF%BD").unwrap()[0].1,
             "\u{e9}\u{fffd}"
         );
+        // No `=` or no name: nothing, as in Envoy.
+        assert_eq!(
+            query_pairs("tags&exact&=x&a=1&b=&").unwrap(),
+            [("a", "1".to_string()), ("b", String::new())]
+        );
         assert_eq!(
             query_pairs("a=1&b=%FF").unwrap_err(),
             "query parameter 'b': its value's escapes decode to bytes that are not UTF-8"
@@ -1111,6 +1120,11 @@ service S {
         assert!(Template::parse("v1/x").is_err());
         assert!(Template::parse("/v1/**/x").is_err());
         assert!(Template::parse("/v1/{x").is_err());
+        // As in Envoy: a ':' with no verb after it.
+        assert_eq!(
+            Template::parse("/v1/x:").unwrap_err(),
+            "invalid path template '/v1/x:': a ':' must be followed by a verb"
+        );
     }
 
     #[test]
