@@ -380,6 +380,7 @@ pub extern "C" fn proxy_on_delete(context_id: u32) {
             if let Some(call) = stream.call.take() {
                 callout_host::cancel(&call);
             }
+            transcode_callbacks::ended_with_headers_held(&stream);
             stream.meter.drop_unended();
         }
     }

@@ -33,6 +33,9 @@ pub(super) struct Stream {
     /// The response headers, held back until the answer is known (see
     /// `transcode_callbacks::response_headers`): they leave made its own.
     pub(super) held_headers: Option<HeaderMap>,
+    /// A response body or trailers callback came: the host passes what
+    /// follows headers the filter holds.
+    pub(super) response_went_on: bool,
 }
 
 /// Who decided how an exchange ended: the filter itself (its error is a
@@ -55,6 +58,7 @@ impl Stream {
             request_written: false,
             meter: Meter::default(),
             held_headers: None,
+            response_went_on: false,
         }
     }
 
@@ -75,7 +79,28 @@ impl Stream {
     /// the bytes are taken (`make_room`, `stream_chunk`), so here it is
     /// given back, or kept as checked.
     pub(super) fn settle_held(&mut self) {
-        let _ = self.held.set(self.phase.held_bytes(), usize::MAX);
+        let _ = self.held.set(self.held_bytes(), usize::MAX);
+    }
+
+    /// What the stream holds of its response: its phase's bytes, and the
+    /// headers it holds back.
+    pub(super) fn held_bytes(&self) -> usize {
+        self.phase.held_bytes() + self.held_headers.as_ref().map_or(0, HeaderMap::held_bytes)
+    }
+
+    /// Holds the response headers back, if the VM's budget has room for
+    /// them; else hands them back, to go on at once.
+    pub(super) fn hold_headers(&mut self, headers: HeaderMap) -> Result<(), HeaderMap> {
+        let bytes = self.held_bytes() + headers.held_bytes();
+        if self
+            .held
+            .set(bytes, self.config.max_held_response_bytes)
+            .is_err()
+        {
+            return Err(headers);
+        }
+        self.held_headers = Some(headers);
+        Ok(())
     }
 }
 

@@ -726,6 +726,58 @@ fn envoy_an_error_in_trailers_after_the_headers_is_the_http_status() {
 }
 
 #[test]
+fn envoy_an_error_in_trailers_with_the_reply_refused_is_still_the_http_status() {
+    let host = transcoding(false);
+    host.state.borrow_mut().refuse_replies = true;
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+    // The host refuses the local reply: the held headers go, made the
+    // reply's (before, as the upstream sent them: a 200).
+    assert_eq!(
+        response_trailers(&host, &[("grpc-status", "5"), ("grpc-message", "gone")]),
+        CONTINUE
+    );
+    assert_eq!(response_header(&host, ":status").as_deref(), Some("404"));
+    assert_eq!(response_header(&host, "grpc-status").as_deref(), Some("5"));
+    assert_eq!(
+        response_header(&host, "content-type").as_deref(),
+        Some("application/json")
+    );
+}
+
+#[test]
+fn envoy_a_stream_that_ends_with_its_headers_held_says_why_once() {
+    let said = |host: &MockHost| {
+        let state = host.state.borrow();
+        state
+            .logs
+            .iter()
+            .filter(|(_, l)| l.contains("allow_on_headers_stop_iteration: true"))
+            .count()
+    };
+    // A response whose body came says nothing (the warning is once a VM:
+    // this case goes first).
+    let host = transcoding(false);
+    request_headers(&host, &[], false);
+    request_body(&host, br#"{"name":"ann"}"#, true);
+    response_headers(&host, &GRPC_OK, false);
+    response_body(&host, &frame(REPLY)[..3], false);
+    proxy_on_delete(HTTP);
+    assert_eq!(said(&host), 0);
+    let host = transcoding(false);
+    for _ in 0..2 {
+        request_headers(&host, &[], false);
+        request_body(&host, br#"{"name":"ann"}"#, true);
+        assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+        // Envoy without allow_on_headers_stop_iteration: nothing follows.
+        proxy_on_delete(HTTP);
+        proxy_on_context_create(HTTP, ROOT);
+    }
+    assert_eq!(said(&host), 1, "{:?}", host.state.borrow().logs);
+}
+
+#[test]
 fn envoy_an_error_in_trailers_after_a_message_is_the_http_status() {
     let host = transcoding(false);
     request_headers(&host, &[], false);
@@ -1059,23 +1111,27 @@ fn envoy_a_streamed_response_s_incomplete_frames_count_against_the_vm_budget() {
     );
     json_request(&host, STREAM_THEN_FAIL, br#"{"count":2}"#);
     response_headers(&host, &GRPC_OK, false);
+    // The headers held until the first message count too.
+    let headers = vm_held();
+    assert!(headers > 0 && headers < 400, "{headers}");
     // 600 bytes of a frame declaring 900: held until the rest comes.
     let mut partial = vec![0, 0, 0, 0x03, 0x84];
     partial.resize(600, 0);
     assert_eq!(response_body(&host, &partial, false), PAUSE);
     assert_eq!(response_text(&host), "");
-    assert_eq!(vm_held(), 600);
+    assert_eq!(vm_held(), headers + 600);
     second_stream(&host, 3, STREAM_THEN_FAIL);
     host.set_buffer_bytes(BufferType::HttpResponseBody, &partial);
     // No message has left: the error is the whole answer, and its status.
     assert_eq!(proxy_on_response_body(3, 600, 0), CONTINUE);
+    let others = headers + 600;
     assert_eq!(
         response_text(&host),
-        "{\"code\":8,\"message\":\"the proxy holds too many responses at once: 600 bytes for other streams, max_held_response_bytes is 1000\",\"details\":[]}"
+        format!("{{\"code\":8,\"message\":\"the proxy holds too many responses at once: {others} bytes for other streams, max_held_response_bytes is 1000\",\"details\":[]}}")
     );
     assert_eq!(response_header(&host, ":status").as_deref(), Some("429"));
     proxy_on_delete(3);
-    assert_eq!(vm_held(), 600);
+    assert_eq!(vm_held(), headers + 600);
     proxy_on_delete(HTTP);
     assert_eq!(vm_held(), 0);
 }

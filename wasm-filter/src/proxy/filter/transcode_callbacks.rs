@@ -256,16 +256,21 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
             stream.encoding,
         ));
     }
-    if host_kind().holds_response_headers() {
+    let headers = if host_kind().holds_response_headers() {
         // One answer's headers wait for it, as Envoy's own transcoder holds
         // them, and a stream's for its first message: what the body or the
         // trailers decide before then (a message over the limit, an error
         // after the upstream's headers) is the HTTP status, never a 200
         // carrying an error. After a stream's first message, an error can
-        // only end its body.
-        stream.held_headers = Some(headers);
-        return PAUSE;
-    }
+        // only end its body. Headers the VM's budget has no room for go on
+        // at once, as on hosts that cannot hold them.
+        match stream.hold_headers(headers) {
+            Ok(()) => return PAUSE,
+            Err(headers) => headers,
+        }
+    } else {
+        headers
+    };
     if streams {
         let content_type = transcode_rules::stream_content_type(&stream.config);
         let _ = headers.edit(
@@ -282,6 +287,24 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
         &["content-length"],
     );
     CONTINUE
+}
+
+/// Says once per VM that a stream ended with its response headers held and
+/// nothing after them: what Envoy does without
+/// `allow_on_headers_stop_iteration`, which the filter cannot read.
+pub(super) fn ended_with_headers_held(stream: &Stream) {
+    thread_local! {
+        static SAID: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if stream.held_headers.is_none() || stream.response_went_on || SAID.with(|s| s.replace(true)) {
+        return;
+    }
+    log(
+        LogLevel::Warn,
+        "grpc-wasm: a response ended with its headers held and no body or trailers passed to the filter; \
+         if every transcoded response stalls, Envoy lacks allow_on_headers_stop_iteration: true in the \
+         filter's configuration (docs/envoy.md)",
+    );
 }
 
 /// Lets held response headers go, made `reply`'s: an answer keeps its
@@ -322,6 +345,7 @@ pub(super) fn response_body(stream: &mut Stream, size: usize, end_of_stream: boo
     if stream.route.is_none() {
         return CONTINUE;
     }
+    stream.response_went_on = true;
     let action = response_chunk(stream, size, end_of_stream);
     stream.settle_held();
     action
@@ -428,6 +452,7 @@ pub(super) fn response_trailers(stream: &mut Stream) -> u32 {
     if stream.route.is_none() {
         return CONTINUE;
     }
+    stream.response_went_on = true;
     let action = trailers_of_response(stream);
     stream.settle_held();
     action
@@ -450,11 +475,11 @@ fn trailers_of_response(stream: &mut Stream) -> u32 {
             "the upstream sent trailers without grpc-status",
         )
     });
-    match &stream.phase {
-        // Not one message yet: the headers still wait, and the status is
-        // the whole answer, a local reply as for a trailers-only status
-        // (Envoy has no body to write it into if none came).
-        Phase::Streaming(_) if stream.held_headers.take().is_some() => {
+    // Headers held and no message (none at all, or not one of a stream's):
+    // the host has no body to write the answer into (Envoy), so the status
+    // is the whole answer, a local reply as for a trailers-only status.
+    if matches!(stream.phase, Phase::Open | Phase::Streaming(_)) {
+        if let Some(held) = stream.held_headers.take() {
             let reply = match stream.route.clone() {
                 Some(route) => transcode_rules::decode_response(
                     &stream.config,
@@ -465,33 +490,16 @@ fn trailers_of_response(stream: &mut Stream) -> u32 {
                 ),
                 None => Reply::error(&stream.config, &status),
             };
-            answer_from(stream, &reply, Origin::Upstream)
+            return answer_held(stream, &held, &reply);
         }
+    }
+    match &stream.phase {
         Phase::Streaming(_) => end_stream(stream, &trailers, &status),
         Phase::Carrying(held) if !held.is_empty() => cut_large_response(stream, &trailers),
         // The whole buffered body: the host stops at its end. The trailers
         // stay as the upstream sent them, as with Envoy's own transcoder
         // (HTTP/1.1 clients never see them); changing them would cost a
         // host call per request.
-        // Headers held and no body at all: the host has none to write the
-        // answer into (Envoy), so it goes as a local reply, whose headers
-        // are still the first to leave.
-        Phase::Open if stream.held_headers.take().is_some() => {
-            let route = stream.route.clone();
-            let reply = route.map_or_else(
-                || Reply::error(&stream.config, &status),
-                |route| {
-                    transcode_rules::decode_response(
-                        &stream.config,
-                        &route,
-                        &[],
-                        Compression::Identity,
-                        &status,
-                    )
-                },
-            );
-            answer_from(stream, &reply, Origin::Upstream)
-        }
         _ => {
             let body = match stream.phase.take_seen() {
                 Some(seen) => Ok(seen),
@@ -500,6 +508,19 @@ fn trailers_of_response(stream: &mut Stream) -> u32 {
             finish(stream, body, status)
         }
     }
+}
+
+/// Answers with `reply` while the upstream's headers are held: a local
+/// reply, whose headers are still the first to leave. A host that refuses
+/// it sends the held headers, made the reply's, so that its status shows.
+fn answer_held(stream: &mut Stream, held: &HeaderMap, reply: &Reply) -> u32 {
+    let action = answer_from(stream, reply, Origin::Upstream);
+    if action != PAUSE {
+        make_headers_the_replys(held, reply);
+        stream.phase = Phase::Answered;
+        stream.end(reply.code, Origin::Upstream);
+    }
+    action
 }
 
 /// ngx_wasm_module always says that a body follows the request headers,
@@ -901,7 +922,11 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
                 &stream.config,
                 &format!("cannot read the response body (host status {})", s.0),
             );
-            return answer(stream, &reply);
+            let action = answer(stream, &reply);
+            if action != PAUSE {
+                release_headers(stream, &reply);
+            }
+            return action;
         }
     };
     let reply =
