@@ -44,6 +44,8 @@ const CASES = {
   'html-page': [502, { 'content-type': 'text/html' }, '<h1>bad gateway</h1>'],
   'trailers-flood': [200, WEB, Buffer.concat([frame(0, ''), frame(0x80, `grpc-status: 0\r\n${FLOOD}`)])],
   'connect-end-flood': [200, { 'content-type': 'application/connect+proto' }, frame(2, CONNECT_FLOOD)],
+  'no-message': [200, WEB, OK_TRAILERS],
+  'two-messages': [200, WEB, Buffer.concat([frame(0, ''), frame(0, ''), OK_TRAILERS])],
   'trailers-100': [200, WEB, Buffer.concat([frame(0, ''), frame(0x80, `grpc-status: 0\r\n${'x-t: a\r\n'.repeat(99)}`)])],
 };
 
@@ -156,6 +158,34 @@ test('a response of gzip frames that inflate a thousandfold is bounded', async (
   const grown = (process.memoryUsage().rss - before) / (1 << 20);
   // Before the bound, the unary call alone took the process past 1 GB.
   assert.ok(grown < 300, `the process grew by ${grown.toFixed(0)} MiB`);
+});
+
+test('a deadline ends a stream between the batches of one chunk', async () => {
+  // One chunk of 64 gzip frames is read a batch (4 MiB inflated) at a time;
+  // a consumer that works 5 ms per message keeps the loop busy throughout.
+  let count = 0;
+  const started = Date.now();
+  const error = await rejection((async () => {
+    for await (const _ of web.serverStream(`${TESTING}/StreamThenFail`, {}, { timeoutMs: 20, metadata: { 'x-case': 'gzip-bomb' } })) {
+      count++;
+      const until = Date.now() + 5;
+      while (Date.now() < until);
+    }
+  })());
+  assert.deepEqual([error.code, error.message], [Code.DEADLINE_EXCEEDED, 'deadline of 20 ms exceeded']);
+  // Before, every message of the chunk came (64, then OK), the timer never firing.
+  assert.ok(count <= 16, `${count} messages, ${Date.now() - started} ms`);
+});
+
+test('onStatus hears what a unary call ends with when it answers 0 or 2 messages', async () => {
+  for (const [name, message] of [['no-message', 'not 0'], ['two-messages', 'not more']]) {
+    const seen = [];
+    const [code, text] = await failure(name, { onStatus: (s) => seen.push([s.code, s.message]) });
+    const expected = [Code.INTERNAL, `a unary response must hold one message, ${message}`];
+    assert.deepEqual([code, text], expected);
+    // Before, OK for the first, nothing for the second.
+    assert.deepEqual(seen, [expected], name);
+  }
 });
 
 test('repeated -bin metadata keeps every value', async () => {

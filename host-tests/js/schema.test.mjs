@@ -46,6 +46,14 @@ test('encode and decode: exact bytes, int64 as strings or BigInt, bytes as base6
   assert.throws(() => schema.encode('grpcwasm.testing.SleepRequest', { millis: 1.5 }), /^Error: millis: /);
 });
 
+test("BigInt decoding reads a message's own fields, never Object.prototype's", () => {
+  const odd = loadProto({ 'odd.proto': 'syntax = "proto3";\nmessage Odd { repeated string value_of = 1; int64 constructor = 2; int64 n = 3; }' });
+  const bytes = odd.encode('Odd', { n: '7' });
+  // Before, the absent fields found valueOf and constructor: a TypeError.
+  assert.deepEqual(odd.decode('Odd', bytes, { bigint: true }), { n: 7n });
+  assert.deepEqual(odd.decode('Odd', odd.encode('Odd', { constructor: '9' }), { bigint: true }), { constructor: 9n });
+});
+
 test('JSON options', () => {
   const type = 'grpcwasm.testing.FailRequest';
   const bytes = schema.fromJson(type, '{"code": 5, "with_details": true}');

@@ -69,7 +69,7 @@ export class Client {
    * @returns {Promise<any>}
    */
   async unary(path, request, options) {
-    return single(this.#run(path, 'unary', request, options));
+    return last(this.#run(path, 'unary', request, options));
   }
 
   /**
@@ -93,7 +93,7 @@ export class Client {
    * @returns {Promise<any>}
    */
   async clientStream(path, requests, options) {
-    return single(this.#run(path, 'client_streaming', requests, options));
+    return last(this.#run(path, 'client_streaming', requests, options));
   }
 
   /**
@@ -161,25 +161,35 @@ export class Client {
         if (output) events.messages = events.messages.map((m) => int64ToBigInt(describe, output, m));
         return events;
       };
+      // A batch the core held back is pulled only while the call lives,
+      // after a turn of the event loop: a chunk of many messages must let
+      // the deadline's timer (and a page) run between batches.
+      const pull = async () => {
+        await nextTurn();
+        if (why) throw new GrpcError(why);
+        return read(call.pull());
+      };
+      const answers = { one: kind === 'unary' || kind === 'client_streaming', count: 0 };
       let status;
       try {
         const response = await settle(this.#transport.request({ ...request, signal: controller.signal }));
         // Ended by its headers: the body, if any, is left to the abort below.
-        status = yield* drain(call, read(call.headers(response.status, response.headers)), read);
+        status = yield* drain(read(call.headers(response.status, response.headers)), pull, answers);
         if (!status) {
           body = response.body?.[Symbol.asyncIterator]() ?? null;
           for (;;) {
             const chunk = body ? await settle(body.next()) : { done: true };
             if (chunk.done) break;
-            status = yield* drain(call, read(call.push(chunk.value)), read);
+            status = yield* drain(read(call.push(chunk.value)), pull, answers);
             if (status) break;
           }
           if (!status) {
             const trailers = await settle(response.trailers);
-            status = yield* drain(call, read(call.finish(trailers ?? undefined)), read);
+            status = yield* drain(read(call.finish(trailers ?? undefined)), pull, answers);
           }
           ended = true;
         }
+        oneAnswer(answers, status);
       } catch (e) {
         throw failure(e, why, call);
       }
@@ -243,15 +253,31 @@ function checkLimit(limit) {
 /**
  * Yields a batch's messages, and the batches the core holds back (a chunk
  * of many messages is read about one message limit at a time); returns the
- * final status once there is one.
+ * final status once there is one. A call that answers once stops at a
+ * second message: nothing more is read.
  */
-function* drain(call, events, read) {
+async function* drain(events, pull, answers) {
   for (;;) {
-    yield* events.messages;
+    for (const message of events.messages) {
+      if (answers.one && ++answers.count > 1) throw local(INTERNAL, 'a unary response must hold one message, not more');
+      yield message;
+    }
     if (events.end) return events.end;
     if (!events.more) return null;
-    events = read(call.pull());
+    events = await pull();
   }
+}
+
+/** A call that answers once ended OK: it must have answered. */
+function oneAnswer(answers, status) {
+  if (answers.one && answers.count === 0 && status.code === OK) {
+    throw local(INTERNAL, 'a unary response must hold one message, not 0');
+  }
+}
+
+/** Resolves after the timers and I/O that are due have run. */
+function nextTurn() {
+  return new Promise((resolve) => { setTimeout(resolve, 0); });
 }
 
 /** setTimeout for any delay: past 2^31 - 1 ms, it would fire at once. */
@@ -287,15 +313,10 @@ function guarded(operation) {
   }
 }
 
-async function single(messages) {
+/** The one message of a call that answers once (#run checks there is one). */
+async function last(messages) {
   let result;
-  let count = 0;
-  for await (const message of messages) {
-    // A second message ends the call at once: nothing more is read.
-    if (++count > 1) throw local(INTERNAL, 'a unary response must hold one message, not more');
-    result = message;
-  }
-  if (count !== 1) throw local(INTERNAL, 'a unary response must hold one message, not 0');
+  for await (const message of messages) result = message;
   return result;
 }
 

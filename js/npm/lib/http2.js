@@ -60,7 +60,7 @@ export function http2Transport(options) {
         const s = connect();
         const outgoing = { ':method': method, ':path': prefix + path };
         for (const [name, value] of headers) {
-          outgoing[name] = name in outgoing ? [].concat(outgoing[name], value) : value;
+          outgoing[name] = Object.hasOwn(outgoing, name) ? [].concat(outgoing[name], value) : value;
         }
         let stream;
         try {

@@ -38,8 +38,10 @@ export function int64ToBigInt(describe, typeName, message) {
   if (message === null || typeof message !== 'object' || OPAQUE.has(typeName)) return message;
   const fields = describe(typeName).fields;
   for (const field of fields) {
-    const key = field.jsonName in message ? field.jsonName : field.name;
-    if (!(key in message)) continue;
+    // Own keys only: a field named `constructor` or `valueOf` that the
+    // message leaves out must not find Object.prototype's.
+    const key = Object.hasOwn(message, field.jsonName) ? field.jsonName : field.name;
+    if (!Object.hasOwn(message, key)) continue;
     message[key] = convert(describe, field, message[key]);
   }
   return message;
