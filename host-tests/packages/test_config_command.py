@@ -100,7 +100,7 @@ def test_a_missing_file_is_named_as_what_it_is(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["../secret/credentials", "/proc/self/environ", "a/../../secret.proto",
-                                  "C:/secret.proto"])
+                                  "C:/secret.proto", "./a.proto", "protos//a.proto"])
 def test_imports_stay_inside_the_include_directories(tmp_path, name):
     secret = tmp_path / "secret"
     secret.mkdir()
@@ -109,7 +109,66 @@ def test_imports_stay_inside_the_include_directories(tmp_path, name):
     (tmp_path / "protos" / "a.proto").write_text(f'syntax = "proto3";\nimport "{name}";\n')
     assert refusal("--proto", "protos/a.proto", "-I", "protos", cwd=tmp_path) == (
         f"grpc-wasm-config: a.proto imports '{name}': an import names a file under an -I directory, "
-        "never an absolute path or one with '..'")
+        "never an absolute path, one with '..' or '.', or one with '//'")
+
+
+def test_imports_are_read_as_protoc_reads_them(tmp_path):
+    """Statements, not lines: an import after another statement on its
+    line, two on one line, one with a comment inside, are all followed
+    (before, only y.proto was, and the proxy could not load the rest); an
+    import inside a comment is none (before, it was read)."""
+    for name in ("x", "y", "z", "w"):
+        (tmp_path / f"{name}.proto").write_text(f'syntax = "proto3";\nmessage {name.upper()} {{}}\n')
+    (tmp_path / "a.proto").write_text(
+        'syntax = "proto3"; import "x.proto";\n'
+        'import "y.proto"; import "z.proto";\n'
+        'import /* why */ "w.proto";\n'
+        '/* import "missing.proto"; */\n'
+        '// import "missing-too.proto";\n'
+        'message A { string s = 1; }  // "import \'nope.proto\';"\n')
+    config = json.loads(config_command("--proto", "a.proto", "-I", ".", cwd=tmp_path))
+    assert sorted(config["protos"]) == ["a.proto", "w.proto", "x.proto", "y.proto", "z.proto"]
+
+
+def test_a_proto_shadowed_by_an_earlier_include_is_refused(tmp_path):
+    """protoc refuses it; before, the other file went in, under the
+    given one's name, and the command said nothing."""
+    for directory, package in (("third", "evil"), ("mine", "mine")):
+        (tmp_path / directory).mkdir()
+        (tmp_path / directory / "service.proto").write_text(f'syntax = "proto3";\npackage {package};\n')
+    assert refusal("--proto", "mine/service.proto", "-I", "third", "-I", "mine", cwd=tmp_path) == (
+        "grpc-wasm-config: --proto mine/service.proto is shadowed by third/service.proto (both are "
+        "'service.proto' under -I): give that file, or put the directory of yours first")
+
+
+def test_what_the_command_reads_is_bounded_and_checked(tmp_path):
+    """No more .proto text than a configuration document may hold, read no
+    further than that (a sparse 3 GB file once ran out of memory), and a
+    clear refusal for a file that is not UTF-8 (before, a traceback)."""
+    with open(tmp_path / "huge.proto", "wb") as f:
+        f.truncate(3 << 30)
+    (tmp_path / "a.proto").write_text('syntax = "proto3";\nimport "huge.proto";\n')
+    assert refusal("--proto", "a.proto", "-I", ".", cwd=tmp_path) == (
+        "grpc-wasm-config: ./huge.proto: the .proto files come to more than 16777216 bytes, "
+        "the most a configuration document may be")
+    (tmp_path / "b.proto").write_bytes(b'syntax = "proto3";\n// caf\xe9\n')
+    assert refusal("--proto", "b.proto", "-I", ".", cwd=tmp_path) == \
+        "grpc-wasm-config: ./b.proto: not UTF-8 (byte 25), as a .proto must be"
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--address", "127.0.0.1 ;\n        location /leak { alias /etc/; autoindex on; }\n        listen 127.0.0.2"),
+    ("--document-path", "/srv/x.json\nworker_processes 64;\nenv SECRET;\n#"),
+    ("--module", "/a/b.wasm\n}"),
+])
+def test_no_argument_writes_a_line_of_its_own(tmp_path, option, value):
+    """Before, --address went raw into nginx.conf (a location serving /etc
+    passed nginx -t) and --document-path's name into a comment."""
+    out = subprocess.run([COMMAND, "--proto", os.path.join(PROTOS, "helloworld.proto"), "--format", "nginx",
+                          "--out-dir", str(tmp_path), option, value], capture_output=True, text=True)
+    assert out.returncode == 2, out
+    assert f"error: argument {option}: {value!r}: " in out.stderr, out.stderr
+    assert not (tmp_path / "nginx.conf").exists()
 
 
 def test_a_symbolic_link_out_of_the_include_directory_is_refused(tmp_path):
