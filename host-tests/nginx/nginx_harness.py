@@ -31,6 +31,8 @@ env GRPC_WASM_MODULE={wasm};
 env GRPC_WASM_CACHE_DIR={cache};
 env GRPC_WASM_TRANSPORT={transport};
 env GRPC_WASM_MODE={mode};
+# The shim's test-only entry points (grpc_wasm_test_panic).
+env GRPC_WASM_TEST_HOOKS=1;
 events {{ worker_connections 4096; }}
 http {{
     access_log off;

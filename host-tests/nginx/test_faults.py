@@ -15,7 +15,7 @@ import urllib.parse
 
 import pytest
 
-from nginx_harness import BIN, PROTOS, Nginx, free_port, scratch_dir
+from nginx_harness import BIN, PROTOS, Nginx, Server, free_port, scratch_dir
 from raw_h2 import RawH2
 from test_nginx import check_log
 
@@ -304,6 +304,36 @@ def test_a_conn_with_no_timer_for_its_next_connection_keeps_its_pump():
         assert error.startswith(BROKEN["http1"]), error
         # A pump left without a timer ran the call to its 3 s deadline.
         assert slowest < 2500, slowest
+
+
+def test_a_panic_in_the_shim_with_a_stream_open_leaves_the_worker_serving():
+    """A panic closes every connection in the shim. A cosocket pump whose
+    connection was gone found nothing to send, no tick to wait for, and
+    looked again at once, without yielding: the worker spun at 100% CPU
+    and answered nothing more."""
+    testing = Server("testing-server")
+    proxy = Nginx({"testing": testing.addr, "protos": PROTOS}, workers=1)
+    try:
+        started = time.monotonic()
+        status, body = proxy.get("/t/panic_mid_stream", timeout=10)
+        took = time.monotonic() - started
+        (worker,) = worker_pids(proxy)
+        before = cpu_seconds(worker)
+        time.sleep(1)
+        spent = cpu_seconds(worker) - before
+        after = proxy.get("/t/version", timeout=5)
+        log = proxy.log()
+    finally:
+        proxy.stop()
+        testing.stop()
+    assert status == 200, body + log[-3000:]
+    rc, ok, error = body.rstrip("\n").split(" | ")
+    assert (rc, ok) == ("-1", "false"), body
+    assert error == ("INTERNAL (13): the shim failed (panic: a panic requested by a test); its state was "
+                     "rebuilt and this call was lost"), error
+    assert took < 5, took
+    assert spent < 0.3, f"the worker spent {spent:.2f} s of CPU in 1 s idle"
+    assert after[0] == 200, after
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -126,6 +126,21 @@ unsafe fn text(ptr: *const c_char) -> Option<String> {
     })
 }
 
+/// Panics inside the ABI's guard when `GRPC_WASM_TEST_HOOKS` is set (else
+/// -1 and an error): the tests' way to see what a panic leaves behind. Not
+/// in the header: no user calls it.
+///
+/// cbindgen:ignore
+#[no_mangle]
+pub extern "C" fn grpc_wasm_test_panic() -> i32 {
+    guard(|| {
+        if std::env::var_os("GRPC_WASM_TEST_HOOKS").is_none() {
+            return Err("test hooks are off (GRPC_WASM_TEST_HOOKS)".into());
+        }
+        panic!("a panic requested by a test")
+    })
+}
+
 /// The shim's version (the project's), as a static C string: the Lua API
 /// refuses a shim of another release.
 #[no_mangle]

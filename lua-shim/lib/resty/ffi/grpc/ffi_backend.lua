@@ -292,11 +292,17 @@ local function pump_writer(pump, sock)
             if not ok then
                 return err
             end
-        elseif C.grpc_wasm_wire_pending(pump.id) == 2 then
-            return "the server ended the HTTP/2 connection"
-        elseif idle_for(pump) then
-            return IDLE
         else
+            local pending = C.grpc_wasm_wire_pending(pump.id)
+            if pending == 2 then
+                return "the server ended the HTTP/2 connection"
+            elseif pending < 0 then
+                -- Gone from the shim (a panic closed every connection): no
+                -- tick would wait, and the loop would spin the worker.
+                return last_error()
+            elseif idle_for(pump) then
+                return IDLE
+            end
             local wait = pump_tick(pump)
             -- A PING to send, or the connection ended: look again at once.
             if C.grpc_wasm_wire_pending(pump.id) == 0 then
