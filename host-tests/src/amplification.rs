@@ -7,11 +7,18 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-/// The system allocator, counting what is live and its peak.
+/// The system allocator, counting what is live, its peak, and every
+/// allocation.
 pub struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Allocations (and reallocations) so far, by every thread.
+pub fn allocations() -> usize {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
 
 // SAFETY: every call is forwarded to `System` unchanged; only counters are
 // kept beside it.
@@ -19,6 +26,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's layout contract is passed on to `System`.
         let ptr = unsafe { System.alloc(layout) };
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         if !ptr.is_null() {
             let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(live, Ordering::Relaxed);

@@ -81,6 +81,8 @@ pub struct MockState {
     /// Buffer reads the filter made: each is a host call, which costs a
     /// real proxy thousands of instructions.
     pub buffer_reads: u32,
+    /// Every host call the filter made, by the trait's name for it.
+    pub host_calls: std::collections::BTreeMap<&'static str, u32>,
     next_token: u32,
 }
 
@@ -92,6 +94,10 @@ pub struct MockHost {
 }
 
 impl MockHost {
+    fn count(&self, call: &'static str) {
+        *self.state.borrow_mut().host_calls.entry(call).or_default() += 1;
+    }
+
     /// Replaces a header map.
     pub fn set_map(&self, map: MapType, pairs: &[(&str, &str)]) {
         let pairs = pairs
@@ -145,6 +151,7 @@ impl MockHost {
 
 impl Host for MockHost {
     fn log(&self, level: LogLevel, message: &str) {
+        self.count("log");
         self.state
             .borrow_mut()
             .logs
@@ -157,6 +164,7 @@ impl Host for MockHost {
         start: usize,
         max: usize,
     ) -> Result<Vec<u8>, HostStatus> {
+        self.count("get_buffer");
         self.state.borrow_mut().buffer_reads += 1;
         let state = self.state.borrow();
         let buffer = state.buffers.get(&kind).ok_or(HostStatus::NOT_FOUND)?;
@@ -172,6 +180,7 @@ impl Host for MockHost {
         size: usize,
         data: &[u8],
     ) -> Result<(), HostStatus> {
+        self.count("set_buffer");
         let mut state = self.state.borrow_mut();
         let buffer = state.buffers.get_mut(&kind).ok_or(HostStatus::NOT_FOUND)?;
         if start == 0 {
@@ -186,6 +195,7 @@ impl Host for MockHost {
     }
 
     fn get_header_pairs(&self, map: MapType) -> Result<Vec<u8>, HostStatus> {
+        self.count("get_header_pairs");
         let state = self.state.borrow();
         let pairs = state.maps.get(&map).ok_or(HostStatus::NOT_FOUND)?;
         let pairs: Vec<(&str, &[u8])> = pairs
@@ -196,6 +206,7 @@ impl Host for MockHost {
     }
 
     fn replace_header(&self, map: MapType, key: &str, value: &str) -> Result<(), HostStatus> {
+        self.count("replace_header");
         let mut state = self.state.borrow_mut();
         let pairs = state.maps.get_mut(&map).ok_or(HostStatus::NOT_FOUND)?;
         pairs.retain(|(k, _)| k != key);
@@ -204,6 +215,7 @@ impl Host for MockHost {
     }
 
     fn remove_header(&self, map: MapType, key: &str) -> Result<(), HostStatus> {
+        self.count("remove_header");
         let mut state = self.state.borrow_mut();
         let pairs = state.maps.get_mut(&map).ok_or(HostStatus::NOT_FOUND)?;
         pairs.retain(|(k, _)| k != key);
@@ -211,15 +223,18 @@ impl Host for MockHost {
     }
 
     fn set_tick_period(&self, period_ms: u32) -> Result<(), HostStatus> {
+        self.count("set_tick_period");
         self.state.borrow_mut().tick_ms = period_ms;
         Ok(())
     }
 
     fn current_time_nanos(&self) -> u64 {
+        self.count("current_time_nanos");
         self.state.borrow().now_nanos
     }
 
     fn get_property(&self, path: &[u8]) -> Result<Vec<u8>, HostStatus> {
+        self.count("get_property");
         let state = self.state.borrow();
         state
             .properties
@@ -229,11 +244,13 @@ impl Host for MockHost {
     }
 
     fn set_effective_context(&self, context_id: ContextId) -> Result<(), HostStatus> {
+        self.count("set_effective_context");
         self.state.borrow_mut().effective_context = context_id.0;
         Ok(())
     }
 
     fn call_foreign(&self, name: &str, args: &[u8]) -> Result<Vec<u8>, HostStatus> {
+        self.count("call_foreign");
         let mut state = self.state.borrow_mut();
         if !state.foreign_functions.iter().any(|f| f == name) {
             return Err(HostStatus::NOT_FOUND);
@@ -249,6 +266,7 @@ impl Host for MockHost {
         _trailers: &[u8],
         _timeout_ms: u32,
     ) -> Result<Token, HostStatus> {
+        self.count("http_call");
         let headers = pairs::deserialize(headers).unwrap_or_default();
         let token = self.token();
         self.state
@@ -264,14 +282,17 @@ impl Host for MockHost {
         message: &[u8],
         timeout_ms: u32,
     ) -> Result<Token, HostStatus> {
+        self.count("grpc_call");
         Ok(Token(self.open(call, Some(message), Some(timeout_ms))))
     }
 
     fn grpc_stream(&self, call: &GrpcCall) -> Result<Token, HostStatus> {
+        self.count("grpc_stream");
         Ok(Token(self.open(call, None, None)))
     }
 
     fn grpc_send(&self, token: Token, message: &[u8]) -> Result<(), HostStatus> {
+        self.count("grpc_send");
         self.state
             .borrow_mut()
             .sent
@@ -280,16 +301,19 @@ impl Host for MockHost {
     }
 
     fn grpc_close(&self, token: Token) -> Result<(), HostStatus> {
+        self.count("grpc_close");
         self.state.borrow_mut().half_closed.push(token.0);
         Ok(())
     }
 
     fn grpc_cancel(&self, token: Token) -> Result<(), HostStatus> {
+        self.count("grpc_cancel");
         self.state.borrow_mut().cancelled.push(token.0);
         Ok(())
     }
 
     fn get_status(&self) -> Result<(u32, Vec<u8>), HostStatus> {
+        self.count("get_status");
         self.state
             .borrow()
             .status
@@ -304,6 +328,7 @@ impl Host for MockHost {
         body: &[u8],
         headers: &[u8],
     ) -> Result<(), HostStatus> {
+        self.count("send_local_response");
         if self.state.borrow().refuse_replies {
             return Err(HostStatus(ProxyStatus::InternalFailure as u32));
         }
@@ -317,6 +342,7 @@ impl Host for MockHost {
     }
 
     fn define_metric(&self, kind: MetricType, name: &str) -> Result<u32, HostStatus> {
+        self.count("define_metric");
         let mut state = self.state.borrow_mut();
         if state.refuse_metrics {
             return Err(HostStatus(ProxyStatus::Unimplemented as u32));
@@ -338,6 +364,7 @@ impl Host for MockHost {
     }
 
     fn increment_metric(&self, id: u32, offset: i64) -> Result<(), HostStatus> {
+        self.count("increment_metric");
         let mut state = self.state.borrow_mut();
         let metric = state
             .metrics
@@ -351,6 +378,7 @@ impl Host for MockHost {
     }
 
     fn record_metric(&self, id: u32, value: u64) -> Result<(), HostStatus> {
+        self.count("record_metric");
         let mut state = self.state.borrow_mut();
         let metric = state
             .metrics
