@@ -42,10 +42,10 @@ build: wasm npm
 
 # Every package, in target/dist, with SHA256SUMS (scripts/dist/dist.sh says
 # which): the module and its OCI image, Kong's metadata, the OpenResty
-# archive and rock, the npm package. The shim with thin LTO and no symbols
-# (Cargo.toml's `distribution` profile).
+# archive and rock, the npm package. The shim is the release build the
+# tests ran, without its symbols (dist.sh strips it).
 dist: wasm npm
-	cargo build --profile distribution -p lua-shim --lib
+	cargo build --release -p lua-shim --lib
 	scripts/dist/dist.sh
 
 # The OpenResty package into PREFIX, laid out as LuaRocks and OpenResty
@@ -53,7 +53,7 @@ dist: wasm npm
 # share/lua/5.1.
 PREFIX ?= /usr/local
 install: wasm
-	cargo build --profile distribution -p lua-shim --lib
+	cargo build --release -p lua-shim --lib
 	scripts/dist/install.sh "$(PREFIX)"
 
 # Everything `make test` runs, built in one go: with the tests'
@@ -88,14 +88,14 @@ lint: deps
 
 # libFuzzer on the core (wasm-filter/fuzz) and the shim's wire transport
 # (lua-shim/fuzz): every target for FUZZ_SECONDS
-# (default 600), the core's on the hosts' 512 KiB stack; `make test` runs 20 s each,
+# (default 600), the core's on the hosts' 512 KiB stack; `make test` runs 8 s each,
 # which replays the committed seeds first.
 FUZZ_SECONDS ?= 600
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
 fuzz-ci: deps
-	FUZZ_CI=1 FUZZ_SECONDS=20 scripts/fuzz.sh
+	FUZZ_CI=1 FUZZ_SECONDS=8 scripts/fuzz.sh
 
 # Both hosts under 200 clients for SOAK_SECONDS (default 600) each; not in
 # make test. See the README's "Soak".
