@@ -164,7 +164,7 @@ bench-core:
 	target/release/core-bench $(WASM)
 
 # What transcoding costs per input byte (memory and time) on the costliest
-# inputs, natively (issue 26, item 3).
+# inputs, natively.
 bench-amplification: build
 	target/release/amplification
 

@@ -11,17 +11,17 @@ use grpc_wasm::limits::{DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_MS};
 /// and the request bytes a stream's transport may hold unsent
 /// (`max_queued_bytes`): past it, a stream is not read until the caller
 /// takes some (HTTP/2 flow control holds the server), and `send` waits.
-/// One message of the default size fits. README: the two queued-bytes rows.
+/// One message of the default size fits. docs/limits.md: the two queued-bytes rows.
 pub const DEFAULT_MAX_QUEUED_BYTES: usize = DEFAULT_MAX_MESSAGE_BYTES;
 
 /// Bytes waiting for the socket on one `cosocket` connection. Control
 /// frames (PING and SETTINGS acks) have no window: a server that floods
-/// PINGs and reads nothing grew a worker to 603 MB in 9 s (issue 26). Past
+/// PINGs and reads nothing grew a worker to 603 MB in 9 s. Past
 /// this the connection fails, and its calls with UNAVAILABLE. Callers that
 /// send faster than the socket writes wait well before it
 /// ([`DEFAULT_MAX_QUEUED_BYTES`]), so it is reached by a server that reads
 /// nothing, not by a large upload; 64 MiB leaves a burst of large unary
-/// calls on a wide-windowed connection its room. README: "bytes waiting
+/// calls on a wide-windowed connection its room. docs/limits.md: "bytes waiting
 /// for the socket".
 pub const MAX_UNSENT: usize = 64 << 20;
 
@@ -38,11 +38,11 @@ pub const MAX_UNREAD: usize = 4 << 20;
 /// default of 50, the 51st cancel within a second is forgotten at once and
 /// each of its late frames costs a RST_STREAM, of which h2 allows 1,024 in
 /// a connection's life before it ends the connection (ENHANCE_YOUR_CALM).
-/// README: "cancelled calls and expired deadlines on one conn".
+/// docs/limits.md: "cancelled calls and expired deadlines on one conn".
 pub const REMEMBERED_RESETS: usize = 4096;
 
 /// How long a connection with calls may hear nothing before it sends a
-/// PING (`keepalive_interval`). README: "a connection with calls that
+/// PING (`keepalive_interval`). docs/limits.md: "a connection with calls that
 /// hears nothing".
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -52,11 +52,11 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a server may take to answer the HTTP/2 handshake (TLS
 /// included on `cosocket`, the dial on `runtime`; `handshake_timeout`).
-/// README: "a server that does not answer the HTTP/2 handshake".
+/// docs/limits.md: "a server that does not answer the HTTP/2 handshake".
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a lua-resty-ffi `next` without a `timeout` may wait: the
-/// module's default deadline and a second of slack. README: "a
+/// module's default deadline and a second of slack. docs/limits.md: "a
 /// lua-resty-ffi wait for the next event".
 pub const DEFAULT_WAIT: Duration = Duration::from_millis(DEFAULT_TIMEOUT_MS + 1_000);
 

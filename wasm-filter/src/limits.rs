@@ -60,48 +60,48 @@ pub const JSON_SLACK_BYTES: usize = 64 << 10;
 pub const PROST_DECODE_LEVELS: usize = 100;
 
 /// How many `Any`s that give `"@type"` after other keys may nest, each read
-/// again from the raw JSON of those keys. README: the row "an `Any` in a
+/// again from the raw JSON of those keys. docs/limits.md: the row "an `Any` in a
 /// request whose `"@type"` comes after other keys".
 pub const MAX_ANY_REREADS: usize = 8;
 
 /// How many keys an `Any` may give before its `"@type"`: each is kept (40
-/// bytes natively) until the type is known. README: the same row.
+/// bytes natively) until the type is known. docs/limits.md: the same row.
 pub const MAX_KEYS_BEFORE_TYPE: usize = 1024;
 
 /// The default limit on one message and on a body (`max_request_bytes`,
 /// `max_response_bytes`; in the shim, `max_queued_bytes` and a unary
-/// answer's messages together): 4 MiB, as in gRPC. README: the request,
+/// answer's messages together): 4 MiB, as in gRPC. docs/limits.md: the request,
 /// response and shim rows.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
 
 /// A unary response message larger than this is carried by the module,
 /// within `max_held_response_bytes`, rather than held in the host's
-/// buffer. README: the row "what the module holds of responses".
+/// buffer. docs/limits.md: the row "what the module holds of responses".
 pub const LARGE_MESSAGE_BYTES: u64 = 64 << 10;
 
 /// The deadline of a callout whose client and configuration set none
-/// (`callout.timeout_ms`): 10 s. README: the row "a call's deadline when
+/// (`callout.timeout_ms`): 10 s. docs/limits.md: the row "a call's deadline when
 /// neither the client nor the configuration sets one".
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
 /// The longest deadline a client's `grpc-timeout` may ask for by default
 /// (`callout.max_timeout_ms`): five minutes, so that a client cannot park
-/// calls (and their memory) in the proxy for hours. README: the row "a
+/// calls (and their memory) in the proxy for hours. docs/limits.md: the row "a
 /// client's `grpc-timeout`".
 pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 300_000;
 
 /// The one period of every root's ticks: they enforce callout deadlines
 /// and pace configuration fetches, so a deadline ends at most this late.
-/// README: the same row.
+/// docs/limits.md: the same row.
 pub const TICK_MS: u32 = 50;
 
 /// The largest document a configuration fetch may bring: it is read into
-/// the module whole. README: the row "a configuration document fetched by
+/// the module whole. docs/limits.md: the row "a configuration document fetched by
 /// `"fetch"`".
 pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
 
 /// The first wait before a failed configuration fetch is tried again;
-/// each failure doubles it, up to [`MAX_FETCH_BACKOFF_MS`]. README: the
+/// each failure doubles it, up to [`MAX_FETCH_BACKOFF_MS`]. docs/limits.md: the
 /// same row, and the ngx_wasm_module section.
 pub const FIRST_FETCH_BACKOFF_MS: u64 = 1_000;
 
@@ -109,13 +109,13 @@ pub const FIRST_FETCH_BACKOFF_MS: u64 = 1_000;
 pub const MAX_FETCH_BACKOFF_MS: u64 = 30_000;
 
 /// The longest `content_type` an `HttpBody` answer may carry: it is sent as
-/// a header, and hosts refuse or cut longer header blocks. README: the row
+/// a header, and hosts refuse or cut longer header blocks. docs/limits.md: the row
 /// "an `HttpBody` answer's `content_type`".
 pub const MAX_CONTENT_TYPE_BYTES: usize = 1024;
 
 /// How much of a Connect error answer's body is kept to read its JSON: an
 /// error is a few hundred bytes, and a proxy's page in its place is read
-/// only for its HTTP status. README: the row "a Connect error's body".
+/// only for its HTTP status. docs/limits.md: the row "a Connect error's body".
 pub const MAX_CONNECT_ERROR_BYTES: usize = 64 << 10;
 
 /// How much metadata a peer may end a call with inside the body (gRPC-Web's

@@ -9,7 +9,7 @@
 //! the transport has not yet handed to HTTP/2 within the server's window
 //! ([`Gate::unsent`]): the caller's `send` waits while they pass its bound,
 //! as a server that grants no window once left every sent byte in the
-//! worker (400 sends of 1 MiB: 425 MB, issue 26).
+//! worker (400 sends of 1 MiB: 425 MB).
 
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicUsize, Ordering};

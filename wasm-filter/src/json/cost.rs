@@ -113,7 +113,7 @@ message Text { string s = 1; bytes b = 2; }
     fn a_small_reply_holds_a_small_string() {
         // A list sends the message to the wire printer, which reserved its
         // 64 KiB of slack on the first value: 128 KiB for this reply, and a
-        // realloc that cost more than the rest of the printing (issue 32).
+        // realloc that cost more than the rest of the printing.
         let json = print("cost.Flags", &packed(1, &[1, 0, 1])).unwrap();
         assert_eq!(json, r#"{"on":[true,false,true]}"#);
         assert!(json.capacity() <= 256, "{}", json.capacity());

@@ -3,7 +3,7 @@
 //! nothing is built in between (no tree of the document, no
 //! `DynamicMessage`), so a request costs its protobuf and, per open
 //! message, a few bytes per JSON key. (Building both cost 22x to 95x the
-//! body and up to 218 ms per MiB; issue 26.)
+//! body and up to 218 ms per MiB.)
 //!
 //! The bytes are the ones prost-reflect writes for the same message with
 //! map entries sorted (`deterministic.rs`): fields in number order,

@@ -2,9 +2,9 @@
 //! per type and kept with its pool: descriptor look-ups (a field by its
 //! number, its kind, whether it is a map) cost more than reading the bytes
 //! themselves. A list of small messages paid them for every element
-//! (about 130 ms per MiB of two-int messages, issue 26), then every reply
+//! (about 130 ms per MiB of two-int messages), then every reply
 //! paid them once per type it printed (a third of printing a one-book
-//! `ListBooksResponse`, issue 32).
+//! `ListBooksResponse`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

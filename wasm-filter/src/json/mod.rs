@@ -3,7 +3,7 @@
 //! Written here rather than taken from prost-reflect's serde support, which
 //! maps a `DynamicMessage` tree to and from JSON. That tree is what hostile
 //! input multiplies: decoding a response into it, or a request's JSON into
-//! it, cost 22x to 132x the input in memory (issue 26), where this module
+//! it, cost 22x to 132x the input in memory, where this module
 //! reads the wire bytes and the JSON text as they come and bounds the JSON
 //! it writes per wire byte (`cost`). The mapping's strict corners are also
 //! the conformance suite's, not serde's: integers checked exactly (no

@@ -184,9 +184,8 @@ impl<'a> Printer<'a> {
     fn grow_within_limit(&mut self) {
         let (len, capacity) = (self.out.len(), self.out.capacity());
         // A string smaller than the slack grows by itself, doubling to at
-        // most 128 KiB, no more than the slack reserved up front used to
-        // hold: that reservation cost every small reply an allocation of
-        // 128 KiB and more (issue 32).
+        // most 128 KiB: reserving the slack up front would cost every small
+        // reply an allocation of 128 KiB and more.
         if capacity < JSON_SLACK_BYTES
             || capacity - len >= JSON_SLACK_BYTES
             || self.limit == usize::MAX

@@ -3,7 +3,7 @@
 //! Decoding into a `DynamicMessage` first holds every field and every
 //! packed element as a `Value` (tens of bytes each, a nested message a few
 //! hundred): a list of small messages cost 22 to 132 times its wire size,
-//! and the hosts' wasm memory never shrinks (issue 26). Here the bytes stay
+//! and the hosts' wasm memory never shrinks. Here the bytes stay
 //! where they are; each message level keeps an index of 4 bytes per field
 //! occurrence while it prints, so a message costs a few times its size.
 //!

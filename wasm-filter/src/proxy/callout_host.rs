@@ -146,8 +146,8 @@ pub fn prepare_with(callout: &Callout, headers: &HeaderMap) -> Result<Call, Stat
 
 /// Whether a unary call goes as a stream (`proxy_grpc_stream`, one message
 /// each way). Envoy hands a failed `proxy_grpc_call` to the filter without
-/// its trailers, so `grpc-status-details-bin` was lost in callout mode
-/// (issue 28, item 7); a stream's trailers come to
+/// its trailers, so `grpc-status-details-bin` would be lost in callout
+/// mode; a stream's trailers come to
 /// `proxy_on_grpc_receive_trailing_metadata`. The shim gives a call its
 /// trailers and keeps its faster unary path.
 pub fn unary_as_stream() -> bool {

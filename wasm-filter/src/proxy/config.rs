@@ -686,7 +686,7 @@ mod tests {
     #[test]
     fn a_body_limit_past_what_the_module_can_hold_is_refused() {
         // A frame header declaring 0xffffffff under this limit wrapped the
-        // frame's length in wasm32 and trapped the module (issue 26).
+        // frame's length in wasm32 and trapped the module.
         let mut cfg: serde_json::Value = serde_json::from_str(&hello()).unwrap();
         cfg["max_response_bytes"] = 4294967295u32.into();
         assert_eq!(

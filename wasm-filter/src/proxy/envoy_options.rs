@@ -1,5 +1,5 @@
 //! The options of Envoy's `grpc_json_transcoder`, read in its own spelling
-//! so that a configuration translates line by line (issue 28, item 8): an
+//! so that a configuration translates line by line: an
 //! option with a counterpart here becomes it; one whose meaning this filter
 //! has whatever the value (or for the value Envoy defaults to) is accepted
 //! and dropped; any other value is refused, naming what the filter does

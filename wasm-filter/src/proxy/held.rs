@@ -7,7 +7,7 @@
 //! but the bytes the module takes out of the host's buffer (a carried
 //! unary message, a streamed response's incomplete frames) are the
 //! module's own: a thousand streams each declaring a 4 MiB message once
-//! made it reserve 4 GiB and trap (issue 26). A share grows only within
+//! made it reserve 4 GiB and trap. A share grows only within
 //! the budget (`max_held_response_bytes`); a stream refused more fails
 //! alone, with RESOURCE_EXHAUSTED, and the others go on.
 

@@ -190,7 +190,7 @@ pub fn encode(at: At, content_type: &str, data: &[u8]) -> Vec<u8> {
 /// as a protobuf parser merges them (a field given again replaces the
 /// earlier value, occurrences of the message field merge). Everything else
 /// is skipped, not built: a message decoded whole held up to 28 times its
-/// size (issue 26). Its `content_type` becomes a response header, so it
+/// size. Its `content_type` becomes a response header, so it
 /// must be one: visible ASCII, spaces and tabs, at most
 /// [`MAX_CONTENT_TYPE_BYTES`].
 pub fn decode(at: At, bytes: &[u8]) -> Result<RawBody, String> {

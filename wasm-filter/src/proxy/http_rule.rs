@@ -564,7 +564,7 @@ fn check_fields(binding: &Binding) -> Result<(), String> {
 /// merges the two field by field, so the request line wins where both set
 /// a field; the query goes around the body so that the body wins over it,
 /// as in Envoy (see [`line_parts`]). The body is never held as anything but its JSON and its
-/// protobuf (issue 26).
+/// protobuf.
 pub fn request_message(
     binding: &Binding,
     vars: PathVars,

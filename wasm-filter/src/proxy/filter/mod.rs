@@ -304,7 +304,7 @@ pub extern "C" fn proxy_on_request_trailers(context_id: u32, _trailers: u32) -> 
 /// body transcoded when it ends with trailers: the body callbacks saw no
 /// end. Without this callback the host forwarded the client's own bytes
 /// upstream under the rewritten path, bypassing every rule that trusts the
-/// REST path and the JSON validation (issue 26). Such a request is refused
+/// REST path and the JSON validation. Such a request is refused
 /// in every mode. The trailers are held in any case (PAUSE): when the host
 /// refuses the reply, or the exchange is answered already, the upstream
 /// gets no end of request rather than an untranscoded one. A refused reply

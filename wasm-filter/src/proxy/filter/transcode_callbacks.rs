@@ -761,7 +761,7 @@ fn carry_large_response(stream: &mut Stream, size: usize) -> u32 {
 /// VM's budget: doubling (so that a message of many chunks is copied a few
 /// times, not once per chunk) but never past the frame, and never reserved
 /// ahead on the peer's word alone: a header declaring 4 MiB costs what has
-/// arrived, not 4 MiB (issue 26).
+/// arrived, not 4 MiB.
 fn make_room(
     stream: &mut Stream,
     held: &mut Vec<u8>,
