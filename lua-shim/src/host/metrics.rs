@@ -144,6 +144,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_lua_api_knows_the_same_buckets() {
+        let lua = include_str!("../../lib/resty/ffi/grpc/metrics.lua");
+        let line = lua
+            .lines()
+            .find_map(|l| l.strip_prefix("_M.BUCKETS_MS = {"))
+            .expect("metrics.lua sets _M.BUCKETS_MS");
+        let bounds: Vec<u64> = line
+            .trim_end_matches('}')
+            .split(',')
+            .map(|b| b.trim().parse().expect("a bound"))
+            .collect();
+        assert_eq!(bounds, BUCKETS);
+    }
+
+    #[test]
     fn metrics_keep_their_ids_and_print_as_lines() {
         let mut m = Metrics::default();
         let c = m.define(MetricType::Counter, "calls;x=1").unwrap();
