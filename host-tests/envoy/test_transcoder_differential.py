@@ -157,6 +157,7 @@ CASES = [
     # any template (here PingAnywhere's "/{path}/Ping").
     ("auto-mapped-method-before-template", "POST", f"/{SERVICE}/Ping", {"shelf": "1"}, "application/json"),
     ("template-for-another-service", "POST", "/other.Service/Ping", {}, "application/json"),
+    ("auto-mapped-method-trailing-slash", "POST", f"/{SERVICE}/Ping/", {"shelf": "2"}, "application/json"),
 ]
 
 # The options of item 8 that change answers, each in its own Envoy: Envoy's

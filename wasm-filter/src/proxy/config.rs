@@ -44,7 +44,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::Deserialize;
 
-use super::http_rule::{bindings_of, Binding, UrlUnescape};
+use super::http_rule::{bindings_of, declares_bindings, Binding, UrlUnescape};
 use crate::descriptors::Method;
 use crate::json::JsonOptions;
 use crate::{Metadata, MetadataValue, Registry};
@@ -265,8 +265,9 @@ pub struct FilterConfig {
     pub max_held_response_bytes: usize,
     /// The `google.api.http` bindings of the exposed methods.
     pub bindings: Vec<Binding>,
-    /// The paths (`/pkg.Service/Method`) of the methods with a binding:
-    /// Envoy's `auto_mapping` binds the others to `POST` at their path.
+    /// The paths (`/pkg.Service/Method`) of the methods that declare
+    /// bindings (usable or not): Envoy's `auto_mapping` binds the others to
+    /// `POST` at their path.
     pub bound_paths: FxHashSet<Box<str>>,
     /// Bindings left out, each with why (logged when the configuration is
     /// installed; the rest are served).
@@ -385,6 +386,12 @@ impl FilterConfig {
         let callout = raw.callout.map(check_callout).transpose()?;
         let loopback_cluster = check_loopback(raw.loopback_cluster, callout.is_some())?;
         let p = raw.print_options;
+        let bound_paths = registry
+            .methods_by_path()
+            .into_iter()
+            .filter(|(_, method)| declares_bindings(method))
+            .map(|(path, _)| path)
+            .collect();
         Ok(FilterConfig {
             methods: registry.methods_by_path(),
             registry,
@@ -402,7 +409,7 @@ impl FilterConfig {
             max_request_bytes: raw.max_request_bytes,
             max_response_bytes: raw.max_response_bytes,
             max_held_response_bytes,
-            bound_paths: bindings.iter().map(|b| b.method.path().into()).collect(),
+            bound_paths,
             bindings,
             left_out,
             callout,

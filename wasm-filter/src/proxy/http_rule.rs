@@ -451,8 +451,7 @@ impl Binding {
 pub fn bindings_of(method: &Method) -> (Vec<Binding>, Vec<String>) {
     let (mut out, mut left_out) = (Vec::new(), Vec::new());
     let options = method.descriptor().options();
-    let pool = method.descriptor().parent_pool().clone();
-    let Some(ext) = pool.get_extension_by_name("google.api.http") else {
+    let Some(ext) = http_rule_extension(method) else {
         return (out, left_out);
     };
     if !options.has_extension(&ext) {
@@ -462,6 +461,18 @@ pub fn bindings_of(method: &Method) -> (Vec<Binding>, Vec<String>) {
         collect(method, &rule, &mut out, &mut left_out);
     }
     (out, left_out)
+}
+
+fn http_rule_extension(method: &Method) -> Option<prost_reflect::ExtensionDescriptor> {
+    let pool = method.descriptor().parent_pool().clone();
+    pool.get_extension_by_name("google.api.http")
+}
+
+/// Whether the method declares `option (google.api.http)`, whatever its
+/// bindings became: Envoy's `auto_mapping` maps only the methods that do
+/// not.
+pub fn declares_bindings(method: &Method) -> bool {
+    http_rule_extension(method).is_some_and(|ext| method.descriptor().options().has_extension(&ext))
 }
 
 fn collect(
@@ -480,6 +491,9 @@ fn collect(
         .find(|verb| rule.has_field_by_name(verb))
         .map(|verb| (verb.to_ascii_uppercase(), text(verb)))
         .or_else(|| {
+            if !rule.has_field_by_name("custom") {
+                return None;
+            }
             let custom = rule.get_field_by_name("custom")?;
             let custom = custom.as_message()?;
             let field = |n: &str| {
@@ -518,6 +532,11 @@ fn collect(
             Ok(binding) => out.push(binding),
             Err(e) => left_out.push(format!("{} ({http_method} {path}): {e}", method.path())),
         }
+    } else {
+        left_out.push(format!(
+            "{}: a google.api.http rule without a pattern (get, put, post, delete, patch or custom)",
+            method.path()
+        ));
     }
     if let Some(Reflect::List(more)) = rule
         .get_field_by_name("additional_bindings")

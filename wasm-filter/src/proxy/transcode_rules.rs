@@ -176,8 +176,9 @@ pub fn plan(
         return Plan::PassThrough;
     }
     let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
+    // Trailing slashes aside, as Envoy's path matcher sets them aside.
     let at_its_path = if http_method == "POST" {
-        config.methods.get(path)
+        config.methods.get(path.trim_end_matches('/'))
     } else {
         None
     };
@@ -849,6 +850,7 @@ service S {
   rpc TwinB(Id) returns (Id) { option (google.api.http) = { get: "/v1/twins/{path}" }; }
   rpc Ping(Id) returns (Id);
   rpc Catch(Id) returns (Id) { option (google.api.http) = { post: "/{path=**}" body: "*" }; }
+  rpc NoPattern(Id) returns (Id) { option (google.api.http) = { body: "*" }; }
 }"#;
         let cfg = serde_json::json!({"protos": {"o.proto": proto}});
         FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap()
@@ -873,6 +875,16 @@ service S {
         assert_eq!(
             reached(&c, "POST", "/o.S/Ping"),
             Some(("Ping".into(), vec![]))
+        );
+        // Trailing slashes aside, as Envoy's matcher sets them aside.
+        assert_eq!(
+            reached(&c, "POST", "/o.S/Ping//"),
+            Some(("Ping".into(), vec![]))
+        );
+        // The option declared, though with no pattern: not auto-mapped.
+        assert_eq!(
+            reached(&c, "POST", "/o.S/NoPattern"),
+            Some(("Catch".into(), path("o.S/NoPattern")))
         );
         // A method with bindings has none at its path: the template takes it.
         assert_eq!(
@@ -937,7 +949,10 @@ service S {
         // The operator is told when the configuration loads.
         assert_eq!(
             c.left_out,
-            ["/o.S/TwinB (GET /v1/twins/*): /o.S/TwinA binds the same paths, and Envoy binds such a path to neither"]
+            [
+                "/o.S/NoPattern: a google.api.http rule without a pattern (get, put, post, delete, patch or custom)",
+                "/o.S/TwinB (GET /v1/twins/*): /o.S/TwinA binds the same paths, and Envoy binds such a path to neither"
+            ]
         );
     }
 
