@@ -8,7 +8,7 @@ use crate::status::Status;
 
 use super::super::callout_host::Call;
 use super::super::config::FilterConfig;
-use super::super::held::Held;
+use super::super::held::{Held, OverBudget};
 use super::super::host::HeaderMap;
 use super::super::metrics::{Cause, Meter};
 use super::super::transcode_rules::Route;
@@ -85,19 +85,30 @@ impl Stream {
     /// What the stream holds of its response: its phase's bytes, and the
     /// headers it holds back.
     pub(super) fn held_bytes(&self) -> usize {
-        self.phase.held_bytes() + self.held_headers.as_ref().map_or(0, HeaderMap::held_bytes)
+        self.phase.held_bytes() + self.held_header_bytes()
+    }
+
+    /// What the response headers held back take.
+    pub(super) fn held_header_bytes(&self) -> usize {
+        self.held_headers.as_ref().map_or(0, HeaderMap::held_bytes)
+    }
+
+    /// Makes the stream's share `bytes` of response and its held headers,
+    /// within the VM's budget.
+    pub(super) fn hold(&mut self, bytes: usize) -> Result<(), OverBudget> {
+        let bytes = bytes.saturating_add(self.held_header_bytes());
+        self.held.set(bytes, self.config.max_held_response_bytes)
     }
 
     /// Holds the response headers back, if the VM's budget has room for
-    /// them; else hands them back, to go on at once.
-    pub(super) fn hold_headers(&mut self, headers: HeaderMap) -> Result<(), HeaderMap> {
-        let bytes = self.held_bytes() + headers.held_bytes();
-        if self
-            .held
-            .set(bytes, self.config.max_held_response_bytes)
-            .is_err()
-        {
-            return Err(headers);
+    /// them; else hands them back, with what the budget said.
+    pub(super) fn hold_headers(
+        &mut self,
+        headers: HeaderMap,
+    ) -> Result<(), (HeaderMap, OverBudget)> {
+        let bytes = self.phase.held_bytes() + headers.held_bytes();
+        if let Err(over) = self.hold(bytes) {
+            return Err((headers, over));
         }
         self.held_headers = Some(headers);
         Ok(())

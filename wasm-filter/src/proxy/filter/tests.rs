@@ -747,6 +747,26 @@ fn envoy_an_error_in_trailers_with_the_reply_refused_is_still_the_http_status() 
 }
 
 #[test]
+fn envoy_headers_the_vm_budget_cannot_hold_fail_their_stream_alone() {
+    // Less room than one header block: before, the headers went on at
+    // once, and an error in the trailers was a 200 with an empty body.
+    let host = testing_filter(
+        json!({"max_response_bytes": 64, "max_held_response_bytes": 64}),
+        false,
+    );
+    json_request(&host, "/grpcwasm.testing.Testing/Sleep", br#"{}"#);
+    assert_eq!(response_headers(&host, &GRPC_OK, false), PAUSE);
+    assert_eq!(
+        the_reply(&host),
+        (
+            429,
+            json!({"code": 8, "details": [], "message": "the proxy holds too many responses at once: 0 bytes for other streams, max_held_response_bytes is 64"})
+        )
+    );
+    assert_eq!(vm_held(), 0);
+}
+
+#[test]
 fn envoy_a_stream_that_ends_with_its_headers_held_says_why_once() {
     let said = |host: &MockHost| {
         let state = host.state.borrow();

@@ -262,11 +262,15 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
         // trailers decide before then (a message over the limit, an error
         // after the upstream's headers) is the HTTP status, never a 200
         // carrying an error. After a stream's first message, an error can
-        // only end its body. Headers the VM's budget has no room for go on
-        // at once, as on hosts that cannot hold them.
+        // only end its body. A stream whose headers the VM's budget has no
+        // room for fails alone, as one refused room for its body does.
         match stream.hold_headers(headers) {
             Ok(()) => return PAUSE,
-            Err(headers) => headers,
+            Err((headers, over)) => {
+                let status = transcode_rules::over_budget_status(over.others, over.budget);
+                let reply = Reply::error(&stream.config, &status);
+                return answer_response(stream, &reply, &headers, Origin::Filter);
+            }
         }
     } else {
         headers
@@ -296,7 +300,13 @@ pub(super) fn ended_with_headers_held(stream: &Stream) {
     thread_local! {
         static SAID: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
-    if stream.held_headers.is_none() || stream.response_went_on || SAID.with(|s| s.replace(true)) {
+    // A stream's client may leave before its first message: one answer's
+    // only says it.
+    if stream.held_headers.is_none()
+        || stream.response_went_on
+        || matches!(stream.phase, Phase::Streaming(_))
+        || SAID.with(|s| s.replace(true))
+    {
         return;
     }
     log(
@@ -409,9 +419,8 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
             seen = (first_chunk && head.len() == size).then_some(head);
             // A copy, kept only when the VM's budget has room for it: the
             // host holds the body anyway, and trailers can read it again.
-            let budget = stream.config.max_held_response_bytes;
             if let Some(copy) = &seen {
-                if stream.held.set(copy.capacity(), budget).is_err() {
+                if stream.hold(copy.capacity()).is_err() {
                     seen = None;
                 }
             }
@@ -596,8 +605,17 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
     let chunk = host::buffer(BufferType::HttpResponseBody, 0, size).unwrap_or_default();
     let before = decoder.returned();
     // The incomplete frames a stream holds count against the VM's budget
-    // before they are taken (the frame limit bounds one stream only).
-    let holding = decoder.buffered().saturating_add(chunk.len());
+    // before they are taken (the frame limit bounds one stream only), with
+    // the headers the stream may still hold (fields apart: `decoder`
+    // borrows the phase).
+    let held_headers = stream
+        .held_headers
+        .as_ref()
+        .map_or(0, HeaderMap::held_bytes);
+    let holding = decoder
+        .buffered()
+        .saturating_add(chunk.len())
+        .saturating_add(held_headers);
     let (mut piece, error) = match stream
         .held
         .set(holding, stream.config.max_held_response_bytes)
@@ -774,10 +792,8 @@ fn make_room(
     }
     let frame = usize::try_from(declared).unwrap_or(usize::MAX);
     let capacity = wanted.max(held.capacity().saturating_mul(2).min(frame));
-    let budget = stream.config.max_held_response_bytes;
     stream
-        .held
-        .set(capacity, budget)
+        .hold(capacity)
         .map_err(|over| transcode_rules::over_budget_status(over.others, over.budget))?;
     held.reserve_exact(capacity - held.len());
     Ok(())

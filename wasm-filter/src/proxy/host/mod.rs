@@ -160,14 +160,14 @@ impl HeaderMap {
         HeaderMap { bytes, entries }
     }
 
-    /// The first value of `name`, whatever its case: Envoy lower-cases
-    /// names, but HTTP/1 hosts (ngx_wasm_module) keep `Content-Type`.
     /// What the map holds in the module's memory, in bytes.
     pub fn held_bytes(&self) -> usize {
         self.bytes.capacity()
             + self.entries.capacity() * std::mem::size_of::<(Range<usize>, Range<usize>)>()
     }
 
+    /// The first value of `name`, whatever its case: Envoy lower-cases
+    /// names, but HTTP/1 hosts (ngx_wasm_module) keep `Content-Type`.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.bytes(name).and_then(|v| std::str::from_utf8(v).ok())
     }
