@@ -58,7 +58,8 @@ export function http2Transport(options) {
     request({ path, method, headers, body, signal }) {
       return new Promise((resolve, reject) => {
         const s = connect();
-        const outgoing = { ':method': method, ':path': prefix + path };
+        // No prototype: a metadata key `__proto__` is a header like any other.
+        const outgoing = Object.assign(Object.create(null), { ':method': method, ':path': prefix + path });
         for (const [name, value] of headers) {
           outgoing[name] = Object.hasOwn(outgoing, name) ? [].concat(outgoing[name], value) : value;
         }
