@@ -117,17 +117,19 @@ def test_imports_are_read_as_protoc_reads_them(tmp_path):
     line, two on one line, one with a comment inside, are all followed
     (before, only y.proto was, and the proxy could not load the rest); an
     import inside a comment is none (before, it was read)."""
-    for name in ("x", "y", "z", "w"):
+    for name in ("x", "y", "z", "w", "v", "u"):
         (tmp_path / f"{name}.proto").write_text(f'syntax = "proto3";\nmessage {name.upper()} {{}}\n')
     (tmp_path / "a.proto").write_text(
         'syntax = "proto3"; import "x.proto";\n'
         'import "y.proto"; import "z.proto";\n'
         'import /* why */ "w.proto";\n'
+        'import "v" ".proto";\n'
+        'import "u\\x2eproto";\n'
         '/* import "missing.proto"; */\n'
         '// import "missing-too.proto";\n'
         'message A { string s = 1; }  // "import \'nope.proto\';"\n')
     config = json.loads(config_command("--proto", "a.proto", "-I", ".", cwd=tmp_path))
-    assert sorted(config["protos"]) == ["a.proto", "w.proto", "x.proto", "y.proto", "z.proto"]
+    assert sorted(config["protos"]) == ["a.proto", "u.proto", "v.proto", "w.proto", "x.proto", "y.proto", "z.proto"]
 
 
 def test_a_proto_shadowed_by_an_earlier_include_is_refused(tmp_path):
@@ -151,6 +153,11 @@ def test_what_the_command_reads_is_bounded_and_checked(tmp_path):
     assert refusal("--proto", "a.proto", "-I", ".", cwd=tmp_path) == (
         "grpc-wasm-config: ./huge.proto: the .proto files come to more than 16777216 bytes, "
         "the most a configuration document may be")
+    # Within the text's bound, past the document's once escaped.
+    (tmp_path / "q.proto").write_text('syntax = "proto3";\n// ' + '"' * (9 << 20) + "\n")
+    refused = refusal("--proto", "q.proto", "-I", ".", cwd=tmp_path)
+    assert refused.startswith("grpc-wasm-config: the configuration would be 188"), refused
+    assert refused.endswith(" bytes, more than 16777216, the most a configuration document may be"), refused
     (tmp_path / "b.proto").write_bytes(b'syntax = "proto3";\n// caf\xe9\n')
     assert refusal("--proto", "b.proto", "-I", ".", cwd=tmp_path) == \
         "grpc-wasm-config: ./b.proto: not UTF-8 (byte 25), as a .proto must be"
