@@ -43,9 +43,10 @@ build: wasm npm
 # Every package, in target/dist, with SHA256SUMS (scripts/dist/dist.sh says
 # which): the module and its OCI image, Kong's metadata, the OpenResty
 # archive and rock, the npm package. The shim is the release build the
-# tests ran, without its symbols (dist.sh strips it).
+# tests ran (the same cargo command as build-tests: another would resolve
+# features anew and relink it), without its symbols (dist.sh strips them).
 dist: wasm npm
-	cargo build --release -p lua-shim --lib
+	cargo build --release --workspace --all-targets
 	scripts/dist/dist.sh
 
 # The OpenResty package into PREFIX, laid out as LuaRocks and OpenResty

@@ -3,7 +3,8 @@
 //! instructions) and its heap allocations, natively, through the mock
 //! proxy in Envoy's callback order, after a first request has warmed what
 //! the filter keeps between requests. Both are deterministic, so the
-//! budgets are exact: a change that adds a call or an allocation fails
+//! budgets are exact (allocations within 2, for std's own growth from one
+//! toolchain to the next): a change that adds a call or allocations fails
 //! here and updates its budget in the same commit, on purpose; one that
 //! takes some away fails too, so that the budget follows it down.
 //! Instructions stay in `make bench-*` (callgrind), as they vary by build.
@@ -20,6 +21,7 @@ use host_tests::amplification::{allocations, Counting};
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+const ALLOCATION_TOLERANCE: usize = 2;
 const ROOT: u32 = 1;
 const HTTP: u32 = 2;
 
@@ -174,10 +176,17 @@ fn check(
     let total: u32 = calls.iter().map(|(_, n)| n).sum();
     let (budget_calls, budget_allocations) = budget;
     assert_eq!(
-        (calls.as_slice(), allocated),
-        (budget_calls, budget_allocations),
-        "{name}: {total} host calls and {allocated} allocations per request, not the budget's: \
-         update it on purpose, in the commit that changes them"
+        calls.as_slice(),
+        budget_calls,
+        "{name}: {total} host calls per request, not the budget's: update it on purpose, in the \
+         commit that changes them"
+    );
+    // Host calls are the filter's alone; allocations also depend on how
+    // std grows its collections, which a new toolchain may change a little.
+    assert!(
+        allocated.abs_diff(budget_allocations) <= ALLOCATION_TOLERANCE,
+        "{name}: {allocated} allocations per request, not the budget's {budget_allocations} \
+         (within {ALLOCATION_TOLERANCE}): update it on purpose, in the commit that changes them"
     );
 }
 
