@@ -39,9 +39,21 @@ def scratch_dir(prefix):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n):
+    """n distinct free ports: each socket stays bound until all are found
+    (one at a time, the system may hand out the same port twice, and Envoy
+    then refuses its second listener)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def stop_process(proc):
@@ -236,8 +248,7 @@ class Envoy:
                     raise
 
     def start(self, plugin_config, clusters, http_filters, buffer_limit):
-        self.port, self.admin = free_port(), free_port()
-        self.more_ports = [free_port() for _ in self.more_filters]
+        self.port, self.admin, *self.more_ports = free_ports(2 + len(self.more_filters))
         self.dir = scratch_dir("grpc-wasm-envoy-")
         self.config_path = os.path.join(self.dir, "envoy.json")
         more = list(zip(self.more_ports, self.more_filters, strict=True))
@@ -284,11 +295,11 @@ class Envoy:
 def validate(plugin_config):
     """Runs `envoy --mode validate`; returns (exit code, output)."""
     env = Envoy.__new__(Envoy)
-    env.port, env.admin = free_port(), free_port()
+    env.port, env.admin, upstream = free_ports(3)
     path = os.path.join(scratch_dir("grpc-wasm-envoy-"), "envoy.json")
     with open(path, "w") as f:
         filters = [wasm_filter(plugin_config, check_schema=False)]
-        json.dump(envoy_config(env.port, env.admin, plugin_config, [("/", "none", free_port())], filters), f)
+        json.dump(envoy_config(env.port, env.admin, plugin_config, [("/", "none", upstream)], filters), f)
     proc = subprocess.run([envoy_binary(), "--mode", "validate", "-c", path, "--disable-hot-restart", "-l", "info"],
                           capture_output=True, text=True, timeout=60)
     return proc.returncode, proc.stdout + proc.stderr
