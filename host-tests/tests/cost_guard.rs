@@ -56,15 +56,7 @@ const GET_SHELF_CALLS: &[(&str, u32)] = &[
 const GET_SHELF_ALLOCATIONS: usize = 94;
 
 const HELLOWORLD: &str = include_str!("../../protos/helloworld.proto");
-const SHELVES: &str = r#"syntax = "proto3";
-package shelves;
-import "google/api/annotations.proto";
-service Shelves {
-  rpc Get(GetShelf) returns (Shelf) { option (google.api.http) = { get: "/v1/shelves/{id}" }; }
-}
-message GetShelf { int64 id = 1; string view = 2; }
-message Shelf { int64 id = 1; }
-"#;
+const SHELVES: &str = include_str!("../../protos/shelf_binding.proto");
 
 fn frame(message: &[u8]) -> Vec<u8> {
     let mut frame = vec![0];

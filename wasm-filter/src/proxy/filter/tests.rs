@@ -1157,15 +1157,7 @@ fn envoy_a_streamed_response_s_incomplete_frames_count_against_the_vm_budget() {
 }
 
 /// A GET binding whose fields come from the path and the query.
-const SHELVES: &str = r#"syntax = "proto3";
-package shelves;
-import "google/api/annotations.proto";
-service Shelves {
-  rpc Get(GetShelf) returns (Shelf) { option (google.api.http) = { get: "/v1/shelves/{id}" }; }
-}
-message GetShelf { int64 id = 1; string view = 2; }
-message Shelf { int64 id = 1; }
-"#;
+const SHELVES: &str = include_str!("../../../../protos/shelf_binding.proto");
 /// GetShelf { id: 7, view: "full" } and Shelf { id: 7 }.
 const GET_SHELF: &[u8] = b"\x08\x07\x12\x04full";
 const SHELF: &[u8] = b"\x08\x07";
