@@ -54,6 +54,13 @@ impl Status {
         Some(Status { details, ..status })
     }
 
+    /// A response that ended without `grpc-status` where the protocol puts
+    /// one (`place`: its trailers, its trailers frame, its end): the peer
+    /// broke the protocol, which gRPC reports as INTERNAL on every host.
+    pub fn missing_grpc_status(place: &str) -> Status {
+        Status::new(Code::Internal, format!("no grpc-status in {place}"))
+    }
+
     /// A call that outlived its deadline, as every host and transport
     /// reports it.
     pub fn deadline_exceeded(deadline_ms: u64) -> Status {

@@ -38,15 +38,6 @@ pub fn status_of(headers: &http::HeaderMap) -> Option<Status> {
     Status::from_header_values(value("grpc-status"), value("grpc-message"), None)
 }
 
-/// A response that ended without `grpc-status`: gRPC calls that a
-/// protocol error of the server's.
-pub fn missing_status() -> Status {
-    Status::new(
-        Code::Internal,
-        "the server ended the response without grpc-status",
-    )
-}
-
 /// The end of a call whose status came from the server: its trailing
 /// metadata, then the close.
 pub fn ended(trailing: HeaderBlock, status: &Status) -> Vec<GrpcEvent> {
@@ -158,14 +149,14 @@ mod tests {
             close_of(&[close(&status)]),
             Some((5, "caf%C3%A9 %25".into()))
         );
-        let end = ended(HeaderBlock::default(), &missing_status());
+        let end = ended(
+            HeaderBlock::default(),
+            &Status::missing_grpc_status("the server's response"),
+        );
         assert!(matches!(end[0], GrpcEvent::TrailingMetadata(_)));
         assert_eq!(
             close_of(&end),
-            Some((
-                13,
-                "the server ended the response without grpc-status".into()
-            ))
+            Some((13, "no grpc-status in the server's response".into()))
         );
     }
 

@@ -145,12 +145,8 @@ impl ResponseReader {
             (Protocol::Connect, false) => self.finish_unary(),
             (Protocol::Grpc, _) => {
                 let trailers = trailers.unwrap_or_default();
-                let status = status_from_headers(trailers).unwrap_or_else(|| {
-                    Status::new(
-                        Code::Internal,
-                        "the response ended without a grpc-status trailer",
-                    )
-                });
+                let status = status_from_headers(trailers)
+                    .unwrap_or_else(|| Status::missing_grpc_status("the response's trailers"));
                 let (status, trailers) = bounded(status, application_metadata(trailers));
                 self.end(status, trailers)
             }
@@ -369,12 +365,8 @@ fn web_trailers(block: &[u8]) -> (Status, Vec<(String, String)>) {
         .filter_map(|line| line.split_once(':'))
         .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
         .collect();
-    let status = status_from_headers(&lines).unwrap_or_else(|| {
-        Status::new(
-            Code::Internal,
-            "the gRPC-Web trailers frame has no grpc-status",
-        )
-    });
+    let status = status_from_headers(&lines)
+        .unwrap_or_else(|| Status::missing_grpc_status("the gRPC-Web trailers frame"));
     (status, application_metadata(&lines))
 }
 

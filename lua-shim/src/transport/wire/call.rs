@@ -271,7 +271,8 @@ async fn run_call(
     if let Err(e) = decoder.finish() {
         return vec![close_as(Code::Internal, &e.to_string())];
     }
-    let status = events::status_of(&trailers).unwrap_or_else(events::missing_status);
+    let status = events::status_of(&trailers)
+        .unwrap_or_else(|| Status::missing_grpc_status("the server's response"));
     let trailing = pairs(&trailers);
     if unary && status.is_ok() {
         return events::unary_answer(initial.unwrap_or_default(), trailing, received);

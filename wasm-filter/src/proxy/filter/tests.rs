@@ -196,7 +196,7 @@ fn envoy_a_body_that_ends_without_trailers_is_internal() {
         (body["code"].clone(), body["message"].clone()),
         (
             json!(13),
-            json!("the upstream ended the response without grpc-status")
+            json!("no grpc-status in the upstream's response")
         )
     );
 }

@@ -440,10 +440,7 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
 /// keeps them elsewhere, if it does.
 fn status_at_end_without_trailers() -> Status {
     if host_kind().calls_trailers() {
-        return Status::new(
-            Code::Internal,
-            "the upstream ended the response without grpc-status",
-        );
+        return Status::missing_grpc_status("the upstream's response");
     }
     if !host_kind().keeps_upstream_trailers_in_variables() {
         return Status::ok();
@@ -478,12 +475,8 @@ fn trailers_of_response(stream: &mut Stream) -> u32 {
         return CONTINUE;
     }
     let trailers = HeaderMap::read(MapType::HttpResponseTrailers);
-    let status = status_in(&trailers).unwrap_or_else(|| {
-        Status::new(
-            Code::Internal,
-            "the upstream sent trailers without grpc-status",
-        )
-    });
+    let status = status_in(&trailers)
+        .unwrap_or_else(|| Status::missing_grpc_status("the upstream's trailers"));
     // Headers held and no message (none at all, or not one of a stream's):
     // the host has no body to write the answer into (Envoy), so the status
     // is the whole answer, a local reply as for a trailers-only status.
