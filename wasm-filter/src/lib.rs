@@ -5,7 +5,8 @@
 //! - [`framing`]: the gRPC length-prefixed message framing, with gzip;
 //! - [`status`], [`code`], [`details`]: call outcomes;
 //! - [`metadata`], [`timeout`]: custom metadata and `grpc-timeout`;
-//! - [`limits`]: the bounds put on everything a peer controls.
+//! - [`limits`]: the bounds put on everything a peer controls;
+//! - [`held`]: what all the calls of one module instance hold together.
 //!
 //! The same code builds natively and for `wasm32-wasip1`; hosts reach it in
 //! wasm through the exports of `abi` (only on wasm32).
@@ -16,6 +17,7 @@ pub mod details;
 mod deterministic;
 pub mod error;
 pub mod framing;
+pub mod held;
 pub mod json;
 pub mod limits;
 pub mod metadata;
