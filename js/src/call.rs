@@ -170,11 +170,12 @@ impl Call {
         status_json(&self.registry, &status, &self.options).to_string()
     }
 
-    /// Ends the call locally with `code` (a number) and `message`: a
-    /// cancellation, a network failure, a kind the transport cannot carry.
+    /// Ends the call locally with the code named `code` (its canonical
+    /// name, e.g. "CANCELLED"; UNKNOWN for any other text) and `message`:
+    /// a cancellation, a network failure, a kind the transport cannot carry.
     #[wasm_bindgen(js_name = localStatus)]
-    pub fn local_status(&self, code: i32, message: &str) -> String {
-        let status = Status::new(Code::from_i32(code), message);
+    pub fn local_status(&self, code: &str, message: &str) -> String {
+        let status = Status::new(Code::from_name(code).unwrap_or(Code::Unknown), message);
         status_json(&self.registry, &status, &self.options).to_string()
     }
 }

@@ -6,13 +6,6 @@ import { GrpcError, asGrpcError, localError as local, withBytes } from './errors
 import { CALL_OPTIONS, CLIENT_OPTIONS, JSON_OPTIONS, checkOptions } from './options.js';
 import { int64ToBigInt, toJsonText } from './values.js';
 
-const OK = 0;
-const CANCELLED = 1;
-const INVALID_ARGUMENT = 3;
-const UNIMPLEMENTED = 12;
-const INTERNAL = 13;
-const UNAVAILABLE = 14;
-
 /**
  * @typedef {Record<string, string | Uint8Array | Array<string | Uint8Array>>} Metadata
  *   request metadata; a key ending in -bin takes bytes
@@ -124,7 +117,7 @@ export class Client {
       checkLimit(options.maxMessageBytes);
       call = this.#schema._call(path, options.protocol, options.codec, json, options.maxMessageBytes);
     } catch (thrown) {
-      throw reported(options, asGrpcError(thrown, (e) => local(INTERNAL, String(e?.message ?? e))));
+      throw reported(options, asGrpcError(thrown, (e) => local('INTERNAL', String(e?.message ?? e))));
     }
     const timer = { id: undefined };
     const controller = new AbortController();
@@ -140,7 +133,7 @@ export class Client {
       controller.abort();
       rejectAborted(new GrpcError(why));
     };
-    const onUserAbort = () => abort(JSON.parse(call.localStatus(CANCELLED, cancelMessage(options.signal))));
+    const onUserAbort = () => abort(JSON.parse(call.localStatus('CANCELLED', cancelMessage(options.signal))));
     // Whether the response was read to its status: then there is nothing to abort.
     let ended = false;
     let body = null;
@@ -233,20 +226,20 @@ const API = { unary: 'unary', server_streaming: 'serverStream', client_streaming
 
 function check(call, kind, options, transport) {
   if (call.kind !== kind) {
-    throw local(INVALID_ARGUMENT, `${call.path} is ${call.kind.replace('_', '-')}: call it with client.${API[call.kind]}()`);
+    throw local('INVALID_ARGUMENT', `${call.path} is ${call.kind.replace('_', '-')}: call it with client.${API[call.kind]}()`);
   }
   if (options.protocol === 'grpc' && !transport.readsTrailers) {
-    throw local(UNIMPLEMENTED, "protocol 'grpc' needs HTTP/2 trailers, which fetch does not expose: use gRPC-Web or Connect, or in Node the node:http2 transport");
+    throw local('UNIMPLEMENTED', "protocol 'grpc' needs HTTP/2 trailers, which fetch does not expose: use gRPC-Web or Connect, or in Node the node:http2 transport");
   }
   if ((kind === 'client_streaming' || kind === 'bidi_streaming') && !transport.streamsRequests) {
-    throw local(UNIMPLEMENTED, `${call.path} streams requests, which this transport cannot: fetch sends a request body whole (browsers stream none over HTTP/1.1 and half-duplex at best). In Node, use the node:http2 transport (protocol 'grpc').`);
+    throw local('UNIMPLEMENTED', `${call.path} streams requests, which this transport cannot: fetch sends a request body whole (browsers stream none over HTTP/1.1 and half-duplex at best). In Node, use the node:http2 transport (protocol 'grpc').`);
   }
 }
 
 /** The message limit, when given: a whole number of bytes the core can hold (1 to 2^32 - 1). */
 function checkLimit(limit) {
   if (limit !== undefined && !(Number.isInteger(limit) && limit > 0 && limit <= 0xffffffff)) {
-    throw local(INVALID_ARGUMENT, `maxMessageBytes must be a whole number from 1 to 4294967295, not ${limit}`);
+    throw local('INVALID_ARGUMENT', `maxMessageBytes must be a whole number from 1 to 4294967295, not ${limit}`);
   }
 }
 
@@ -259,7 +252,7 @@ function checkLimit(limit) {
 async function* drain(events, pull, answers) {
   for (;;) {
     for (const message of events.messages) {
-      if (answers.one && ++answers.count > 1) throw local(INTERNAL, 'a unary response must hold one message, not more');
+      if (answers.one && ++answers.count > 1) throw local('INTERNAL', 'a unary response must hold one message, not more');
       yield message;
     }
     if (events.end) return events.end;
@@ -270,8 +263,8 @@ async function* drain(events, pull, answers) {
 
 /** A call that answers once ended OK: it must have answered. */
 function oneAnswer(answers, status) {
-  if (answers.one && answers.count === 0 && status.code === OK) {
-    throw local(INTERNAL, 'a unary response must hold one message, not 0');
+  if (answers.one && answers.count === 0 && status.name === 'OK') {
+    throw local('INTERNAL', 'a unary response must hold one message, not 0');
   }
 }
 
@@ -323,7 +316,7 @@ function guarded(operation) {
   try {
     return operation();
   } catch (thrown) {
-    throw asGrpcError(thrown, (e) => local(INTERNAL, String(e?.message ?? e)));
+    throw asGrpcError(thrown, (e) => local('INTERNAL', String(e?.message ?? e)));
   }
 }
 
@@ -338,7 +331,7 @@ function end(status, options) {
   withBytes(status);
   status.metadata = { ...status.headers, ...status.trailers };
   options.onStatus?.(status);
-  if (status.code !== OK) throw Object.assign(new GrpcError(status), { reported: true });
+  if (status.name !== 'OK') throw Object.assign(new GrpcError(status), { reported: true });
   return status;
 }
 
@@ -361,7 +354,7 @@ function failure(error, why, call) {
   // An HTTP/2 stream the server reset takes the code of its error code.
   if (Number.isInteger(error?.rstCode)) return new GrpcError(JSON.parse(call.resetStatus(error.rstCode)));
   const message = `the request failed: ${error?.cause?.message ?? error?.message ?? error}`;
-  return new GrpcError(JSON.parse(call.localStatus(UNAVAILABLE, message)));
+  return new GrpcError(JSON.parse(call.localStatus('UNAVAILABLE', message)));
 }
 
 function cancelMessage(signal) {

@@ -63,7 +63,12 @@ export function useCodeNames(names) {
   codeNames = names;
 }
 
-/** An error raised here rather than by a call's peer. */
-export function localError(code, message) {
-  return new GrpcError({ code, name: codeNames[code] ?? 'UNKNOWN', message, details: [] });
+/**
+ * An error raised here rather than by a call's peer, with the code the core
+ * numbers `name` (a canonical name, e.g. "INTERNAL").
+ */
+export function localError(name, message) {
+  const code = codeNames.indexOf(name);
+  if (code < 0) return new GrpcError({ code: codeNames.indexOf('UNKNOWN'), name: 'UNKNOWN', message, details: [] });
+  return new GrpcError({ code, name, message, details: [] });
 }
