@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -124,6 +125,18 @@ def test_the_issue_program_through_lua_resty_ffi(nginx_resty_ffi):
     assert body.splitlines()[-1] == "bidi end: true nil"
     assert len(body.splitlines()) == 44
     assert nginx_resty_ffi.get("/t/mode") == (200, "resty_ffi\n")
+
+
+def test_named_headers_propagate_through_lua_resty_ffi(nginx_resty_ffi):
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+               "x-request-id": "r-1"}
+    req = urllib.request.Request(f"http://127.0.0.1:{nginx_resty_ffi.port}/t/propagate_named_here?own=mine",
+                                 headers=headers)
+    with urllib.request.urlopen(req, timeout=20) as r:
+        metadata = json.loads(r.read())
+    assert metadata["traceparent"] == headers["traceparent"], metadata
+    # The call's own metadata wins over the header of the same name.
+    assert metadata["x-request-id"] == "mine", metadata
 
 
 def test_stock_nginx_takes_the_ffi_path(nginx):

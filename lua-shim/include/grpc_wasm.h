@@ -220,9 +220,23 @@ int32_t grpc_wasm_wire_tick(uint32_t conn, uint32_t *out, int32_t max, int64_t *
 void grpc_wasm_conn_close(uint32_t conn);
 
 /**
+ * Whether a request header named in `grpc.init{propagate}` may carry on
+ * as metadata (the core's rule: not the transport's, gRPC's or the
+ * proxy's own): 0, or -1 with the reason as the last error. Needs no
+ * [`grpc_wasm_init`], so that the name is refused where it is given,
+ * even in nginx's master process.
+ *
+ * # Safety
+ * `name` addresses `len` bytes (or is NULL with length 0).
+ */
+int32_t grpc_wasm_check_propagate(const char *name, size_t len);
+
+/**
  * Starts a call. `body` NULL: a stream whose messages follow. `metadata`
  * is its keys and values in turn, each as its length in decimal, `:` and
- * its bytes (see [`split_pairs`]); `json_options` (may be NULL) a comma-separated
+ * its bytes (see [`split_pairs`]); `propagated` the same, for the served
+ * request's headers named to carry on (see
+ * [`grpc_wasm_check_propagate`]); `json_options` (may be NULL) a comma-separated
  * list (`emit_defaults,int64_as_number,...`); `compression` (may be NULL:
  * none) `gzip` or `identity`. Returns the call id (> 0).
  *
@@ -237,6 +251,8 @@ int32_t grpc_wasm_start(uint32_t conn,
                         int64_t timeout_ms,
                         const char *metadata,
                         size_t metadata_len,
+                        const char *propagated,
+                        size_t propagated_len,
                         const char *json_options,
                         const char *compression);
 

@@ -616,9 +616,30 @@ pub extern "C" fn grpc_wasm_conn_close(conn: u32) {
     });
 }
 
+/// Whether a request header named in `grpc.init{propagate}` may carry on
+/// as metadata (the core's rule: not the transport's, gRPC's or the
+/// proxy's own): 0, or -1 with the reason as the last error. Needs no
+/// [`grpc_wasm_init`], so that the name is refused where it is given,
+/// even in nginx's master process.
+///
+/// # Safety
+/// `name` addresses `len` bytes (or is NULL with length 0).
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_check_propagate(name: *const c_char, len: usize) -> i32 {
+    guard(|| {
+        // SAFETY: `name` addresses `len` bytes (this function's contract).
+        let name = unsafe { bytes(name, len) };
+        let name = std::str::from_utf8(name).map_err(|_| "the header name is not UTF-8")?;
+        grpc_wasm::metadata::check_propagated(name).map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
 /// Starts a call. `body` NULL: a stream whose messages follow. `metadata`
 /// is its keys and values in turn, each as its length in decimal, `:` and
-/// its bytes (see [`split_pairs`]); `json_options` (may be NULL) a comma-separated
+/// its bytes (see [`split_pairs`]); `propagated` the same, for the served
+/// request's headers named to carry on (see
+/// [`grpc_wasm_check_propagate`]); `json_options` (may be NULL) a comma-separated
 /// list (`emit_defaults,int64_as_number,...`); `compression` (may be NULL:
 /// none) `gzip` or `identity`. Returns the call id (> 0).
 ///
@@ -634,6 +655,8 @@ pub unsafe extern "C" fn grpc_wasm_start(
     timeout_ms: i64,
     metadata: *const c_char,
     metadata_len: usize,
+    propagated: *const c_char,
+    propagated_len: usize,
     json_options: *const c_char,
     compression: *const c_char,
 ) -> i32 {
@@ -642,11 +665,12 @@ pub unsafe extern "C" fn grpc_wasm_start(
         // SAFETY: each pointer addresses its length in bytes or is NULL,
         // and `json_options` and `compression` are NULL or NUL-terminated
         // (this function's contract).
-        let (path, body, metadata, json_options, compression) = unsafe {
+        let (path, body, metadata, propagated, json_options, compression) = unsafe {
             (
                 bytes(path, path_len),
                 (!body.is_null()).then(|| bytes(body, body_len)),
                 bytes(metadata, metadata_len),
+                bytes(propagated, propagated_len),
                 text(json_options),
                 text(compression),
             )
@@ -656,6 +680,7 @@ pub unsafe extern "C" fn grpc_wasm_start(
         let options = CallOptions {
             timeout_ms: (timeout_ms > 0).then_some(timeout_ms as u64),
             metadata: split_pairs(metadata)?,
+            propagated: split_pairs(propagated)?,
             json_options,
             compression: compression.unwrap_or_default(),
         };

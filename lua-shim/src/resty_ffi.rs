@@ -380,17 +380,20 @@ impl Runtime {
                 Ok(Vec::new())
             }
             "start" => {
-                let metadata: Vec<(String, String)> = r["metadata"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                    .collect();
+                let pairs = |name: &str| -> Vec<(String, String)> {
+                    r[name]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect()
+                };
                 let body = optional(r, "body");
                 let compression = r["compression"].as_str().map(crate::compression_named);
                 let options = crate::CallOptions {
                     timeout_ms: r["timeout"].as_u64(),
-                    metadata,
+                    metadata: pairs("metadata"),
+                    propagated: pairs("propagated"),
                     json_options: optional(r, "json"),
                     compression: compression.transpose()?.unwrap_or_default(),
                 };

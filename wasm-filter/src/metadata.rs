@@ -14,8 +14,14 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
         .with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-/// Headers that the transport or the gRPC protocol own; a user may not set them.
-const RESERVED: [&str; 10] = [
+// Which headers a call's metadata may hold, for every host: what a user
+// sets (`Metadata::append`), what a proxy forwards of a request
+// (`is_exchange_header`), what a caller names to carry on
+// (`check_propagated`).
+
+/// Headers the transport writes itself, or hop-by-hop ones: never a call's
+/// metadata, whoever names them.
+const TRANSPORT: [&str; 9] = [
     "content-type",
     "te",
     "host",
@@ -25,8 +31,73 @@ const RESERVED: [&str; 10] = [
     "keep-alive",
     "proxy-connection",
     "content-length",
-    "user-agent",
 ];
+
+/// Headers of an HTTP exchange that gRPC writes for the call itself
+/// (`grpc-*` and the content coding it accepts): a forwarded request's
+/// are not the call's metadata.
+const EXCHANGE: [&str; 4] = [
+    "accept-encoding",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+];
+
+/// The headers a proxy (Envoy) reads as its own controls.
+pub const PROXY_CONTROLLED_PREFIX: &str = "x-envoy-";
+
+/// Whether a request header (its lower-case name) says something about
+/// the HTTP exchange rather than the call, so that a proxy forwarding the
+/// request's headers as metadata leaves it behind.
+pub fn is_exchange_header(key: &str) -> bool {
+    TRANSPORT.contains(&key) || EXCHANGE.contains(&key)
+}
+
+/// Keys a user may not set: the transport's, gRPC's own `grpc-*`, and the
+/// user-agent that names the client.
+fn is_reserved(key: &str) -> bool {
+    key.starts_with("grpc-") || TRANSPORT.contains(&key) || key == "user-agent"
+}
+
+/// A request header that a call may carry on as metadata when a caller
+/// names it (the shim's `grpc.init{propagate}`, the filter's
+/// `callout.propagate`): its lower-case name, or why not. Reserved keys,
+/// the exchange's own headers and the proxy's controls are refused where
+/// they are named, rather than failing or silently missing from every
+/// call that meets them.
+pub fn check_propagated(name: &str) -> Result<String, MetadataError> {
+    let key = name.to_ascii_lowercase();
+    check_key(&key)?;
+    if is_reserved(&key) || is_exchange_header(&key) || key.starts_with(PROXY_CONTROLLED_PREFIX) {
+        return Err(MetadataError::NotPropagated(key));
+    }
+    Ok(key)
+}
+
+/// Whether a named request header's value can go on as metadata (base64
+/// under a `-bin` key, printable ASCII under any other); one that cannot
+/// stays behind and the call goes on without it.
+pub fn propagates_value(key: &str, value: &[u8]) -> bool {
+    if is_binary_key(key) {
+        decode_binary(key, value).is_ok()
+    } else {
+        check_ascii(key, value).is_ok()
+    }
+}
+
+/// The headers a call carries on from the request it serves: each
+/// `(name, value)` in `named` (names checked by [`check_propagated`])
+/// whose value can go, unless the call's own metadata `own` sets it.
+pub fn propagated<'a>(
+    own: &'a [(String, String)],
+    named: &'a [(String, String)],
+) -> impl Iterator<Item = &'a (String, String)> + Clone {
+    named.iter().filter(|(key, value)| {
+        check_propagated(key).as_deref() == Ok(key.as_str())
+            && !own.iter().any(|(k, _)| k == key)
+            && propagates_value(key, value.as_bytes())
+    })
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataError {
@@ -35,6 +106,8 @@ pub enum MetadataError {
     InvalidKey(String),
     #[error("metadata key '{0}' is reserved for the gRPC protocol")]
     ReservedKey(String),
+    #[error("{0} is the HTTP/2, gRPC or proxy's own, not metadata a call can carry")]
+    NotPropagated(String),
     #[error("metadata value of '{0}' is not printable ASCII (0x20-0x7E: no NUL, CR, LF or other control character); binary values need a key ending in -bin")]
     InvalidAsciiValue(String),
     #[error("invalid value for metadata key '{0}': not valid base64")]
@@ -172,7 +245,7 @@ fn check_key(key: &str) -> Result<(), MetadataError> {
 fn validate_user_key(key: &str) -> Result<String, MetadataError> {
     let lower = key.to_ascii_lowercase();
     check_key(&lower)?;
-    if lower.starts_with("grpc-") || RESERVED.contains(&lower.as_str()) {
+    if is_reserved(&lower) {
         return Err(MetadataError::ReservedKey(lower));
     }
     Ok(lower)
@@ -249,6 +322,42 @@ mod tests {
             MetadataError::InvalidAsciiValue("x-a".into())
         );
         assert!(md.is_empty());
+    }
+
+    #[test]
+    fn named_headers_propagate_unless_the_protocols_or_the_call_own_them() {
+        assert_eq!(check_propagated("TraceParent"), Ok("traceparent".into()));
+        for refused in [
+            "grpc-trace-bin",
+            "User-Agent",
+            "x-envoy-retry-on",
+            "accept-encoding",
+            "te",
+        ] {
+            assert_eq!(
+                check_propagated(refused).unwrap_err().to_string(),
+                format!(
+                    "{} is the HTTP/2, gRPC or proxy's own, not metadata a call can carry",
+                    refused.to_ascii_lowercase()
+                )
+            );
+        }
+        assert!(matches!(
+            check_propagated("a b"),
+            Err(MetadataError::InvalidKey(_))
+        ));
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let own = [pair("x-request-id", "mine")];
+        let named = [
+            pair("x-request-id", "theirs"),
+            pair("traceparent", "00-ab-01"),
+            pair("tracestate", "caf\u{e9}"),
+            pair("trace-bin", "AAEC/w=="),
+            pair("bad-bin", "***"),
+            pair("te", "trailers"),
+        ];
+        let kept: Vec<_> = propagated(&own, &named).map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kept, ["traceparent", "trace-bin"]);
     }
 
     #[test]

@@ -53,6 +53,10 @@ impl Client {
         let metadata = options
             .metadata
             .iter()
+            .chain(grpc_wasm::metadata::propagated(
+                &options.metadata,
+                &options.propagated,
+            ))
             .map(|(k, v)| (METADATA_PREFIX.as_bytes(), k.as_bytes(), v.as_bytes()));
         let headers = HeaderBlock::from_entries(|| {
             fixed

@@ -84,6 +84,10 @@ pub struct CallOptions {
     pub timeout_ms: Option<u64>,
     /// Request metadata; `-bin` values base64.
     pub metadata: Vec<(String, String)>,
+    /// Headers of the request being served that the caller named to carry
+    /// on (`grpc.init{propagate}`), as they came: those the core's rule
+    /// lets go (`grpc_wasm::metadata::propagated`) join the metadata.
+    pub propagated: Vec<(String, String)>,
     /// JSON options for this call, comma-separated (`emit_defaults,...`).
     pub json_options: Option<String>,
     /// How its request messages are compressed (`grpc-encoding`).

@@ -5,7 +5,10 @@
 use serde::de::IgnoredAny;
 
 use crate::code::Code;
-use crate::metadata::{decode_binary, is_binary_key, Metadata, MetadataValue};
+use crate::metadata::{
+    self, decode_binary, is_binary_key, is_exchange_header, Metadata, MetadataValue,
+    PROXY_CONTROLLED_PREFIX,
+};
 use crate::status::{percent_decode, Status};
 use crate::timeout::parse_timeout;
 
@@ -25,11 +28,10 @@ pub fn deadline_ms(callout: &Callout, grpc_timeout: Option<&str>) -> Result<u64,
         .clamp(1, callout.max_timeout_ms))
 }
 
-/// Metadata keys a client never sets through `grpc-metadata-*`: Envoy reads
-/// `x-envoy-*` headers on the calls it makes (retries, timeouts, routing),
-/// so forwarding them would hand the client the proxy's controls.
-const PROXY_CONTROLLED_PREFIX: &str = "x-envoy-";
-
+/// Whether a client's `grpc-metadata-<key>` goes on: never `x-envoy-*`,
+/// since Envoy reads those headers on the calls it makes (retries,
+/// timeouts, routing) and forwarding them would hand the client the
+/// proxy's controls.
 fn forwarded(callout: &Callout, key: &str) -> bool {
     if key.starts_with(PROXY_CONTROLLED_PREFIX) {
         return false;
@@ -42,7 +44,9 @@ fn forwarded(callout: &Callout, key: &str) -> bool {
 
 /// The metadata of a call: the configured entries, then every request
 /// header `grpc-metadata-<key>` as `<key>` that the configuration lets
-/// through (never `x-envoy-*`). `-bin` values stay base64 text,
+/// through (never `x-envoy-*`), then the headers `callout.propagate`
+/// names that neither sets (the core's rule, as for the shim's
+/// `grpc.init{propagate}`). `-bin` values stay base64 text,
 /// which is how the host puts them on the wire; they are checked here so
 /// that a bad one is the client's 400, not the server's.
 pub fn call_metadata<'a>(
@@ -51,6 +55,7 @@ pub fn call_metadata<'a>(
 ) -> Result<Vec<(String, String)>, Status> {
     let mut out = callout.metadata.clone();
     let mut checked = Metadata::new();
+    let mut named = Vec::new();
     for (name, value) in headers {
         // A request that goes on as itself carries `grpc-metadata-*` as
         // the headers they are: unwrapped here, one would stand in for a
@@ -64,7 +69,8 @@ pub fn call_metadata<'a>(
             && name[..METADATA_PREFIX.len()].eq_ignore_ascii_case(METADATA_PREFIX.as_bytes());
         if !prefixed {
             if propagates(callout, name) {
-                propagate_header(name, value, &mut checked, &mut out);
+                let key = String::from_utf8_lossy(name).to_ascii_lowercase();
+                named.push((key, String::from_utf8_lossy(value).into_owned()));
             }
             continue;
         }
@@ -85,6 +91,8 @@ pub fn call_metadata<'a>(
         })?;
         out.push((key, text));
     }
+    let carried: Vec<_> = metadata::propagated(&out, &named).cloned().collect();
+    out.extend(carried);
     Ok(out)
 }
 
@@ -139,27 +147,9 @@ fn propagates(callout: &Callout, name: &[u8]) -> bool {
         .any(|p| p.as_bytes().eq_ignore_ascii_case(name))
 }
 
-/// Request headers that say something about the HTTP exchange rather than
-/// the call: the host writes its own, or they are hop-by-hop.
-const NOT_METADATA: [&str; 13] = [
-    "content-type",
-    "content-length",
-    "te",
-    "host",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "upgrade",
-    "accept-encoding",
-    "grpc-timeout",
-    "grpc-encoding",
-    "grpc-accept-encoding",
-];
-
 /// A request header as the call's metadata, as it would have reached the
 /// upstream with the request: pseudo-headers, the exchange's own headers
-/// (see [`NOT_METADATA`]), the proxy's `x-envoy-*` and the filter's own
+/// (see [`is_exchange_header`]), the proxy's `x-envoy-*` and the filter's own
 /// `x-grpc-wasm-original-path` stay behind; the value goes as it came
 /// (the proxy took it as a header value), unless it is no text.
 fn forward_header(name: &[u8], value: &[u8], out: &mut Vec<(String, String)>) {
@@ -167,35 +157,12 @@ fn forward_header(name: &[u8], value: &[u8], out: &mut Vec<(String, String)>) {
     if key.starts_with(':')
         || key.starts_with(PROXY_CONTROLLED_PREFIX)
         || key == ORIGINAL_PATH_HEADER
-        || NOT_METADATA.contains(&key.as_str())
+        || is_exchange_header(&key)
     {
         return;
     }
     if let Ok(text) = std::str::from_utf8(value) {
         out.push((key, text.to_string()));
-    }
-}
-
-/// A header `callout.propagate` names, as metadata: only a value metadata
-/// can carry goes (a callout's metadata is checked as gRPC's).
-fn propagate_header(
-    name: &[u8],
-    value: &[u8],
-    checked: &mut Metadata,
-    out: &mut Vec<(String, String)>,
-) {
-    let key = String::from_utf8_lossy(name).to_ascii_lowercase();
-    if key.starts_with(':') || NOT_METADATA.contains(&key.as_str()) {
-        return;
-    }
-    let text = String::from_utf8_lossy(value).into_owned();
-    let valid = if is_binary_key(&key) {
-        decode_binary(&key, value).and_then(|b| checked.append(&key, MetadataValue::Binary(b)))
-    } else {
-        checked.append(&key, MetadataValue::Ascii(text.clone()))
-    };
-    if valid.is_ok() {
-        out.push((key, text));
     }
 }
 
@@ -469,6 +436,27 @@ mod tests {
             ]
         );
         assert!(crate::USER_AGENT.starts_with("grpc-wasm/0."));
+        // The client's own metadata, and the configuration's, win over a
+        // header carried on under the same name; a value metadata cannot
+        // carry stays behind.
+        let own: Vec<(&[u8], &[u8])> = vec![
+            (b"x-request-id", b"theirs"),
+            (b"grpc-metadata-x-request-id", b"mine"),
+            (b"x-origin", b"client"),
+            (b"traceparent", b"caf\xc3\xa9"),
+        ];
+        let named = Callout {
+            propagate: vec![
+                "x-request-id".into(),
+                "x-origin".into(),
+                "traceparent".into(),
+            ],
+            ..callout()
+        };
+        assert_eq!(
+            call_metadata(&named, own.iter().copied()).unwrap(),
+            vec![traced("x-origin", "proxy"), traced("x-request-id", "mine")]
+        );
     }
 
     #[test]

@@ -181,43 +181,32 @@ end
 local REQUEST_PHASES = { rewrite = true, server_rewrite = true, access = true, content = true }
 
 -- The request headers grpc.init{propagate = ...} names (trace context),
--- added to a call made while serving a request, under their own names,
--- unless the call's metadata sets them. Values go as they came (a -bin
+-- as the request being served has them: the shim adds those the core's
+-- rule lets go (a value metadata can carry, a name the call's own metadata
+-- does not set) to the call's metadata. Values go as they came (a -bin
 -- header is base64 already).
-local function propagate(metadata)
+local function propagated()
     local names = settings.propagate
     if not names or not REQUEST_PHASES[ngx.get_phase()] then
-        return metadata
+        return nil
     end
     local var = ngx.var
+    local out
     for _, name in ipairs(names) do
-        if not (metadata and metadata[name[1]]) then
-            local value = var[name[2]]
-            -- A value metadata cannot carry stays behind, as the filter's
-            -- callouts leave it: the call goes on without it.
-            local fits = value and (name[3] and value:match("^[%w+/=]*$")
-                                    or not name[3] and not value:find("[^\32-\126]"))
-            if fits then
-                metadata = metadata or {}
-                metadata[name[1]] = value
-            end
+        local value = var[name[2]]
+        if value then
+            out = out or {}
+            out[name[1]] = value
         end
     end
-    return metadata
+    return out
 end
 
--- Headers metadata cannot carry: the core's reserved keys
--- (wasm-filter/src/metadata.rs RESERVED, and every grpc-*; a test holds
--- the two lists equal), and the proxy's own. Named in propagate, they are
--- refused at init rather than failing every call that meets them.
-local NOT_PROPAGATED = {
-    ["content-type"] = true, te = true, host = true, connection = true,
-    ["transfer-encoding"] = true, upgrade = true, ["keep-alive"] = true,
-    ["proxy-connection"] = true, ["content-length"] = true, ["user-agent"] = true,
-}
-
 -- grpc.init's propagate: a list of header names, kept as { key, variable }.
-local function check_propagate(list)
+-- Names that metadata cannot carry (the protocols' own headers, the
+-- proxy's) are refused here, by the core's rule, rather than failing every
+-- call that meets them.
+local function check_propagate(list, shim)
     if list == nil then
         return nil
     end
@@ -226,15 +215,15 @@ local function check_propagate(list)
     end
     local names = {}
     for i, name in ipairs(list) do
-        if type(name) ~= "string" or not name:match("^[%w%-_.]+$") then
+        if type(name) ~= "string" then
             return nil, "propagate[" .. i .. "] must be a header name, got " .. tostring(name)
         end
-        local key = name:lower()
-        if NOT_PROPAGATED[key] or key:sub(1, 5) == "grpc-" or key:sub(1, 8) == "x-envoy-" then
-            return nil, "propagate[" .. i .. "]: " .. key .. " is the HTTP/2 or gRPC protocol's own,"
-                .. " not metadata a call can carry"
+        local why = native.check_propagated(name, shim)
+        if why then
+            return nil, "propagate[" .. i .. "]: " .. why
         end
-        names[i] = { key, "http_" .. key:gsub("[-.]", "_"), key:sub(-4) == "-bin" }
+        local key = name:lower()
+        names[i] = { key, "http_" .. key:gsub("[-.]", "_") }
     end
     return names
 end
@@ -295,15 +284,15 @@ function _M.init(opts)
         return false, "max_queued_bytes must be a number of bytes (1 or more), got " .. type(cap)
             .. (type(cap) == "number" and " " .. tostring(cap) or "")
     end
-    local propagated, perr = check_propagate(opts and opts.propagate)
+    local propagate, perr = check_propagate(opts and opts.propagate, opts and opts.shim)
     if perr then
         return false, perr
     end
     for k, v in pairs(opts or {}) do
         settings[k] = v
     end
-    if propagated then
-        settings.propagate = propagated
+    if propagate then
+        settings.propagate = propagate
     end
     if settings.timeout then
         DEFAULT_TIMEOUT = settings.timeout
@@ -689,14 +678,13 @@ local function start(conn, path, body, opts)
     if merr then
         return nil, merr
     end
-    metadata = propagate(metadata)
     local compression = opts and opts.compression
     local cok, cerr = check_compression(compression)
     if not cok then
         return nil, cerr
     end
     compression = compression or settings.compression
-    local id, err = backend.start(conn.id, path, body, timeout, metadata, json, compression)
+    local id, err = backend.start(conn.id, path, body, timeout, metadata, propagated(), json, compression)
     if not id then
         return nil, err
     end

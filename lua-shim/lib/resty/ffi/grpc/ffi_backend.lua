@@ -488,10 +488,11 @@ local function flatten(metadata)
     return flat, #flat
 end
 
-function ffi_backend.start(conn, path, body, timeout, metadata, json, compression)
+function ffi_backend.start(conn, path, body, timeout, metadata, propagated, json, compression)
     local md, md_len = flatten(metadata)
-    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, json,
-                                 compression)
+    local pr, pr_len = flatten(propagated)
+    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, pr, pr_len,
+                                 json, compression)
     if id < 0 then
         return nil, last_error()
     end

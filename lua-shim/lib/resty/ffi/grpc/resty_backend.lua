@@ -99,9 +99,10 @@ function resty_backend.conn_close(id)
     task({ op = "conn_close", conn = id })
 end
 
-function resty_backend.start(conn, path, body, timeout, metadata, json, compression)
+function resty_backend.start(conn, path, body, timeout, metadata, propagated, json, compression)
     local id, err = task({ op = "start", conn = conn, path = path, body = body, timeout = timeout,
-                           metadata = metadata, json = json, compression = compression })
+                           metadata = metadata, propagated = propagated, json = json,
+                           compression = compression })
     return tonumber(id), err
 end
 

@@ -53,9 +53,10 @@ const char *grpc_wasm_wire_output(uint32_t conn, size_t *len);
 int32_t grpc_wasm_wire_reset(uint32_t conn, const char *reason, uint32_t *out, int32_t max);
 int32_t grpc_wasm_wire_tick(uint32_t conn, uint32_t *out, int32_t max, int64_t *next_ms);
 void grpc_wasm_conn_close(uint32_t conn);
+int32_t grpc_wasm_check_propagate(const char *name, size_t len);
 int32_t grpc_wasm_start(uint32_t conn, const char *path, size_t path_len, const char *body, size_t body_len,
-                        int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *json_options,
-                        const char *compression);
+                        int64_t timeout_ms, const char *metadata, size_t metadata_len, const char *propagated,
+                        size_t propagated_len, const char *json_options, const char *compression);
 int32_t grpc_wasm_send(uint32_t id, const char *json, size_t len, int32_t compress);
 int64_t grpc_wasm_send_backlog(uint32_t id);
 int32_t grpc_wasm_close_send(uint32_t id);
@@ -122,6 +123,36 @@ local function find_module(shim)
     return path
 end
 
+-- Why a request header cannot be named in grpc.init{propagate}, by the
+-- core's rule (the shim's, as the filter's callout.propagate); nil when it
+-- can. `shim` is where grpc.init is told the shim is, if it is. The rule
+-- needs no worker: the shim is loaded where init runs, the master too.
+local checker
+local function check_propagated(name, shim)
+    if not checker then
+        local path, err = shim, nil
+        if not path then
+            path, err = find_shim()
+        end
+        if not path then
+            return err
+        end
+        local ok, lib = pcall(ffi.load, path)
+        if not ok then
+            return "cannot load " .. path .. ": " .. tostring(lib)
+        end
+        checker = lib
+    end
+    local ok, rc = pcall(function() return checker.grpc_wasm_check_propagate(name, #name) end)
+    if not ok then
+        return "the shim cannot check header names (" .. tostring(rc) .. "): install it from this release"
+    end
+    if rc ~= 0 then
+        return ffi.string(checker.grpc_wasm_last_error())
+    end
+    return nil
+end
+
 -- The compiled-module cache: nil lets the shim pick its private default
 -- directory; false (or "") disables the cache.
 local function cache_dir()
@@ -147,6 +178,7 @@ end
 _M.getenv = getenv
 _M.find_shim = find_shim
 _M.find_module = find_module
+_M.check_propagated = check_propagated
 _M.cache_dir = cache_dir
 _M.keepalive_of = keepalive_of
 
