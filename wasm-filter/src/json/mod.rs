@@ -13,23 +13,18 @@
 //! that name the field path (`location.latitude: …`).
 //! The tree printer stays as the reference the fuzz targets compare with.
 
-pub mod cost;
-mod encode;
-mod flat;
-mod layout;
-pub use layout::forget_layouts;
-#[cfg(test)]
-pub(crate) use layout::kept_pool_count;
-mod parse;
-mod print;
-mod token;
-mod wire;
+mod de;
+mod ser;
 mod wkt;
 
-use prost_reflect::{DynamicMessage, MessageDescriptor, ReflectMessage};
+pub use ser::cost;
+pub use ser::forget_layouts;
+#[cfg(test)]
+pub(crate) use ser::kept_pool_count;
+
+use prost_reflect::{DynamicMessage, MessageDescriptor};
 
 use crate::error::Error;
-use crate::limits::MAX_JSON_PER_BYTE;
 
 /// How JSON is read and written. The defaults are the proto3 JSON mapping's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -119,7 +114,7 @@ pub fn json_to_protobuf(
     json: &[u8],
     options: &JsonOptions,
 ) -> Result<Vec<u8>, Error> {
-    encode::encode(desc, json, options)
+    de::encode(desc, json, options)
 }
 
 /// A message type with the codec's choice made once (whether its messages
@@ -132,7 +127,7 @@ pub struct MessageType {
 
 impl MessageType {
     pub fn new(desc: MessageDescriptor) -> MessageType {
-        let flat = flat::is_flat(&desc);
+        let flat = ser::is_flat(&desc);
         MessageType { desc, flat }
     }
 
@@ -142,7 +137,7 @@ impl MessageType {
 
     /// [`json_to_protobuf`] for this type.
     pub fn json_to_protobuf(&self, json: &[u8], options: &JsonOptions) -> Result<Vec<u8>, Error> {
-        encode::encode(&self.desc, json, options)
+        de::encode(&self.desc, json, options)
     }
 
     /// [`MessageType::json_to_protobuf`], writing every field the JSON
@@ -154,7 +149,7 @@ impl MessageType {
         json: &[u8],
         options: &JsonOptions,
     ) -> Result<Vec<u8>, Error> {
-        encode::encode_explicit(&self.desc, json, options)
+        de::encode_explicit(&self.desc, json, options)
     }
 
     /// JSON for the top-level field `field` alone (an HTTP binding's
@@ -165,12 +160,12 @@ impl MessageType {
         json: &[u8],
         options: &JsonOptions,
     ) -> Result<Vec<u8>, Error> {
-        encode::encode_field(&self.desc, field, json, options)
+        de::encode_field(&self.desc, field, json, options)
     }
 
     /// [`protobuf_to_json`] for this type.
     pub fn protobuf_to_json(&self, bytes: &[u8], options: &JsonOptions) -> Result<String, Error> {
-        print_json(&self.desc, self.flat, bytes, options)
+        ser::print_json(&self.desc, self.flat, bytes, options)
     }
 }
 
@@ -184,12 +179,7 @@ pub fn decode_message(desc: &MessageDescriptor, bytes: &[u8]) -> Result<DynamicM
 
 /// Writes a message as JSON text.
 pub fn message_to_json(message: &DynamicMessage, options: &JsonOptions) -> Result<String, Error> {
-    let mut printer = print::Printer::new(options, 128);
-    printer.message(message).map_err(|reason| Error::Encode {
-        message_type: message.descriptor().full_name().to_string(),
-        reason,
-    })?;
-    Ok(printer.out)
+    ser::message_to_json(message, options)
 }
 
 /// Decodes protobuf bytes of type `desc` and writes them as JSON text.
@@ -198,101 +188,7 @@ pub fn protobuf_to_json(
     bytes: &[u8],
     options: &JsonOptions,
 ) -> Result<String, Error> {
-    print_json(desc, flat::is_flat(desc), bytes, options)
-}
-
-fn print_json(
-    desc: &MessageDescriptor,
-    flat: bool,
-    bytes: &[u8],
-    options: &JsonOptions,
-) -> Result<String, Error> {
-    if flat {
-        // Most replies: small, so their JSON starts at about its size.
-        let capacity = 16 + 2 * bytes.len().min(4096);
-        let printed = print_within_cost(desc, bytes.len(), options, capacity, |p| {
-            flat::print(p, desc, bytes)
-                .map_or(Err(wire::Stop::general()), |r| r.map_err(wire::Stop::print))
-        });
-        if let Some(printed) = printed {
-            return printed;
-        }
-    }
-    if let Some(printed) = print_within_cost(desc, bytes.len(), options, 128, |p| {
-        wire::print(p, desc, bytes)
-    }) {
-        return printed;
-    }
-    // Groups and extensions: decoded whole, as prost-reflect reads them.
-    let message = decode_message(desc, bytes)?;
-    print_within_cost(desc, bytes.len(), options, 128, |p| {
-        p.message(&message).map_err(wire::Stop::print)
-    })
-    .unwrap_or_else(|| Err(encode_error(desc, "no path prints it".into())))
-}
-
-/// Runs `print` on a printer bounded as `json::cost` says; `None` when it
-/// hands the message to the general path. A message whose JSON passed
-/// what the printer keeps while it grows, but not its limit, is printed
-/// once more into a string of its exact size: growing a string copies it,
-/// so holding one near the limit would cost half as much again.
-fn print_within_cost(
-    desc: &MessageDescriptor,
-    wire_len: usize,
-    options: &JsonOptions,
-    capacity: usize,
-    mut print: impl FnMut(&mut print::Printer) -> Result<(), wire::Stop>,
-) -> Option<Result<String, Error>> {
-    let limit = cost::max_json_bytes(wire_len);
-    let mut printer = print::Printer::new(options, capacity.min(limit))
-        .with_limit(limit)
-        .keeping(cost::kept_json_bytes(wire_len));
-    // Checked once more at the end, so that every path refuses exactly the
-    // messages whose JSON passes the limit, wherever a printer happened to
-    // check; and before a second pass, which must not reserve more.
-    let mut printed =
-        print(&mut printer).and_then(|()| printer.check_limit_now().map_err(wire::Stop::print));
-    if let (Ok(()), Some(len)) = (&printed, printer.dropped_json_len()) {
-        // The first pass's JSON goes before the second's is reserved.
-        drop(std::mem::take(&mut printer.out));
-        let mut out = String::new();
-        if out
-            .try_reserve_exact(len.saturating_add(crate::limits::JSON_SLACK_BYTES))
-            .is_err()
-        {
-            return Some(Err(too_costly(desc, wire_len, limit)));
-        }
-        printer = print::Printer::new(options, 0).with_limit(limit);
-        printer.out = out;
-        printed =
-            print(&mut printer).and_then(|()| printer.check_limit_now().map_err(wire::Stop::print));
-    }
-    Some(match printed.map_err(wire::Stop::why) {
-        Ok(()) => Ok(printer.out),
-        Err(wire::Why::General) => return None,
-        Err(wire::Why::Decode(reason)) => Err(Error::Decode {
-            message_type: desc.full_name().to_string(),
-            reason,
-        }),
-        Err(wire::Why::Print(_)) if printer.over_limit => Err(too_costly(desc, wire_len, limit)),
-        Err(wire::Why::Print(reason)) => Err(encode_error(desc, reason)),
-    })
-}
-
-fn too_costly(desc: &MessageDescriptor, wire_len: usize, limit: usize) -> Error {
-    Error::TooCostly {
-        message_type: desc.full_name().to_string(),
-        reason: format!(
-            "its JSON passes {limit} bytes, {MAX_JSON_PER_BYTE} per byte of its {wire_len} (and 64 KiB more)",
-        ),
-    }
-}
-
-fn encode_error(desc: &MessageDescriptor, reason: String) -> Error {
-    Error::Encode {
-        message_type: desc.full_name().to_string(),
-        reason,
-    }
+    ser::print_json(desc, ser::is_flat(desc), bytes, options)
 }
 
 /// Every print option on (tests compare both paths under it).

@@ -1,7 +1,10 @@
-//! The string forms of Timestamp, Duration and FieldMask in the proto3 JSON
+//! Shared by both directions: the string forms of Timestamp, Duration and FieldMask in the proto3 JSON
 //! mapping. Written here because their rules (RFC 3339 with 0/3/6/9
 //! fractional digits, the ±10000-year duration bound, camelCase paths) are
-//! the mapping's own; no date crate implements exactly these.
+//! the mapping's own; no date crate implements exactly these. And the type
+//! an Any names, which both directions resolve.
+
+use prost_reflect::MessageDescriptor;
 
 const MIN_TIMESTAMP: i64 = -62_135_596_800; // 0001-01-01T00:00:00Z
 const MAX_TIMESTAMP: i64 = 253_402_300_799; // 9999-12-31T23:59:59Z
@@ -354,6 +357,20 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let year =
         i64::from(100 * century + year_of_century) - 400 * i64::from(CYCLES) + i64::from(january);
     (year, if january { month - 12 } else { month }, day)
+}
+
+/// The message type an Any's type URL names: the part after the last '/'.
+pub(crate) fn any_type(
+    desc: &MessageDescriptor,
+    type_url: &str,
+) -> Result<MessageDescriptor, String> {
+    let name = type_url.rsplit('/').next().unwrap_or_default();
+    if !type_url.contains('/') || name.is_empty() {
+        return Err(format!("invalid Any type URL '{type_url}'"));
+    }
+    desc.parent_pool()
+        .get_message_by_name(name)
+        .ok_or_else(|| format!("Any has unknown type '{type_url}'"))
 }
 
 #[cfg(test)]

@@ -22,9 +22,10 @@ use smallvec::SmallVec;
 
 use super::flat::{is_zero, print_scalar, scalar, scalar_of, Raw, Scalar};
 use super::layout::{Layout, Layouts, Shape};
-use super::parse::any_type;
+
 use super::print::Printer;
-use super::{wkt, WellKnown};
+use crate::json::wkt::{self, any_type};
+use crate::json::WellKnown;
 use crate::limits::PROST_DECODE_LEVELS;
 
 /// Why printing stopped: boxed, so that a `Result<(), Stop>` is one word.
@@ -818,7 +819,7 @@ fn any(printer: &mut Printer, desc: &MessageDescriptor, index: &Index) -> Result
         printer.out.push_str("{}");
         return Ok(());
     }
-    let inner = any_type(desc, type_url).map_err(|e| Stop::print(e.message))?;
+    let inner = any_type(desc, type_url).map_err(Stop::print)?;
     let in_any = |stop: Stop| match stop.why() {
         Why::Decode(e) => Stop::print(format!("Any of {type_url} does not decode: {e}")),
         Why::General => Stop::general(),
@@ -1176,8 +1177,11 @@ mod tests {
 
     fn registry() -> Registry {
         let mut r = Registry::new().unwrap();
-        r.add_sources([("fuzz.proto", include_str!("../../fuzz/schema/fuzz.proto"))])
-            .unwrap();
+        r.add_sources([(
+            "fuzz.proto",
+            include_str!("../../../fuzz/schema/fuzz.proto"),
+        )])
+        .unwrap();
         r
     }
 

@@ -1,5 +1,5 @@
 //! The proto3 JSON mapping's rules for one value: numbers, strings, bytes,
-//! enums, map keys, type URLs. `encode.rs` walks the document and applies
+//! enums, map keys, type URLs. `de/mod.rs` walks the document and applies
 //! them.
 
 use std::borrow::Cow;
@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
-use prost_reflect::{EnumDescriptor, FieldDescriptor, Kind, MapKey, MessageDescriptor, Syntax};
+use prost_reflect::{EnumDescriptor, FieldDescriptor, Kind, MapKey, Syntax};
 
 use super::token::Token;
 
@@ -104,19 +104,6 @@ pub(crate) fn time_string(
         return expected(expecting, json);
     };
     parse(text).ok_or_else(|| ParseError::new(format!("invalid {what} '{text}'")))
-}
-
-/// The message type an Any's type URL names: the part after the last '/'.
-pub(crate) fn any_type(desc: &MessageDescriptor, type_url: &str) -> Result<MessageDescriptor> {
-    let name = type_url.rsplit('/').next().unwrap_or_default();
-    if !type_url.contains('/') || name.is_empty() {
-        return Err(ParseError::new(format!(
-            "invalid Any type URL '{type_url}'"
-        )));
-    }
-    desc.parent_pool()
-        .get_message_by_name(name)
-        .ok_or_else(|| ParseError::new(format!("Any has unknown type '{type_url}'")))
 }
 
 /// Fields where JSON null is a value rather than "not set".

@@ -13,9 +13,8 @@ use std::rc::Rc;
 use prost::encoding::WireType;
 use prost_reflect::{DescriptorPool, FieldDescriptor, Kind, MessageDescriptor};
 
-use super::flat::wire_type_of;
-use super::print::quote_into;
-use super::WellKnown;
+use super::quote::quote_into;
+use crate::json::WellKnown;
 
 /// How one field's values lie on the wire.
 #[derive(Debug, Clone, Copy)]
@@ -186,6 +185,25 @@ pub fn forget_layouts(pool: &DescriptorPool) {
 }
 
 /// How many pools have layouts kept on this thread.
+/// The wire type a field of `kind` is written with; `None` for a message
+/// (length-delimited, or a group).
+pub(super) fn wire_type_of(kind: &Kind) -> Option<WireType> {
+    Some(match kind {
+        Kind::Int32
+        | Kind::Int64
+        | Kind::Uint32
+        | Kind::Uint64
+        | Kind::Sint32
+        | Kind::Sint64
+        | Kind::Bool
+        | Kind::Enum(_) => WireType::Varint,
+        Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => WireType::ThirtyTwoBit,
+        Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => WireType::SixtyFourBit,
+        Kind::String | Kind::Bytes => WireType::LengthDelimited,
+        Kind::Message(_) => return None,
+    })
+}
+
 #[cfg(test)]
 pub(crate) fn kept_pool_count() -> usize {
     KEPT.with(|kept| kept.borrow().len())

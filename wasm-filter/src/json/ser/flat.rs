@@ -10,11 +10,12 @@ use prost::encoding::{decode_key, decode_varint, WireType};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor, Syntax, Value};
 use smallvec::{smallvec, SmallVec};
 
+use super::layout::wire_type_of;
 use super::print::Printer;
-use super::WellKnown;
+use crate::json::WellKnown;
 
 /// Whether `desc` can take the flat path.
-pub(super) fn is_flat(desc: &MessageDescriptor) -> bool {
+pub(in crate::json) fn is_flat(desc: &MessageDescriptor) -> bool {
     WellKnown::of(desc).is_none()
         && desc.parent_file().syntax() == Syntax::Proto3
         && desc.fields().all(|f| {
@@ -153,23 +154,6 @@ fn read<'a>(desc: &MessageDescriptor, mut bytes: &'a [u8]) -> Option<Fields<'a>>
 }
 
 type Fields<'a> = SmallVec<[Option<Raw<'a>>; 16]>;
-
-pub(super) fn wire_type_of(kind: &Kind) -> Option<WireType> {
-    Some(match kind {
-        Kind::Int32
-        | Kind::Int64
-        | Kind::Uint32
-        | Kind::Uint64
-        | Kind::Sint32
-        | Kind::Sint64
-        | Kind::Bool
-        | Kind::Enum(_) => WireType::Varint,
-        Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => WireType::ThirtyTwoBit,
-        Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => WireType::SixtyFourBit,
-        Kind::String | Kind::Bytes => WireType::LengthDelimited,
-        Kind::Message(_) => return None,
-    })
-}
 
 /// A value; strings and bytes stay borrowed from their input.
 pub(super) enum Scalar<'a> {

@@ -1,8 +1,6 @@
 //! Message → JSON, by the proto3 JSON mapping, written straight into a
 //! string (no intermediate tree).
 
-use std::fmt::Write;
-
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use prost::Message;
@@ -11,9 +9,9 @@ use prost_reflect::{
 };
 
 use super::layout::Layouts;
-use super::parse::any_type;
-use super::wkt;
-use super::{JsonOptions, WellKnown};
+use super::quote::{quote_into, quoted_len};
+use crate::json::wkt::{self, any_type};
+use crate::json::{JsonOptions, WellKnown};
 use crate::limits::{Depth, JSON_SLACK_BYTES};
 
 pub(crate) struct Printer<'a> {
@@ -509,7 +507,7 @@ impl<'a> Printer<'a> {
             self.out.push_str("{}");
             return Ok(());
         }
-        let inner_desc = any_type(&message.descriptor(), &type_url).map_err(|e| e.message)?;
+        let inner_desc = any_type(&message.descriptor(), &type_url)?;
         let inner = DynamicMessage::decode(inner_desc.clone(), bytes.as_ref())
             .map_err(|e| format!("Any of {type_url} does not decode: {e}"))?;
         self.out.push('{');
@@ -542,43 +540,3 @@ fn seconds_nanos(message: &DynamicMessage) -> (i64, i32) {
 // Keeps `Message` in scope for `DynamicMessage::decode`.
 #[allow(dead_code)]
 fn _assert_message<T: Message>() {}
-
-/// The length of `s` written as a JSON string by [`quote_into`].
-fn quoted_len(s: &str) -> usize {
-    let escapes: usize = s
-        .bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' => 1,
-            0..=0x1f => 5,
-            _ => 0,
-        })
-        .sum();
-    s.len() + escapes + 2
-}
-
-/// Writes `s` as a JSON string.
-pub(super) fn quote_into(out: &mut String, s: &str) {
-    out.reserve(s.len() + 2);
-    out.push('"');
-    let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let escape = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        out.push_str(&s[start..i]);
-        if escape.is_empty() {
-            let _ = write!(out, "\\u{:04x}", b);
-        } else {
-            out.push_str(escape);
-        }
-        start = i + 1;
-    }
-    out.push_str(&s[start..]);
-    out.push('"');
-}
