@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use grpc_wasm::proxy::contract::{BufferType, MapType};
+use grpc_wasm::contract::{BufferType, MapType};
 use grpc_wasm::proxy::filter::*;
 use grpc_wasm::proxy::host::install;
 use grpc_wasm::proxy::host::mock::MockHost;

@@ -6,12 +6,14 @@
 //! - [`status`], [`code`], [`details`]: call outcomes;
 //! - [`metadata`], [`timeout`]: custom metadata and `grpc-timeout`;
 //! - [`limits`]: the bounds put on everything a peer controls;
-//! - [`held`]: what all the calls of one module instance hold together.
+//! - [`held`]: what all the calls of one module instance hold together;
+//! - [`contract`]: what the proxy-wasm filter and its hosts agree on.
 //!
 //! The same code builds natively and for `wasm32-wasip1`; hosts reach it in
 //! wasm through the exports of `abi` (only on wasm32).
 
 pub mod code;
+pub mod contract;
 pub mod descriptors;
 pub mod details;
 mod deterministic;

@@ -10,8 +10,8 @@
 
 use std::rc::Rc;
 
+use grpc_wasm::contract::{BufferType, MapType};
 use grpc_wasm::framing::{encode_frame, Compression};
-use grpc_wasm::proxy::contract::{BufferType, MapType};
 use grpc_wasm::proxy::filter::{
     proxy_on_configure, proxy_on_context_create, proxy_on_delete, proxy_on_done,
     proxy_on_grpc_close, proxy_on_grpc_receive, proxy_on_request_body, proxy_on_request_headers,

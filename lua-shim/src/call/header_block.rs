@@ -1,10 +1,10 @@
 //! The proxy-wasm serialized header map (count, lengths, NUL-ended keys and
 //! values), from the host's side. The layout's rules (reading, checking,
-//! writing) are the core's, `grpc_wasm::proxy::pairs`: the module and the
+//! writing) are the core's, `grpc_wasm::contract::pairs`: the module and the
 //! host read the same bytes with the same code.
 
-pub use grpc_wasm::proxy::pairs::deserialize;
-use grpc_wasm::proxy::pairs::{serialize_entries, visit};
+pub use grpc_wasm::contract::pairs::deserialize;
+use grpc_wasm::contract::pairs::{serialize_entries, visit};
 
 /// Bytes as text: the common valid UTF-8 costs one check and one copy
 /// (`from_utf8_lossy` walks it in chunks first).
@@ -137,7 +137,7 @@ impl HeaderBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use grpc_wasm::proxy::pairs::serialize;
+    use grpc_wasm::contract::pairs::serialize;
 
     #[test]
     fn round_trip() {

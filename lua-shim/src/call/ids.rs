@@ -17,4 +17,4 @@ grpc_wasm::typed_id! {
 
 /// A gRPC call the module opened on a connection: the core's type for
 /// the token of `proxy_grpc_call` / `proxy_grpc_stream`.
-pub use grpc_wasm::proxy::contract::Token;
+pub use grpc_wasm::contract::Token;

@@ -1,7 +1,7 @@
 //! A call's life as its caller sees it: started with its headers and
 //! metadata, fed request messages, closed.
 
-use grpc_wasm::proxy::contract::{JSON_OPTIONS_HEADER, METADATA_PREFIX};
+use grpc_wasm::contract::{JSON_OPTIONS_HEADER, METADATA_PREFIX};
 use grpc_wasm::timeout::encode_timeout;
 use std::time::Duration;
 

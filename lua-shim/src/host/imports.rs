@@ -5,9 +5,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use grpc_wasm::proxy::contract::{
-    BufferType, MapType, MetricType, ProxyStatus, HOST_PROPERTY, SHIM_HOST,
-};
+use grpc_wasm::contract::{BufferType, MapType, MetricType, ProxyStatus, HOST_PROPERTY, SHIM_HOST};
 use wasmtime::{Caller, Linker};
 
 use super::state::{GrpcCommand, HostState, LocalReply, TokenKind};
@@ -15,7 +13,7 @@ use crate::call::header_block as pairs;
 use crate::call::{CallId, GrpcTarget, HeaderBlock, Token};
 
 /// The host function the shim offers through `proxy_call_foreign_function`.
-pub use grpc_wasm::proxy::contract::DELIVER_FUNCTION;
+pub use grpc_wasm::contract::DELIVER_FUNCTION;
 
 // The answers as wasmtime host functions return them.
 

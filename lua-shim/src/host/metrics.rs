@@ -7,7 +7,7 @@
 //! are. A name is defined once and keeps its id (Envoy's rule), so the
 //! module, restarted after a trap, counts on where it left off.
 
-use grpc_wasm::proxy::contract::{MetricType, ProxyStatus};
+use grpc_wasm::contract::{MetricType, ProxyStatus};
 use rustc_hash::FxHashMap as HashMap;
 
 /// The histograms' upper bounds (inclusive), in the unit recorded: the
@@ -17,8 +17,8 @@ pub const BUCKETS: [u64; 14] = [
 ];
 
 /// At most this many metrics (the module defines fewer, see
-/// `grpc_wasm::proxy::metrics::MAX_METRICS`), and names this long.
-pub const MAX_METRICS: usize = grpc_wasm::proxy::metrics::MAX_METRICS;
+/// `grpc_wasm::contract::MAX_METRICS`), and names this long.
+pub const MAX_METRICS: usize = grpc_wasm::contract::MAX_METRICS;
 pub const MAX_NAME_BYTES: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

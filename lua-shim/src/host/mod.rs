@@ -11,7 +11,7 @@ pub mod state;
 
 use std::path::Path;
 
-use grpc_wasm::proxy::contract::Action;
+use grpc_wasm::contract::Action;
 use wasmtime::{Config, Engine, Linker, Module, Store, TypedFunc};
 
 pub use imports::DELIVER_FUNCTION;

@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use grpc_wasm::proxy::pairs::{self, Change};
+use grpc_wasm::contract::pairs::{self, Change};
 use grpc_wasm_fuzz::on_host_stack;
 use libfuzzer_sys::fuzz_target;
 

@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use grpc_wasm::proxy::contract::{BufferType, MapType};
+use grpc_wasm::contract::{BufferType, MapType};
 use grpc_wasm::proxy::filter::{
     proxy_on_configure, proxy_on_context_create, proxy_on_delete, proxy_on_grpc_close,
     proxy_on_grpc_receive, proxy_on_grpc_receive_initial_metadata,

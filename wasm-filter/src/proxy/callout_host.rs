@@ -20,17 +20,17 @@ use super::callout_rules::{
     ValueScanner,
 };
 use super::config::{Callout, FilterConfig};
-use super::contract::{
-    BufferType, ContextId, MapType, Token, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX,
-    TRAILER_PREFIX,
-};
 use super::held::Held;
 use super::host::{self, *};
 use super::http_body::{self, At, RawBody};
 use super::id_map::IdMap;
 use super::metrics::Meter;
-use super::pairs;
 use super::transcode_rules::{self, Reply, Route};
+use crate::contract::pairs;
+use crate::contract::{
+    BufferType, ContextId, MapType, Token, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX,
+    TRAILER_PREFIX,
+};
 
 /// One call in flight for an HTTP stream.
 #[derive(Debug, Default)]

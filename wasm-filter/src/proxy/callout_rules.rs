@@ -13,7 +13,7 @@ use crate::status::{percent_decode, Status};
 use crate::timeout::parse_timeout;
 
 use super::config::Callout;
-use super::contract::{METADATA_PREFIX, ORIGINAL_PATH_HEADER};
+use crate::contract::{METADATA_PREFIX, ORIGINAL_PATH_HEADER};
 
 /// The call's deadline in milliseconds: the request's `grpc-timeout`, or
 /// the configured default. Never 0: Envoy fails a call with timeout 0 at once.

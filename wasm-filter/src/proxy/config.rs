@@ -204,7 +204,7 @@ impl Callout {
     /// a request that carries a body.
     pub fn to_loopback(cluster: &str, authority: &[u8], original_path: &str) -> Callout {
         let original = (
-            super::contract::ORIGINAL_PATH_HEADER.to_string(),
+            crate::contract::ORIGINAL_PATH_HEADER.to_string(),
             original_path.to_string(),
         );
         Callout {

@@ -11,10 +11,10 @@ use crate::code::Code;
 use crate::status::Status;
 
 use super::config::{Fetch, FilterConfig};
-use super::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 use super::host::{self, *};
 use super::id_map::IdMap;
 use super::transcode_rules::Reply;
+use crate::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 
 use crate::limits::{FIRST_FETCH_BACKOFF_MS, MAX_DOCUMENT_BYTES, MAX_FETCH_BACKOFF_MS};
 

@@ -28,14 +28,10 @@ use std::rc::Rc;
 
 use crate::code::Code;
 
-use super::contract::{LogLevel, MetricType};
 use super::host;
+use crate::contract::{LogLevel, MetricType};
 
-/// How many metrics a VM defines at most. Each method has 7 metrics, one
-/// per gRPC code it ends with and two failure causes: 4096 covers a
-/// hundred methods with every code. Past it, new names are not defined
-/// (logged once) and the others go on counting.
-pub const MAX_METRICS: usize = 4096;
+pub use crate::contract::MAX_METRICS;
 
 /// The gauges change in steps of this many bytes at least, so that a
 /// stream's small response does not cost a host call each time it is held
@@ -336,7 +332,7 @@ fn id(slot: &Cell<Slot>, kind: MetricType, name: impl FnOnce() -> String) -> Opt
 }
 
 fn lacks_metrics(status: host::HostStatus) -> bool {
-    use super::contract::ProxyStatus;
+    use crate::contract::ProxyStatus;
     [ProxyStatus::Unimplemented, ProxyStatus::NotFound]
         .iter()
         .any(|s| status.0 == *s as u32)

@@ -19,12 +19,10 @@
 
 pub mod callout_rules;
 pub mod config;
-pub mod contract;
 pub mod envoy_options;
 pub mod http_body;
 pub mod http_rule;
 pub mod id_map;
-pub mod pairs;
 pub mod transcode_rules;
 
 mod callout_host;

@@ -10,13 +10,13 @@ use crate::status::Status;
 use super::super::callout_host::{self, Call};
 use super::super::callout_rules::loopback_authority;
 use super::super::config::{Callout, FilterConfig};
-use super::super::contract::{BufferType, ContextId, LogLevel, Token};
 use super::super::host::{self, *};
 use super::super::transcode_rules::{self, Reply, Route};
 use super::contexts::{with_stream, STREAMS};
 use super::host_kind::host_kind;
 use super::reply::{answer, internal, reply_details, PAUSE};
 use super::stream::{Origin, Phase, Stream};
+use crate::contract::{BufferType, ContextId, LogLevel, Token};
 
 const NO_GRPC_CALLS: &str = "callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" from the filter's configuration and put the filter in front of grpc_pass to transcode";
 

@@ -5,9 +5,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::super::config::FilterConfig;
-use super::super::contract::ContextId;
 use super::super::id_map::IdMap;
 use super::stream::Stream;
+use crate::contract::ContextId;
 
 thread_local! {
     pub(super) static ROOTS: RefCell<IdMap<ContextId, Rc<FilterConfig>>> = RefCell::new(IdMap::default());

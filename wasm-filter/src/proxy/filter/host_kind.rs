@@ -186,7 +186,7 @@ mod tests {
     use std::rc::Rc;
 
     use super::*;
-    use crate::proxy::contract::{HOST_PROPERTY, SHIM_HOST};
+    use crate::contract::{HOST_PROPERTY, SHIM_HOST};
     use crate::proxy::host::install;
     use crate::proxy::host::mock::MockHost;
 

@@ -20,13 +20,13 @@ use std::rc::Rc;
 
 use super::callout_host;
 use super::config::{FilterConfig, Loaded};
-use super::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 use super::fetch;
 use super::host::{self, *};
 use super::http_rule::{escaped_again, is_raw_form_of};
 use super::metrics;
 use super::transcode_rules::{self, Plan};
 use crate::code::Code;
+use crate::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 use crate::status::Status;
 use contexts::{with_stream, ROOTS, STREAMS};
 use host_kind::{check_host, host_is_shim, host_kind};

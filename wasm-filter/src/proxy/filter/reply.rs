@@ -4,11 +4,11 @@ use crate::code::Code;
 use crate::status::Status;
 
 use super::super::config::FilterConfig;
-use super::super::contract::{Action, LogLevel, MapType};
 use super::super::host::*;
 use super::super::transcode_rules::Reply;
 use super::host_kind::host_kind;
 use super::stream::{Origin, Phase, Stream};
+use crate::contract::{Action, LogLevel, MapType};
 
 pub(super) const CONTINUE: u32 = Action::Continue as u32;
 pub(super) const PAUSE: u32 = Action::Pause as u32;

@@ -20,7 +20,6 @@ use crate::framing::{self, Compression, FrameDecoder, FrameError};
 use crate::limits::LARGE_MESSAGE_BYTES;
 use crate::status::Status;
 
-use super::super::contract::{BufferType, LogLevel, MapType, ORIGINAL_PATH_HEADER};
 use super::super::host::{self, *};
 use super::super::metrics::frames_in;
 use super::super::transcode_rules::{self, Reply, Route};
@@ -29,6 +28,7 @@ use super::reply::{
     answer, answer_from, answer_response, internal, make_headers_the_replys, CONTINUE, PAUSE,
 };
 use super::stream::{Origin, Phase, Stream};
+use crate::contract::{BufferType, LogLevel, MapType, ORIGINAL_PATH_HEADER};
 
 /// Request headers of a method to transcode here: the request becomes a
 /// gRPC request, whose body the body callback writes. The request line

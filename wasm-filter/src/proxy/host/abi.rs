@@ -2,9 +2,7 @@
 //! functions, each answer turned into a `Result`.
 
 use super::{GrpcCall, Host, HostStatus};
-use crate::proxy::contract::{
-    BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token,
-};
+use crate::contract::{BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token};
 
 const STATUS_OK: u32 = ProxyStatus::Ok as u32;
 

@@ -7,10 +7,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::{GrpcCall, Host, HostStatus};
-use crate::proxy::contract::{
-    BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token,
-};
-use crate::proxy::pairs;
+use crate::contract::pairs;
+use crate::contract::{BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token};
 
 const BAD_ARGUMENT: HostStatus = HostStatus(ProxyStatus::BadArgument as u32);
 

@@ -10,8 +10,8 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::contract::{BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token};
-use super::pairs::{self, Change};
+use crate::contract::pairs::{self, Change};
+use crate::contract::{BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token};
 
 #[cfg(target_arch = "wasm32")]
 mod abi;
@@ -243,7 +243,7 @@ pub fn property(path: &[&str]) -> Option<Vec<u8>> {
 /// property other hosts do not have. (Not a probing foreign-function call:
 /// ngx_wasm_module traps on names it does not know.)
 pub fn is_shim() -> bool {
-    property(&[super::contract::HOST_PROPERTY]).as_deref() == Some(super::contract::SHIM_HOST)
+    property(&[crate::contract::HOST_PROPERTY]).as_deref() == Some(crate::contract::SHIM_HOST)
 }
 
 /// Makes later calls (replies, headers) act on this HTTP stream; gRPC

@@ -7,6 +7,18 @@
 //! The ABI passes each kind as a bare `u32`; converting at the boundary
 //! (`as u32` out, `try_from` in) keeps a map kind from being passed where a
 //! buffer kind is meant, and an unknown number from being taken for one.
+//!
+//! Outside the filter's feature gate: the shim reaches it without building
+//! the filter or the `.proto` compiler.
+
+pub mod pairs;
+
+/// How many metrics a VM defines at most, which the hosts size their own
+/// tables by. Each method has 7 metrics, one per gRPC code it ends with
+/// and two failure causes: 4096 covers a hundred methods with every code.
+/// Past it, new names are not defined (logged once) and the others go on
+/// counting.
+pub const MAX_METRICS: usize = 4096;
 
 /// Defines a `#[repr(u32)]` enum of ABI numbers with a checked conversion
 /// from the wire's `u32`, which answers `Err(n)` for any other number.
