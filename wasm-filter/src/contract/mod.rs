@@ -167,7 +167,7 @@ pub const HOST_PROPERTY: &str = "grpc_wasm_host";
 pub const SHIM_HOST: &[u8] = b"lua-shim";
 
 /// The request header with a callout request's JSON options (see
-/// `transcode_rules::json_options_from`), honoured with `callout.upstream_header`.
+/// `proxy::messages::json_options_from`), honoured with `callout.upstream_header`.
 pub const JSON_OPTIONS_HEADER: &str = "x-grpc-wasm-json-options";
 
 /// Callout request headers with this prefix become call metadata

@@ -208,7 +208,7 @@ impl Callout {
             original_path.to_string(),
         );
         Callout {
-            upstream: super::callout_rules::envoy_grpc_service(cluster, authority),
+            upstream: super::callout::envoy_grpc_service(cluster, authority),
             timeout_ms: DEFAULT_TIMEOUT_MS,
             metadata: vec![original],
             upstream_header: None,

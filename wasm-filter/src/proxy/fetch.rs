@@ -13,7 +13,7 @@ use crate::status::Status;
 use super::config::{Fetch, FilterConfig};
 use super::host::{self, *};
 use super::id_map::IdMap;
-use super::transcode_rules::Reply;
+use super::reply::Reply;
 use crate::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 
 use crate::limits::{FIRST_FETCH_BACKOFF_MS, MAX_DOCUMENT_BYTES, MAX_FETCH_BACKOFF_MS};

@@ -7,25 +7,29 @@
 //! (the filter's own bindings rather than the Rust SDK, whose dispatcher
 //! panics, a trap in wasm, on host answers it does not expect); natively,
 //! tests drive the callbacks through [`host::mock::MockHost`] in the orders
-//! Envoy and ngx_wasm_module call them. [`contract`] holds what the filter
+//! Envoy and ngx_wasm_module call them. [`crate::contract`] holds what the filter
 //! and the hosts must agree on.
 //!
-//! File names say the layer: `*_rules.rs` decide without a host (what a
-//! request becomes, what an answer says: testable with plain values);
-//! `filter/*_callbacks.rs` are the exported callbacks of one HTTP stream,
-//! which apply those rules; `*_host.rs` and `fetch.rs` drive the host's own
-//! calls (gRPC calls, HTTP calls) and take their callbacks on the root
-//! context.
+//! The rooms: [`transcode`] (a request turned into a gRPC call on the
+//! proxy's own route, and the response back into JSON) and [`callout`]
+//! (the module's own gRPC call, made through the host) are the two modes,
+//! each with its host-free rules; [`messages`], [`reply`], [`http_rule`],
+//! [`http_body`] and [`json_values`] are what both use. [`filter`] holds
+//! the exported callbacks of one HTTP stream, which apply those rules;
+//! `callout::host` and `fetch` drive the host's own calls (gRPC calls,
+//! HTTP calls) and take their callbacks on the root context.
 
-pub mod callout_rules;
+pub mod callout;
 pub mod config;
 pub mod envoy_options;
 pub mod http_body;
 pub mod http_rule;
 pub mod id_map;
-pub mod transcode_rules;
+pub mod json_values;
+pub mod messages;
+pub mod reply;
+pub mod transcode;
 
-mod callout_host;
 mod fetch;
 pub mod filter;
 mod held;

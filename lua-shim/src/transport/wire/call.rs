@@ -239,7 +239,7 @@ async fn run_call(
         decoder.push(&chunk);
         if !unary {
             // What one received chunk inflates to is bounded, as in the
-            // filter (`transcode_rules::stream_piece`): the gate closes only once
+            // filter (`messages::stream_piece`): the gate closes only once
             // the caller's queue is full, after this drive, and a gzip frame
             // of a few KiB may inflate to 4 MiB.
             decoder.limit_total(DEFAULT_MAX_MESSAGE_BYTES);

@@ -169,7 +169,7 @@ pub(super) enum Wrap {
     Group(u32),
 }
 
-/// A message opened by [`Encoder::open`], for [`Encoder::close`].
+/// A message opened by `Encoder::open`, for `Encoder::close` (in `de/mod.rs`).
 pub(super) enum Opened {
     Bare,
     /// Where its length placeholder is.

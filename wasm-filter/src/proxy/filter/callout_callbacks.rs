@@ -2,21 +2,23 @@
 //! filter makes itself (`proxy_grpc_call` / `proxy_grpc_stream`), and the
 //! upstream never sees it.
 
+use super::super::callout::host as callout_host;
 use std::rc::Rc;
 
 use crate::code::Code;
 use crate::status::Status;
 
-use super::super::callout_host::{self, Call};
-use super::super::callout_rules::loopback_authority;
+use super::super::callout::loopback_authority;
 use super::super::config::{Callout, FilterConfig};
 use super::super::host::{self, *};
-use super::super::transcode_rules::{self, Reply, Route};
+use super::super::messages::{self, Route};
+use super::super::reply::{self, Reply};
+use super::answer::{answer, internal, reply_details, PAUSE};
 use super::contexts::{with_stream, STREAMS};
 use super::host_kind::host_kind;
-use super::reply::{answer, internal, reply_details, PAUSE};
 use super::stream::{Origin, Phase, Stream};
 use crate::contract::{BufferType, ContextId, LogLevel, Token};
+use callout_host::Call;
 
 const NO_GRPC_CALLS: &str = "callout: this host (ngx_wasm_module) has no gRPC calls (proxy_grpc_call); remove \"callout\" from the filter's configuration and put the filter in front of grpc_pass to transcode";
 
@@ -138,7 +140,7 @@ fn start_prepared(
     if route.method.streaming() != crate::StreamingKind::Unary || callout_host::unary_as_stream() {
         callout_host::add_stream_deadline(&mut call);
     }
-    let started = if transcode_rules::streams_requests(&route) {
+    let started = if messages::streams_requests(&route) {
         callout_host::open_stream(&stream.config, &route, &mut call, context_id).and_then(|()| {
             if end_of_stream {
                 let meter = &mut stream.meter;
@@ -179,13 +181,13 @@ pub(super) fn request_body(
         return PAUSE;
     };
     let result = if size > stream.config.max_request_bytes {
-        Err(transcode_rules::too_large(
+        Err(reply::too_large(
             &stream.config,
             "request",
             size,
             stream.config.max_request_bytes,
         ))
-    } else if transcode_rules::streams_requests(&route) {
+    } else if messages::streams_requests(&route) {
         read_body(&stream.config, size).and_then(|body| {
             let used = callout_host::send_streamed(
                 &stream.config,

@@ -6,33 +6,34 @@
 //! or to [`callout_callbacks`] (`"callout"` in the configuration: the
 //! filter makes the gRPC call itself). An exchange's state is a [`stream::Stream`],
 //! kept in the [`contexts`] maps; [`host_kind`](mod@host_kind) says what the host lacks;
-//! [`reply`] makes local replies.
+//! [`answer`](mod@answer) says what each callback answers the host and sends local replies.
 
+mod answer;
 mod callout_callbacks;
 mod contexts;
 mod host_kind;
-mod reply;
 mod stream;
 mod transcode_callbacks;
 
+use super::callout::host as callout_host;
+use super::messages::Route;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use super::callout_host;
 use super::config::{FilterConfig, Loaded};
 use super::fetch;
 use super::host::{self, *};
 use super::http_rule::{escaped_again, is_raw_form_of};
 use super::metrics;
-use super::transcode_rules::{self, Plan};
+use super::reply::Reply;
+use super::transcode::{self, Plan};
 use crate::code::Code;
 use crate::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 use crate::status::Status;
+use answer::{answer, send_local, CONTINUE, PAUSE};
 use contexts::{with_stream, ROOTS, STREAMS};
 use host_kind::{check_host, host_is_shim, host_kind};
-use reply::{answer, send_local, CONTINUE, PAUSE};
 use stream::Stream;
-use transcode_rules::Reply;
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_abi_version_0_2_1() {}
@@ -198,7 +199,7 @@ pub extern "C" fn proxy_on_request_headers(
         let path = headers.get(":path").unwrap_or_default();
         let end_of_stream = end_of_stream != 0;
         let client_path = client_path();
-        let plan = transcode_rules::plan(
+        let plan = transcode::plan(
             &stream.config,
             http_method,
             client_path.as_deref().unwrap_or(path),
@@ -285,7 +286,7 @@ fn client_path() -> Option<String> {
 /// `transcoding`); and where the response is an HttpBody, as its
 /// Content-Type comes with the message, after the response headers have
 /// left (a filter on Envoy cannot hold them and still see the body).
-fn calls_on_loopback(route: &transcode_rules::Route, end_of_stream: bool) -> bool {
+fn calls_on_loopback(route: &Route, end_of_stream: bool) -> bool {
     let host = host_kind();
     let bodiless = end_of_stream && !host.sets_request_body_at_headers();
     route.binding.is_some()

@@ -6,12 +6,12 @@ use crate::code::Code;
 use crate::framing::{Compression, FrameDecoder};
 use crate::status::Status;
 
-use super::super::callout_host::Call;
+use super::super::callout::host::Call;
 use super::super::config::FilterConfig;
 use super::super::held::{Held, OverBudget};
 use super::super::host::HeaderMap;
+use super::super::messages::Route;
 use super::super::metrics::{Cause, Meter};
-use super::super::transcode_rules::Route;
 
 pub(super) struct Stream {
     pub(super) config: Rc<FilterConfig>,

@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
-use super::reply::PAUSE;
+use super::answer::PAUSE;
 use super::*;
 use crate::code::Code;
 use crate::proxy::host::install;

@@ -21,12 +21,14 @@ use crate::limits::LARGE_MESSAGE_BYTES;
 use crate::status::Status;
 
 use super::super::host::{self, *};
+use super::super::messages::{self, Route};
 use super::super::metrics::frames_in;
-use super::super::transcode_rules::{self, Reply, Route};
-use super::host_kind::host_kind;
-use super::reply::{
+use super::super::reply::{self, Reply};
+use super::super::transcode;
+use super::answer::{
     answer, answer_from, answer_response, internal, make_headers_the_replys, CONTINUE, PAUSE,
 };
+use super::host_kind::host_kind;
 use super::stream::{Origin, Phase, Stream};
 use crate::contract::{BufferType, LogLevel, MapType, ORIGINAL_PATH_HEADER};
 
@@ -68,7 +70,7 @@ pub(super) fn request_headers(
         );
         return answer(stream, &Reply::error(&stream.config, &status));
     }
-    if let Err(reply) = transcode_rules::check_request_line(&stream.config, &route) {
+    if let Err(reply) = messages::check_request_line(&stream.config, &route) {
         return answer(stream, &reply);
     }
     if rewrite_request_headers(headers, path, route.method.path()).is_err() {
@@ -93,7 +95,7 @@ fn body_from_the_request_line(
     headers: &HeaderMap,
     path: &str,
 ) -> u32 {
-    let frame = match transcode_rules::encode_request(&stream.config, &route, b"") {
+    let frame = match transcode::encode_request(&stream.config, &route, b"") {
         Ok(frame) => frame,
         Err(reply) => return answer(stream, &reply),
     };
@@ -139,7 +141,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
         return CONTINUE;
     };
     if size > stream.config.max_request_bytes {
-        let reply = transcode_rules::too_large(
+        let reply = reply::too_large(
             &stream.config,
             "request",
             size,
@@ -154,10 +156,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
         Ok(body) if body.is_empty() && size > 0 => {
             // The host announced a body it cannot show: nginx wrote it
             // to a file.
-            let reply = transcode_rules::host_buffer_full(
-                &stream.config,
-                transcode_rules::NGINX_REQUEST_BUFFER,
-            );
+            let reply = reply::host_buffer_full(&stream.config, reply::NGINX_REQUEST_BUFFER);
             return refuse(stream, &reply);
         }
         Ok(body) => body,
@@ -169,7 +168,7 @@ pub(super) fn request_body(stream: &mut Stream, size: usize, end_of_stream: bool
             return refuse(stream, &reply);
         }
     };
-    match transcode_rules::encode_request(&stream.config, &route, &body) {
+    match transcode::encode_request(&stream.config, &route, &body) {
         // Some hosts cut the new body to `size`: pass the larger length.
         Ok(frame) => match set_buffer(BufferType::HttpRequestBody, size.max(frame.len()), &frame) {
             Ok(()) => {
@@ -231,25 +230,17 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
         .and_then(Compression::from_header)
         .unwrap_or(Compression::Identity);
     if !is_grpc && http_status == 413 && headers.get("grpc-status").is_none() {
-        let reply = transcode_rules::host_buffer_full(
-            &stream.config,
-            transcode_rules::ENVOY_REQUEST_BUFFER,
-        );
+        let reply = reply::host_buffer_full(&stream.config, reply::ENVOY_REQUEST_BUFFER);
         return answer_response(stream, &reply, &headers, Origin::Filter);
     }
     if headers.get("grpc-status").is_some() || !is_grpc || end_of_stream {
         // Trailers-only (the status is in these headers), or not gRPC at all.
         let status = status_in(&headers).unwrap_or_else(|| non_grpc_status(http_status));
-        let reply = transcode_rules::decode_response(
-            &stream.config,
-            &route,
-            &[],
-            Compression::Identity,
-            &status,
-        );
+        let reply =
+            transcode::decode_response(&stream.config, &route, &[], Compression::Identity, &status);
         return answer_response(stream, &reply, &headers, Origin::Upstream);
     }
-    let streams = transcode_rules::streams_response(&stream.config, &route);
+    let streams = messages::streams_response(&stream.config, &route);
     if streams {
         stream.phase = Phase::Streaming(FrameDecoder::new(
             stream.config.max_response_bytes,
@@ -267,7 +258,7 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
         match stream.hold_headers(headers) {
             Ok(()) => return PAUSE,
             Err((headers, over)) => {
-                let status = transcode_rules::over_budget_status(over.others, over.budget);
+                let status = reply::over_budget_status(over.others, over.budget);
                 let reply = Reply::error(&stream.config, &status);
                 return answer_response(stream, &reply, &headers, Origin::Filter);
             }
@@ -276,7 +267,7 @@ pub(super) fn response_headers(stream: &mut Stream, end_of_stream: bool) -> u32 
         headers
     };
     if streams {
-        let content_type = transcode_rules::stream_content_type(&stream.config);
+        let content_type = messages::stream_content_type(&stream.config);
         let _ = headers.edit(
             MapType::HttpResponseHeaders,
             &[("content-type", content_type)],
@@ -335,10 +326,7 @@ fn release_headers(stream: &mut Stream, reply: &Reply) {
 /// Lets held response headers of a stream go: its messages follow.
 fn release_stream_headers(stream: &mut Stream) {
     if let Some(headers) = stream.held_headers.take() {
-        answer_headers(
-            &headers,
-            transcode_rules::stream_content_type(&stream.config),
-        );
+        answer_headers(&headers, messages::stream_content_type(&stream.config));
     }
 }
 
@@ -395,13 +383,13 @@ fn one_reply_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32
     };
     let total = carried + size;
     if host_gave_up {
-        let status = transcode_rules::host_response_buffer_full(&stream.config);
+        let status = reply::host_response_buffer_full(&stream.config);
         fail_in_body(stream, size, status, end_of_stream);
         return CONTINUE;
     }
     if total > stream.config.max_response_bytes {
         let limit = stream.config.max_response_bytes;
-        let status = transcode_rules::too_large_status("response", total, limit);
+        let status = reply::too_large_status("response", total, limit);
         fail_too_large(stream, size, status, end_of_stream);
         return CONTINUE;
     }
@@ -483,7 +471,7 @@ fn trailers_of_response(stream: &mut Stream) -> u32 {
     if matches!(stream.phase, Phase::Open | Phase::Streaming(_)) {
         if let Some(held) = stream.held_headers.take() {
             let reply = match stream.route.clone() {
-                Some(route) => transcode_rules::decode_response(
+                Some(route) => transcode::decode_response(
                     &stream.config,
                     &route,
                     &[],
@@ -613,13 +601,10 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
         .held
         .set(holding, stream.config.max_held_response_bytes)
     {
-        Ok(()) => transcode_rules::stream_piece(&stream.config, &route, decoder, &chunk),
+        Ok(()) => messages::stream_piece(&stream.config, &route, decoder, &chunk),
         Err(over) => (
             String::new(),
-            Some(transcode_rules::over_budget_status(
-                over.others,
-                over.budget,
-            )),
+            Some(reply::over_budget_status(over.others, over.budget)),
         ),
     };
     let messages = decoder.returned() - before;
@@ -646,12 +631,12 @@ fn stream_chunk(stream: &mut Stream, size: usize, end_of_stream: bool) -> u32 {
     if let Some(status) = error {
         // What follows cannot be read: the error ends the stream, and the
         // upstream's own status (in trailers) gives way to it.
-        piece.push_str(&transcode_rules::stream_end(&stream.config, &status));
+        piece.push_str(&messages::stream_end(&stream.config, &status));
         stream.end(status.code, Origin::Filter);
         stream.phase = Phase::Failed(status);
     } else if end_of_stream {
         let status = status_at_end_without_trailers();
-        piece.push_str(&transcode_rules::stream_end(&stream.config, &status));
+        piece.push_str(&messages::stream_end(&stream.config, &status));
         stream.end(status.code, Origin::Upstream);
         stream.phase = Phase::Answered;
     }
@@ -787,7 +772,7 @@ fn make_room(
     let capacity = wanted.max(held.capacity().saturating_mul(2).min(frame));
     stream
         .hold(capacity)
-        .map_err(|over| transcode_rules::over_budget_status(over.others, over.budget))?;
+        .map_err(|over| reply::over_budget_status(over.others, over.budget))?;
     held.reserve_exact(capacity - held.len());
     Ok(())
 }
@@ -857,7 +842,7 @@ fn fail_in_body(stream: &mut Stream, size: usize, status: Status, end_of_stream:
 /// [`fail_in_body`] for a response over its limit: 413, where the headers
 /// can still say it.
 fn fail_too_large(stream: &mut Stream, size: usize, status: Status, end_of_stream: bool) {
-    let reply = transcode_rules::response_too_large(&stream.config, &status);
+    let reply = reply::response_too_large(&stream.config, &status);
     fail_with(stream, size, &reply, status, end_of_stream);
 }
 
@@ -909,7 +894,7 @@ fn held_response(stream: &mut Stream, size: usize) -> Result<Vec<u8>, HostStatus
 fn end_stream(stream: &mut Stream, trailers: &HeaderMap, status: &Status) -> u32 {
     stream.phase = Phase::Answered;
     stream.end(status.code, Origin::Upstream);
-    let end = transcode_rules::stream_end(&stream.config, status);
+    let end = messages::stream_end(&stream.config, status);
     let written =
         end.is_empty() || set_buffer(BufferType::HttpResponseBody, 0, end.as_bytes()).is_ok();
     if written && status.is_ok() {
@@ -938,8 +923,7 @@ fn finish(stream: &mut Stream, body: Result<Vec<u8>, HostStatus>, status: Status
             return action;
         }
     };
-    let reply =
-        transcode_rules::decode_response(&stream.config, &route, &body, stream.encoding, &status);
+    let reply = transcode::decode_response(&stream.config, &route, &body, stream.encoding, &status);
     stream.meter.received(frames_in(&body), body.len());
     // An OK call whose answer the filter could not transcode.
     let origin = if status.is_ok() && reply.code != Code::Ok {

@@ -1,11 +1,11 @@
-//! Local replies, and what each callback answers the host.
+//! What each callback answers the host, and the local replies it sends.
 
 use crate::code::Code;
 use crate::status::Status;
 
 use super::super::config::FilterConfig;
 use super::super::host::*;
-use super::super::transcode_rules::Reply;
+use super::super::reply::Reply;
 use super::host_kind::host_kind;
 use super::stream::{Origin, Phase, Stream};
 use crate::contract::{Action, LogLevel, MapType};

@@ -15,17 +15,16 @@ use crate::descriptors::StreamingKind;
 use crate::status::Status;
 use crate::timeout::encode_timeout;
 
-use super::callout_rules::{
-    add_user_agent, call_metadata, check_whole, closed_status, deadline_ms, split_messages,
-    ValueScanner,
-};
-use super::config::{Callout, FilterConfig};
-use super::held::Held;
-use super::host::{self, *};
-use super::http_body::{self, At, RawBody};
-use super::id_map::IdMap;
-use super::metrics::Meter;
-use super::transcode_rules::{self, Reply, Route};
+use super::super::config::{Callout, FilterConfig};
+use super::super::held::Held;
+use super::super::host::{self, *};
+use super::super::http_body::{self, At, RawBody};
+use super::super::id_map::IdMap;
+use super::super::json_values::{check_whole, split_messages, ValueScanner};
+use super::super::messages::{self, Route};
+use super::super::metrics::Meter;
+use super::super::reply::{self, Reply};
+use super::{add_user_agent, call_metadata, closed_status, deadline_ms};
 use crate::contract::pairs;
 use crate::contract::{
     BufferType, ContextId, MapType, Token, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX,
@@ -128,7 +127,7 @@ pub fn prepare_with(callout: &Callout, headers: &HeaderMap) -> Result<Call, Stat
     // Like the upstream, per-request JSON options are for trusted embedders.
     let json = match options.filter(|_| upstream_header.is_some()) {
         Some(list) => Some(
-            transcode_rules::json_options_from(&String::from_utf8_lossy(list)).map_err(|e| {
+            messages::json_options_from(&String::from_utf8_lossy(list)).map_err(|e| {
                 Status::new(Code::InvalidArgument, format!("{JSON_OPTIONS_HEADER}: {e}"))
             })?,
         ),
@@ -163,7 +162,7 @@ pub fn start_with_body(
     body: &[u8],
     meter: &mut Meter,
 ) -> Result<(), Reply> {
-    let message = transcode_rules::encode_message(config, route, body)?;
+    let message = messages::encode_message(config, route, body)?;
     let unary = route.method.streaming() == StreamingKind::Unary;
     call.unary_stream = unary && unary_as_stream();
     let target = target(route, call);
@@ -223,7 +222,7 @@ pub fn send_streamed(
         ..route.clone()
     };
     for value in values {
-        let message = transcode_rules::encode_message(config, &plain, value)?;
+        let message = messages::encode_message(config, &plain, value)?;
         grpc_send(call.token, &message).map_err(|s| host_refused(config, s))?;
         meter.sent(1, message.len() + 5);
     }
@@ -303,13 +302,13 @@ pub fn on_message(
     if let Some(at) = raw_response(route) {
         return on_raw_message(config, route, call, at, &bytes);
     }
-    let json = match transcode_rules::decode_message(config, route, &bytes) {
+    let json = match messages::decode_message(config, route, &bytes) {
         Ok(json) => json,
         Err(status) => return Some(fail(config, call, status)),
     };
     if route.method.streaming() == StreamingKind::Unary && !call.unary_stream {
         forget(call.token);
-        return Some(transcode_rules::reply_from_messages(
+        return Some(messages::reply_from_messages(
             config,
             route,
             vec![json],
@@ -391,7 +390,7 @@ fn gather(config: &FilterConfig, call: &mut Call, wire: usize, added: usize) -> 
         .held
         .set(call.held_bytes, config.max_held_response_bytes)
     {
-        let status = transcode_rules::over_budget_status(over.others, over.budget);
+        let status = reply::over_budget_status(over.others, over.budget);
         return Some(fail(config, call, status));
     }
     None
@@ -399,7 +398,7 @@ fn gather(config: &FilterConfig, call: &mut Call, wire: usize, added: usize) -> 
 
 /// Ends a call whose response passed `max_response_bytes`.
 fn over_limit(config: &FilterConfig, call: &mut Call, size: usize) -> Reply {
-    let reply = transcode_rules::too_large(config, "response", size, config.max_response_bytes);
+    let reply = reply::too_large(config, "response", size, config.max_response_bytes);
     call.failed_here = true;
     let _ = grpc_cancel(call.token);
     forget(call.token);
@@ -469,7 +468,7 @@ pub fn on_close(config: &FilterConfig, route: &Route, call: &mut Call, code: u32
         let _ = drop_messages(call);
         return Reply::raw(raw);
     }
-    transcode_rules::reply_from_messages(config, route, drop_messages(call), &status)
+    messages::reply_from_messages(config, route, drop_messages(call), &status)
 }
 
 fn trailing_details(call: &Call) -> Option<Vec<u8>> {

@@ -1,153 +1,22 @@
-//! What the filter does with one HTTP exchange, free of any host: decide
-//! whether to transcode, turn the JSON request into a gRPC frame, and turn
-//! the gRPC response (frames + status) into JSON with an HTTP status.
+//! Transcoding mode, free of any host: decide what a request is (which
+//! method, which binding, or not ours), turn its JSON into gRPC frames (a
+//! client stream's body into one frame per message), and turn the gRPC
+//! response (frames + status) into JSON with an HTTP status.
 
 use crate::code::Code;
-use crate::descriptors::{Method, StreamingKind};
-use crate::details::status_to_json;
 use crate::error::Error;
 use crate::framing::{encode_frame_into, Compression, FrameDecoder, FrameError, HEADER_LEN};
-use crate::json::JsonOptions;
 use crate::status::Status;
 
-use super::callout_rules::{check_whole, each_value, ValueError};
-use super::config::{FilterConfig, StreamFormat};
-use super::http_body::{At, RawBody};
-use super::http_rule::{
-    body_message, check_request_line as check_line, line_parts, path_verb, request_message,
-    response_part, Binding, PathVars, RequestPath,
+use super::config::FilterConfig;
+use super::http_rule::{body_message, line_parts, path_verb, Binding, PathVars, RequestPath};
+use super::json_values::{check_whole, each_value, ValueError};
+use super::messages::{
+    check_request_size, decode_message, encode_message, reply_from_messages, streams_requests,
+    Route,
 };
+use super::reply::{bad_request, response_too_large, Reply};
 use std::cmp::Ordering;
-
-/// A response the filter writes itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub http_status: u16,
-    /// A JSON document: the response message(s), or a `google.rpc.Status`.
-    pub body: String,
-    /// The gRPC outcome the reply reports (OK for messages).
-    pub code: Code,
-    /// An HttpBody answer: these bytes and their type instead of `body`.
-    pub raw: Option<RawBody>,
-}
-
-impl Reply {
-    /// An error as `{code, message, details}` with the HTTP status of its code.
-    pub fn error(config: &FilterConfig, status: &Status) -> Reply {
-        Reply::error_with_http(config, status, status.code.to_http_status())
-    }
-
-    fn error_with_http(config: &FilterConfig, status: &Status, http_status: u16) -> Reply {
-        Reply {
-            http_status,
-            body: status_to_json(&config.registry, status, &config.json),
-            code: status.code,
-            raw: None,
-        }
-    }
-
-    /// An error that needs no descriptors to print (no details): for
-    /// answers given before a configuration exists.
-    pub fn bare_error(status: &Status) -> Reply {
-        let body = serde_json::json!({
-            "code": status.code.as_i32(),
-            "message": status.message,
-            "details": [],
-        });
-        Reply {
-            http_status: status.code.to_http_status(),
-            body: body.to_string(),
-            code: status.code,
-            raw: None,
-        }
-    }
-
-    pub fn ok(body: String) -> Reply {
-        Reply {
-            http_status: 200,
-            body,
-            code: Code::Ok,
-            raw: None,
-        }
-    }
-
-    /// The end of a call whose messages the host took one by one: what is
-    /// left to carry is an empty stream of them, not a JSON document.
-    pub fn delivered() -> Reply {
-        Reply::raw(RawBody {
-            content_type: NDJSON.to_string(),
-            data: Vec::new(),
-        })
-    }
-
-    /// An HttpBody answer (see `http_body`).
-    pub fn raw(raw: RawBody) -> Reply {
-        Reply {
-            raw: Some(raw),
-            ..Reply::ok(String::new())
-        }
-    }
-
-    /// The reply's Content-Type and bytes.
-    pub fn content(&self) -> (&str, &[u8]) {
-        match &self.raw {
-            Some(raw) => (&raw.content_type, &raw.data),
-            None => ("application/json", self.body.as_bytes()),
-        }
-    }
-}
-
-/// A request the filter transcodes: the method, and the HTTP binding when
-/// the request came through a `google.api.http` rule.
-#[derive(Debug, Clone)]
-pub struct Route {
-    pub method: Method,
-    pub binding: Option<(Binding, PathVars, String)>,
-    /// This request's own JSON options (trusted embedders), else the configuration's.
-    pub json: Option<JsonOptions>,
-    /// The request's Content-Type, kept where a binding's body is an
-    /// HttpBody (see `http_body`).
-    pub content_type: Option<String>,
-}
-
-impl Route {
-    fn new(method: Method, binding: Option<(Binding, PathVars, String)>) -> Route {
-        Route {
-            method,
-            binding,
-            json: None,
-            content_type: None,
-        }
-    }
-
-    /// Where the response holds the HttpBody that is the HTTP body, when
-    /// it does.
-    pub fn response_http_body(&self) -> Option<At> {
-        self.binding.as_ref()?.0.response_http_body
-    }
-
-    pub fn json<'a>(&'a self, config: &'a FilterConfig) -> &'a JsonOptions {
-        self.json.as_ref().unwrap_or(&config.json)
-    }
-}
-
-/// Per-request JSON options from a comma-separated list of their names
-/// (`emit_defaults,int64_as_number,...`); unknown names are an error.
-pub fn json_options_from(list: &str) -> Result<JsonOptions, String> {
-    let mut options = JsonOptions::default();
-    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let flag = match name {
-            "emit_defaults" => &mut options.emit_defaults,
-            "int64_as_number" => &mut options.int64_as_number,
-            "enums_as_numbers" => &mut options.enums_as_numbers,
-            "proto_field_names" => &mut options.proto_field_names,
-            "ignore_unknown_fields" => &mut options.ignore_unknown_fields,
-            other => return Err(format!("unknown JSON option '{other}'")),
-        };
-        *flag = true;
-    }
-    Ok(options)
-}
 
 /// What to do with a request.
 // One per request, moved once: boxing the route would cost an allocation
@@ -379,14 +248,6 @@ fn frame_into(config: &FilterConfig, message: &[u8], frames: &mut Vec<u8>) -> Re
     })
 }
 
-/// Does the request body carry a stream of messages (client or bidi streaming)?
-pub fn streams_requests(route: &Route) -> bool {
-    matches!(
-        route.method.streaming(),
-        StreamingKind::ClientStreaming | StreamingKind::Bidirectional
-    )
-}
-
 /// Why a client stream's body was refused.
 enum StreamBodyError {
     /// Its JSON, as the client must fix it.
@@ -484,195 +345,6 @@ fn without_trailing_comma(body: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-/// 413 for a request body over `max_request_bytes`.
-fn check_request_size(config: &FilterConfig, body: &[u8]) -> Result<(), Reply> {
-    if body.len() > config.max_request_bytes {
-        return Err(too_large(
-            config,
-            "request",
-            body.len(),
-            config.max_request_bytes,
-        ));
-    }
-    Ok(())
-}
-
-/// The request body as the bare protobuf message (callouts: the host frames it).
-pub fn encode_message(config: &FilterConfig, route: &Route, body: &[u8]) -> Result<Vec<u8>, Reply> {
-    check_request_size(config, body)?;
-    let input = route.method.input_type();
-    let options = route.json(config);
-    let message = match &route.binding {
-        Some((binding, vars, query)) => {
-            let body = (body, route.content_type.as_deref());
-            request_message(binding, vars.clone(), query, body, options)
-        }
-        None if body.iter().all(u8::is_ascii_whitespace) => Ok(Vec::new()),
-        None => input
-            .json_to_protobuf(body, options)
-            .map_err(|e| e.to_string()),
-    };
-    message.map_err(|message| bad_request(config, message))
-}
-
-/// The request line's part of the request (path variables, query), checked
-/// at the request headers: 400 for what `encode_message` would refuse
-/// there anyway.
-pub fn check_request_line(config: &FilterConfig, route: &Route) -> Result<(), Reply> {
-    let Some((binding, vars, query)) = &route.binding else {
-        return Ok(());
-    };
-    check_line(binding, vars.clone(), query).map_err(|message| bad_request(config, message))
-}
-
-/// A request the client must change: 400 with INVALID_ARGUMENT.
-fn bad_request(config: &FilterConfig, message: String) -> Reply {
-    Reply::error_with_http(config, &Status::new(Code::InvalidArgument, message), 400)
-}
-
-/// One response message (bare protobuf) as JSON, cut to `response_body`.
-pub fn decode_message(
-    config: &FilterConfig,
-    route: &Route,
-    message: &[u8],
-) -> Result<String, Status> {
-    let printed = route
-        .method
-        .output_type()
-        .protobuf_to_json(message, route.json(config))
-        .map_err(|e| Status::new(e.response_code(), e.to_string()))?;
-    Ok(match &route.binding {
-        Some((binding, _, _)) => response_part(binding, &printed),
-        None => printed,
-    })
-}
-
-/// The reply for a finished call whose messages were printed one by one:
-/// like [`decode_response`], from already decoded messages.
-pub fn reply_from_messages(
-    config: &FilterConfig,
-    route: &Route,
-    mut messages: Vec<String>,
-    status: &Status,
-) -> Reply {
-    let streaming = matches!(
-        route.method.streaming(),
-        StreamingKind::ServerStreaming | StreamingKind::Bidirectional
-    );
-    // The filter's own call in transcoding mode (Envoy, a bodiless
-    // binding) answers with the lines or events a stream would have sent;
-    // a callout answers one array, as its README says.
-    if streaming
-        && config.callout.is_none()
-        && config.stream_format != StreamFormat::Array
-        && (status.is_ok() || !messages.is_empty())
-    {
-        let mut text = String::new();
-        for message in &messages {
-            push_event(config, &mut text, None, message);
-        }
-        text.push_str(&stream_end(config, status));
-        return Reply {
-            http_status: status.code.to_http_status(),
-            code: status.code,
-            ..Reply::raw(RawBody {
-                content_type: stream_content_type(config).to_string(),
-                data: text.into_bytes(),
-            })
-        };
-    }
-    if !status.is_ok() {
-        if streaming && !messages.is_empty() {
-            messages.push(format!(
-                "{{\"error\":{}}}",
-                status_to_json(&config.registry, status, &config.json)
-            ));
-            return Reply {
-                http_status: status.code.to_http_status(),
-                body: format!("[{}]", messages.join(",")),
-                code: status.code,
-                raw: None,
-            };
-        }
-        return Reply::error(config, status);
-    }
-    if streaming {
-        return Reply::ok(format!("[{}]", messages.join(",")));
-    }
-    if messages.len() == 1 {
-        return Reply::ok(messages.remove(0));
-    }
-    Reply::error(
-        config,
-        &Status::new(
-            Code::Internal,
-            format!("expected one response message, got {}", messages.len()),
-        ),
-    )
-}
-
-/// The proxy answered 413 itself: the request body outgrew the host's
-/// buffer before the filter saw it whole. Which setting to raise is what
-/// the client's operator needs to know.
-pub fn host_buffer_full(config: &FilterConfig, setting: &str) -> Reply {
-    let status = Status::new(
-        Code::ResourceExhausted,
-        format!(
-            "the request body exceeds the proxy's buffer limit ({setting}); raise it to at least max_request_bytes ({})",
-            config.max_request_bytes
-        ),
-    );
-    Reply::error_with_http(config, &status, 413)
-}
-
-/// The proxy settings that bound the request body a filter can be given.
-pub const ENVOY_REQUEST_BUFFER: &str =
-    "in Envoy, per_connection_buffer_limit_bytes, 1 MiB by default";
-pub const NGINX_REQUEST_BUFFER: &str = "in nginx, client_body_buffer_size: ngx_wasm_module cannot hand a filter a body that nginx wrote to a file";
-
-/// The host stopped holding the response body before its end (in
-/// ngx_wasm_module, its buffers were full), after the headers had left.
-pub fn host_response_buffer_full(config: &FilterConfig) -> Status {
-    Status::new(
-        Code::ResourceExhausted,
-        format!(
-            "the response body exceeds the proxy's buffer limit (in ngx_wasm_module, wasm_response_body_buffers, 4 x 4096 bytes by default); raise it to at least max_response_bytes ({})",
-            config.max_response_bytes
-        ),
-    )
-}
-
-pub fn too_large(config: &FilterConfig, what: &str, size: usize, limit: usize) -> Reply {
-    Reply::error_with_http(config, &too_large_status(what, size, limit), 413)
-}
-
-/// A response refused for its size (`status` says which limit), answered
-/// 413 as a request over its limit is.
-pub fn response_too_large(config: &FilterConfig, status: &Status) -> Reply {
-    Reply::error_with_http(config, status, 413)
-}
-
-/// The status of a body over its limit, for a reply whose headers have
-/// already left (so that only its body and trailers can say it).
-pub fn too_large_status(what: &str, size: usize, limit: usize) -> Status {
-    Status::new(
-        Code::ResourceExhausted,
-        format!("{what} body of {size} bytes exceeds the limit of {limit} bytes"),
-    )
-}
-
-/// A stream refused more memory: what the VM's other streams hold leaves
-/// it no room within `max_held_response_bytes`. The stream fails alone;
-/// the others go on.
-pub fn over_budget_status(others: usize, budget: usize) -> Status {
-    Status::new(
-        Code::ResourceExhausted,
-        format!(
-            "the proxy holds too many responses at once: {others} bytes for other streams, max_held_response_bytes is {budget}"
-        ),
-    )
-}
-
 /// The whole gRPC response body and its final status as the JSON reply:
 /// the message for a unary method, an array of messages for a streaming one.
 /// A streaming error after messages keeps them and ends the array with
@@ -715,82 +387,6 @@ impl From<FrameError> for Undecodable {
     }
 }
 
-/// Whether this route's response goes out message by message (server and
-/// bidi streams).
-pub fn streams_response(config: &FilterConfig, route: &Route) -> bool {
-    matches!(
-        route.method.streaming(),
-        StreamingKind::ServerStreaming | StreamingKind::Bidirectional
-    ) && config.stream_format != StreamFormat::Array
-}
-
-const NDJSON: &str = "application/x-ndjson";
-
-/// The content type of a streamed response.
-pub fn stream_content_type(config: &FilterConfig) -> &'static str {
-    match config.stream_format {
-        StreamFormat::Sse => "text/event-stream",
-        _ => NDJSON,
-    }
-}
-
-/// The messages complete in `decoder` after `chunk`, formatted for the
-/// client, and the error that ends the stream when one cannot be read:
-/// the messages before it still leave.
-pub fn stream_piece(
-    config: &FilterConfig,
-    route: &Route,
-    decoder: &mut FrameDecoder,
-    chunk: &[u8],
-) -> (String, Option<Status>) {
-    decoder.push(chunk);
-    // What one chunk releases is held in memory until the host takes the
-    // piece: however many frames it holds, they inflate to one budget.
-    decoder.limit_total(config.max_response_bytes);
-    let mut out = String::new();
-    loop {
-        let json = match decoder.next_message() {
-            Ok(Some(message)) => decode_message(config, route, &message),
-            Ok(None) => return (out, None),
-            Err(e) => Err(Status::from(e)),
-        };
-        match json {
-            Ok(json) => push_event(config, &mut out, None, &json),
-            Err(status) => return (out, Some(status)),
-        }
-    }
-}
-
-/// The last piece of a streamed response: nothing after success, else the
-/// error as one more line or event (`{"error": {code, message, details}}`).
-pub fn stream_end(config: &FilterConfig, status: &Status) -> String {
-    let mut out = String::new();
-    if !status.is_ok() {
-        let error = format!(
-            "{{\"error\":{}}}",
-            status_to_json(&config.registry, status, &config.json)
-        );
-        push_event(config, &mut out, Some("error"), &error);
-    }
-    out
-}
-
-fn push_event(config: &FilterConfig, out: &mut String, event: Option<&str>, json: &str) {
-    if config.stream_format == StreamFormat::Sse {
-        if let Some(name) = event {
-            out.push_str("event: ");
-            out.push_str(name);
-            out.push('\n');
-        }
-        out.push_str("data: ");
-        out.push_str(json);
-        out.push_str("\n\n");
-    } else {
-        out.push_str(json);
-        out.push('\n');
-    }
-}
-
 fn decode_messages(
     config: &FilterConfig,
     route: &Route,
@@ -812,11 +408,14 @@ fn decode_messages(
 mod tests {
     use super::*;
     use crate::json::protobuf_to_json;
+    use crate::json::JsonOptions;
+    use crate::proxy::messages::*;
+    use crate::proxy::reply::*;
 
     fn config() -> FilterConfig {
         let cfg = serde_json::json!({"protos": {
-            "helloworld.proto": include_str!("../../../protos/helloworld.proto"),
-            "route_guide.proto": include_str!("../../../protos/route_guide.proto"),
+            "helloworld.proto": include_str!("../../../../protos/helloworld.proto"),
+            "route_guide.proto": include_str!("../../../../protos/route_guide.proto"),
         }, "max_request_bytes": 64, "stream_format": "array"});
         FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap()
     }
@@ -994,7 +593,7 @@ service S {
             );
         }
         // ... or goes to the route's upstream as it came.
-        let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")},
+        let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../../protos/helloworld.proto")},
                                      "reject_unknown_methods": false});
         let open = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
         for (method, path) in [("GET", "/healthz"), ("POST", "/upload")] {
@@ -1182,7 +781,7 @@ service S {
 
     #[test]
     fn embedders_get_an_answer_for_any_path() {
-        let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../protos/helloworld.proto")},
+        let cfg = serde_json::json!({"protos": {"h.proto": include_str!("../../../../protos/helloworld.proto")},
                                      "callout": {"upstream_header": "x-up"}});
         let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
         let Plan::Reply(r) = plan(&c, "POST", "not a path", None) else {
@@ -1208,7 +807,7 @@ service S {
 
     #[test]
     fn streamed_responses() {
-        let cfg = serde_json::json!({"protos": {"route_guide.proto": include_str!("../../../protos/route_guide.proto")}});
+        let cfg = serde_json::json!({"protos": {"route_guide.proto": include_str!("../../../../protos/route_guide.proto")}});
         let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
         let s = transcode(plan(
             &c,
@@ -1246,7 +845,7 @@ service S {
             stream_end(&c, &Status::new(Code::Aborted, "late")),
             "{\"error\":{\"code\":10,\"message\":\"late\",\"details\":[]}}\n"
         );
-        let sse = serde_json::json!({"protos": {"route_guide.proto": include_str!("../../../protos/route_guide.proto")}, "stream_format": "sse"});
+        let sse = serde_json::json!({"protos": {"route_guide.proto": include_str!("../../../../protos/route_guide.proto")}, "stream_format": "sse"});
         let c = FilterConfig::from_json(sse.to_string().as_bytes()).unwrap();
         let mut decoder = FrameDecoder::new(1024, Compression::Identity);
         assert_eq!(
@@ -1262,7 +861,7 @@ service S {
 
     #[test]
     fn a_trailing_slash_and_an_unregistered_verb_route_as_envoy_routes_them() {
-        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")}});
+        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../../protos/library.proto")}});
         let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
         let request = |method: &str, path: &str| {
             let r = transcode(plan(&c, method, path, None));
@@ -1287,7 +886,7 @@ service S {
             request("GET", "/v1/books?author=a+b%2Bc").1,
             r#"{"author":"a+b+c"}"#
         );
-        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")},
+        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../../protos/library.proto")},
                                      "query_param_unescape_plus": true});
         let forms = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
         let r = transcode(plan(&forms, "GET", "/v1/books?author=a+b%2Bc", None));
@@ -1309,7 +908,7 @@ service S {
 
     #[test]
     fn http_bindings_route_and_assemble_the_request() {
-        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../protos/library.proto")}});
+        let cfg = serde_json::json!({"protos": {"library.proto": include_str!("../../../../protos/library.proto")}});
         let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
         let r = transcode(plan(
             &c,
