@@ -7,6 +7,11 @@
 -- one of two backends with the same interface (below): LuaJIT's FFI
 -- (resty.ffi.grpc.ffi_backend, the default) or lua-resty-ffi's runtime
 -- (resty.ffi.grpc.resty_backend, when asked for: mode = "resty_ffi").
+--
+-- Returns: every public function (grpc.*, conn:*, stream:*) answers
+-- `true, value` or `false, err`, the seed API's `ok, res` that
+-- lua-resty-ffi-grpc users already write, and raises nothing. The local
+-- helpers answer as lua-resty-http's do: a value, or `nil, err`.
 
 local ffi = require("ffi")
 local cjson = require("cjson.safe")
