@@ -71,9 +71,12 @@ unit:
 	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) cargo test --release --workspace
 
 # Formatting, clippy (the workspace natively, and the core for wasm32, where
-# the filter's code compiles) with warnings as errors, luacheck, and ruff on
-# the Python (its settings in pyproject.toml; what .gitignore lists is skipped).
-lint: deps
+# the filter's code compiles) with warnings as errors, luacheck, ruff on
+# the Python (its settings in pyproject.toml; what .gitignore lists is
+# skipped), and TypeScript on the npm package's JavaScript (js/npm/tsconfig.lint.json:
+# its JSDoc types and TypeScript's lint checks; it imports the wasm-bindgen
+# builds, hence npm first).
+lint: deps npm
 	cargo fmt --all --check
 	cd wasm-filter/fuzz && cargo fmt --check
 	cd lua-shim/fuzz && cargo fmt --check
@@ -86,6 +89,7 @@ lint: deps
 		cargo doc --workspace --no-deps --document-private-items
 	luacheck -q lua-shim/lib host-tests
 	python3 -m ruff check --quiet .
+	cd js/npm && npx --no-install tsc -p tsconfig.lint.json
 
 # libFuzzer on the core (wasm-filter/fuzz) and the shim's wire transport
 # (lua-shim/fuzz): every target for FUZZ_SECONDS

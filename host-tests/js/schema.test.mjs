@@ -4,7 +4,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   loadProto, loadDescriptorSet, hasCompiler, protos, testSchema, createClient, fetchTransport, http2Transport, rejection,
@@ -90,6 +91,24 @@ test('npm resolves the package by its exports map, and npm pack carries what it 
     assert.ok(files.includes(needed), `npm pack lacks ${needed}: ${files.join(' ')}`);
   }
   assert.ok(!files.some((f) => f.startsWith('node_modules/')));
+});
+
+test('TypeScript compiles a user of the package against the .d.ts it ships', () => {
+  // Inside the package, so that 'grpc-wasm' resolves to itself by its exports map.
+  const dir = mkdtempSync(join(PACKAGE, '.consumer-'));
+  try {
+    copyFileSync(fileURLToPath(new URL('./consumer.ts', import.meta.url)), join(dir, 'consumer.ts'));
+    const tsc = join(PACKAGE, 'node_modules', '.bin', 'tsc');
+    const args = ['--noEmit', '--strict', '--skipLibCheck', '--target', 'es2022', '--module', 'nodenext',
+      '--moduleResolution', 'nodenext', join(dir, 'consumer.ts')];
+    try {
+      execFileSync(tsc, args, { cwd: PACKAGE, encoding: 'utf8' });
+    } catch (e) {
+      assert.fail(`tsc: ${e.stdout}${e.stderr}`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('an unknown option is a TypeError naming the known ones, in every entry point', async () => {

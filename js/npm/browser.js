@@ -11,3 +11,4 @@ export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, creat
   transport: (options) => fetchTransport(pick(options, FETCH_OPTIONS)),
 });
 export { fetchTransport };
+export * from './lib/types.js';

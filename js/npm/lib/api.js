@@ -8,8 +8,17 @@ import { JSON_OPTIONS, checkOptions } from './options.js';
 import { Schema } from './schema.js';
 
 /**
- * @param {object} wasm the initialised wasm-bindgen module
- * @param {{transport: (options: object) => object}} platform
+ * What this file calls of a wasm-bindgen build (js/src/lib.rs).
+ * @typedef {object} WasmBuild
+ * @property {() => string[]} codeNames
+ * @property {(emitDefaults: boolean, enumsAsNumbers: boolean, protoFieldNames: boolean,
+ *             ignoreUnknownFields: boolean) => number} jsonOptions
+ * @property {{new (): object, hasCompiler(): boolean}} Schema
+ */
+
+/**
+ * @param {WasmBuild} wasm the initialised wasm-bindgen module
+ * @param {{transport: (options: Record<string, any>) => object}} platform
  */
 export function makeApi(wasm, platform) {
   const names = wasm.codeNames();

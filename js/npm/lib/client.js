@@ -331,14 +331,21 @@ function end(status, options) {
   withBytes(status);
   status.metadata = { ...status.headers, ...status.trailers };
   options.onStatus?.(status);
-  if (status.name !== 'OK') throw Object.assign(new GrpcError(status), { reported: true });
+  if (status.name !== 'OK') {
+    const error = new GrpcError(status);
+    told.add(error);
+    throw error;
+  }
   return status;
 }
 
+/** The errors whose call's onStatus has been told of them: once each. */
+const told = new WeakSet();
+
 /** Tells onStatus of a call that failed without a status from its peer (deadline, cancel, network, bad input). */
 function reported(options, error) {
-  if (error instanceof GrpcError && !error.reported) {
-    error.reported = true;
+  if (error instanceof GrpcError && !told.has(error)) {
+    told.add(error);
     options.onStatus?.({
       code: error.code, name: error.name, message: error.message, details: error.details,
       headers: error.headers, trailers: error.trailers, metadata: error.metadata,

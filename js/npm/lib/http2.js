@@ -184,9 +184,12 @@ async function send(stream, body) {
   }
 }
 
-/** Resolves when the stream drains, or can take no more writes. */
+/**
+ * Resolves when the stream drains, or can take no more writes.
+ * @returns {Promise<void>}
+ */
 function writable(stream) {
-  return new Promise((resolve) => {
+  return new Promise((/** @type {() => void} */ resolve) => {
     if (stream.destroyed || stream.closed) {
       resolve();
       return;

@@ -37,7 +37,13 @@ export function checkOptions(where, options, known) {
   }
 }
 
-/** The options of `options` that `known` names: what a client hands its transport. */
+/**
+ * The options of `options` that `known` names: what a client hands its
+ * transport, which checks them and gives them their type.
+ * @param {Record<string, any>} options
+ * @param {readonly string[]} known
+ * @returns {any}
+ */
 export function pick(options, known) {
   return Object.fromEntries(Object.entries(options).filter(([name]) => known.includes(name)));
 }

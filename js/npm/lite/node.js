@@ -16,3 +16,4 @@ export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, creat
     : fetchTransport(pick(options, FETCH_OPTIONS))),
 });
 export { fetchTransport, http2Transport };
+export * from '../lib/types.js';
