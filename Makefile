@@ -3,12 +3,11 @@
 
 WASM_RAW := target/wasm32-wasip1/wasm/grpc_wasm.wasm
 WASM     := target/grpc_wasm.wasm
-# The folders whose Python modules a file in another folder imports
-# (harness.py, nginx_harness.py, raw_h2.py, launch.py, ngx_wasm.py): pytest
-# reads them from pyproject.toml's pythonpath; the scripts run here directly
-# (soak, interop, demo, the benchmarks) get them as PYTHONPATH.
+# The Python tests' shared modules are one package, host-tests/harness:
+# pytest finds it by pyproject.toml's pythonpath, and the scripts run here
+# directly (soak, interop, demo, the benchmarks) by this.
 HOST_TESTS := $(CURDIR)/host-tests
-HOST_TESTS_PYTHONPATH := $(HOST_TESTS):$(HOST_TESTS)/envoy:$(HOST_TESTS)/nginx:$(HOST_TESTS)/interop:$(HOST_TESTS)/filter:$(HOST_TESTS)/js
+export PYTHONPATH := $(HOST_TESTS)
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
@@ -106,7 +105,7 @@ fuzz-ci: deps
 # make test. See the README's "Soak".
 SOAK_SECONDS ?= 600
 soak: build
-	SOAK_SECONDS=$(SOAK_SECONDS) GRPC_WASM_MODULE=$(CURDIR)/$(WASM) PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/soak.py
+	SOAK_SECONDS=$(SOAK_SECONDS) GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 host-tests/soak.py
 
 # The differential test and the conformance suite each run the core twice:
 # natively, and as the .wasm the hosts run (CORE_WASM, host-tests/src/engine.rs).
@@ -150,11 +149,11 @@ js:
 
 # gRPC's interop client cases, resty.ffi.grpc against grpcio's TestService.
 interop:
-	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/interop/run.py
+	GRPC_WASM_MODULE=$(CURDIR)/$(WASM) python3 host-tests/interop/run.py
 
 demo: deps build
 	scripts/demo.sh
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/demo.py
+	python3 host-tests/demo.py
 
 bench: build
 	$(MAKE) bench-core bench-lua bench-lua-instructions bench-envoy bench-envoy-instructions bench-envoy-scale bench-ngx bench-filter-profile bench-js
@@ -162,7 +161,7 @@ bench: build
 # The npm package in Node against protobuf.js and @bufbuild/protobuf, and
 # through Envoy against a hand-written fetch (host-tests/js/bench.py).
 bench-js: build
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/js/bench.py
+	python3 host-tests/js/bench.py
 
 # JSON <-> protobuf in wasm vs native.
 bench-core:
@@ -175,36 +174,36 @@ bench-amplification: build
 
 # resty.ffi.grpc in nginx vs a native tonic client, unpinned and pinned.
 bench-lua:
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/nginx/bench_lua.py
+	python3 host-tests/nginx/bench_lua.py
 
 # The same calls as instructions under callgrind (nginx in one process, all
 # its threads; tonic's client beside it): repeatable where wall time is not.
 bench-lua-instructions:
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/nginx/count_lua_instructions.py
+	python3 host-tests/nginx/count_lua_instructions.py
 
 # The filter vs Envoy's native grpc_json_transcoder vs plain gRPC.
 bench-envoy:
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/envoy/bench_transcoding.py
+	python3 host-tests/envoy/bench_transcoding.py
 
 # The same, as Envoy's instructions per request under callgrind (repeatable
 # where wall time is not); OTHER=old.wasm counts another build beside it.
 bench-envoy-instructions: wasm
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/envoy/count_instructions.py $(if $(OTHER),--other $(OTHER))
+	python3 host-tests/envoy/count_instructions.py $(if $(OTHER),--other $(OTHER))
 
 # How those instructions grow with the message: ListBooks answering 1 to 200
 # books, and CreateBook sent 1 to 200 tags, the filter vs the native transcoder.
 bench-envoy-scale: build
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/envoy/scale_instructions.py
+	python3 host-tests/envoy/scale_instructions.py
 
 # The filter in Kong's ngx_wasm_module (nginx, one worker) vs the filter and
 # the native transcoder in Envoy (one worker), same load: req/s and CPU.
 bench-ngx: build
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/filter/bench_ngx.py
+	python3 host-tests/filter/bench_ngx.py
 
 # Where the filter spends a request natively (callgrind on filter-profile,
 # the core's functions by inclusive cost): what the Envoy count cannot say.
 bench-filter-profile: build
-	PYTHONPATH=$(HOST_TESTS_PYTHONPATH) python3 host-tests/filter/profile_filter.py
+	python3 host-tests/filter/profile_filter.py
 
 # The shim's C header, from lua-shim/src/ffi.rs by cbindgen; make test
 # checks it and resty.ffi.grpc's ffi.cdef against that file's exports.

@@ -1,6 +1,6 @@
 """Settings every host test shares."""
 
-from harness import scratch_dir
+from harness.envoy import scratch_dir
 
 
 def pytest_configure(config):

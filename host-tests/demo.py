@@ -21,10 +21,11 @@ import subprocess
 import time
 import urllib.request
 
-from harness import Envoy, free_port, read_protos
-from nginx_harness import PROTOS, SHIM, Nginx, Server, ensure_certs
-from ngx_wasm import NgxWasm
-from web_envoy import web_envoy
+from harness.envoy import Envoy, free_port, read_protos
+from harness.nginx import Nginx, Server, ensure_certs
+from harness.ngx_wasm import NgxWasm
+from harness.paths import PROTOS, SHIM
+from harness.web_envoy import web_envoy
 
 
 def lua_demo(servers, certs):

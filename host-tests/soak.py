@@ -25,8 +25,9 @@ import time
 import urllib.parse
 import urllib.request
 
-from harness import BIN, Envoy, Server, free_port, read_protos, scratch_dir
-from nginx_harness import PROTOS, Nginx
+from harness.envoy import Envoy, Server, free_port, read_protos, scratch_dir
+from harness.nginx import Nginx
+from harness.paths import BIN, PROTOS
 
 SECONDS = int(os.environ.get("SOAK_SECONDS", "600"))
 CLIENTS = 200

@@ -20,7 +20,10 @@ import sys
 import time
 import urllib.request
 
-from bench_transcoding import (
+from harness.callgrind import dump, instructions
+from harness.envoy import Server, envoy_binary, envoy_config, free_port, read_protos, scratch_dir, wasm_filter
+from harness.paths import WASM
+from harness.throughput import (
     GRPC_HEADERS,
     GRPC_REQUEST,
     JSON_HEADERS,
@@ -29,7 +32,6 @@ from bench_transcoding import (
     descriptor_set,
     native_transcoder,
 )
-from harness import WASM, Server, envoy_binary, envoy_config, free_port, read_protos, scratch_dir, wasm_filter
 
 WARMUP = 200
 
@@ -98,19 +100,6 @@ def load(port, body, requests, headers):
     match = re.search(r"status codes: (\d+) 2xx", result.stdout)
     if not match or int(match.group(1)) != requests:
         raise RuntimeError(f"not every request succeeded:\n{result.stdout[-2000:]}")
-
-
-def dump(proc):
-    """callgrind writes what it counted since the last dump to <out>.<n>."""
-    subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-
-
-def instructions(path):
-    with open(path) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError(f"no instruction count in {path}")
 
 
 def main():

@@ -25,7 +25,8 @@ import time
 import urllib.request
 
 from count_instructions import dump, instructions, launch_under_callgrind
-from harness import PROTOS, Server, scratch_dir, wasm_filter
+from harness.envoy import Server, scratch_dir, wasm_filter
+from harness.paths import PROTOS
 
 SERVICE = "example.library.v1.Library"
 WARMUP = 100

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from harness import Envoy, Server, free_port, read_protos
+from harness.envoy import Envoy, Server, free_port, read_protos
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import threading
 
 import pytest
 
-from harness import LOOPBACK, Envoy, envoy_config, free_port, scratch_dir, wasm_filter
-from shelves_server import SERVICE, ShelvesServer, descriptor_set
+from harness.envoy import LOOPBACK, Envoy, envoy_config, free_port, scratch_dir, wasm_filter
+from harness.shelves_server import SERVICE, ShelvesServer, descriptor_set
 
 # (name, HTTP method, path, JSON body or None, the gRPC method it calls).
 BINDINGS = [

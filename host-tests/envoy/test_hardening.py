@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import Envoy, Server, free_port, read_protos, validate
+from harness.envoy import Envoy, Server, free_port, read_protos, validate
 from test_callouts import send
 
 NESTING = "message nesting exceeds 100 levels"

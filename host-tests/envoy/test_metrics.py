@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from harness import Envoy, Server, free_port, read_protos
-from prometheus_text import parse, value
+from harness.envoy import Envoy, Server, free_port, read_protos
+from harness.prometheus_text import parse, value
 
 
 def scrape(proxy):

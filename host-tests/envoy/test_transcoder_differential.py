@@ -25,8 +25,8 @@ import urllib.parse
 
 import pytest
 
-from harness import Envoy, scratch_dir, wasm_filter
-from shelves_server import SERVICE, ShelvesServer, descriptor_set
+from harness.envoy import Envoy, scratch_dir, wasm_filter
+from harness.shelves_server import SERVICE, ShelvesServer, descriptor_set
 
 Q = urllib.parse.quote
 

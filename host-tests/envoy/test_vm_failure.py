@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from harness import Envoy, free_port, scratch_dir, wasm_filter
+from harness.envoy import Envoy, free_port, scratch_dir, wasm_filter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

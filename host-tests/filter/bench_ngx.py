@@ -18,7 +18,9 @@ import sys
 import time
 import types
 
-from bench_transcoding import (
+from harness.envoy import Envoy, Server, read_protos, scratch_dir, wasm_filter
+from harness.ngx_wasm import NgxWasm
+from harness.throughput import (
     CLIENTS,
     GRPC_HEADERS,
     JSON_HEADERS,
@@ -33,8 +35,6 @@ from bench_transcoding import (
     native_transcoder,
     write_bodies,
 )
-from harness import Envoy, Server, read_protos, scratch_dir, wasm_filter
-from ngx_wasm import NgxWasm
 
 # Idle upstream connections nginx keeps, as Envoy keeps its own: without an
 # upstream block, grpc_pass opens a connection per request.

@@ -5,8 +5,8 @@ on it) and runs once per host."""
 
 import pytest
 
-from harness import Envoy, Server
-from ngx_wasm import NgxWasm
+from harness.envoy import Envoy, Server
+from harness.ngx_wasm import NgxWasm
 
 HOSTS = ["envoy", "ngx_wasm"]
 

@@ -13,7 +13,8 @@ import re
 import shutil
 import subprocess
 
-from harness import BIN, scratch_dir
+from harness.envoy import scratch_dir
+from harness.paths import BIN
 
 FEW, MANY = 200, 2200
 

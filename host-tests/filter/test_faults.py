@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from harness import Envoy, read_protos
-from raw_h2 import RawH2
+from harness.envoy import Envoy, read_protos
+from harness.raw_h2 import RawH2
 from test_scenarios import request
 
 # Each is answered before any response headers leave the proxy.

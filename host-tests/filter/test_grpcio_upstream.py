@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from harness import read_protos, stop_process
-from launch import start_interop_server
-from nginx_harness import ensure_certs
+from harness.envoy import read_protos, stop_process
+from harness.interop import start_interop_server
+from harness.nginx import ensure_certs
 from test_scenarios import read_lines, request
 
 UNARY = "/grpc.testing.TestService/UnaryCall"

@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from conftest import not_in
-from harness import read_protos, stop_process
+from harness.envoy import read_protos, stop_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

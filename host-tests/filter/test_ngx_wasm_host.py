@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from harness import free_port, read_protos
-from ngx_wasm import NgxWasm
+from harness.envoy import free_port, read_protos
+from harness.ngx_wasm import NgxWasm
 
 
 @pytest.fixture

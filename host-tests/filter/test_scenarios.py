@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import not_in
-from harness import free_port, read_protos
+from harness.envoy import free_port, read_protos
 
 NO_TRAILERS = ("ngx_wasm_module never calls a filter's trailers callback, so a status sent in trailers "
                "after data cannot reach the filter")

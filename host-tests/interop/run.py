@@ -9,8 +9,9 @@ import re
 import subprocess
 import sys
 
-from launch import start_interop_server
-from nginx_harness import PROTOS, Nginx, ensure_certs, scratch_dir
+from harness.interop import start_interop_server
+from harness.nginx import Nginx, ensure_certs, scratch_dir
+from harness.paths import PROTOS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -14,9 +14,9 @@ sys.path[:0] = [os.path.join(HERE, "..", "differential")]
 os.environ["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
 
 import corpus  # noqa: E402
-from harness import Server, scratch_dir  # noqa: E402
+from harness.envoy import Server, scratch_dir  # noqa: E402
+from harness.web_envoy import web_envoy  # noqa: E402
 from test_differential import CLASSES  # noqa: E402
-from web_envoy import web_envoy  # noqa: E402
 
 
 def corpus_file():

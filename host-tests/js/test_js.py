@@ -14,8 +14,9 @@ from typing import ClassVar
 
 import pytest
 
-from harness import ROOT, Server
-from web_envoy import ConnectServer, protoc_descriptor_set, web_envoy
+from harness.envoy import Server
+from harness.paths import ROOT
+from harness.web_envoy import ConnectServer, protoc_descriptor_set, web_envoy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.join(ROOT, "js", "npm")

@@ -12,7 +12,8 @@ import os
 import re
 import subprocess
 
-from nginx_harness import BIN, PROTOS, WASM, Nginx, Server
+from harness.nginx import Nginx, Server
+from harness.paths import BIN, PROTOS, WASM
 
 
 def pinned(cpu):

@@ -15,8 +15,9 @@ import shutil
 import subprocess
 import time
 
-from count_instructions import dump, instructions
-from nginx_harness import BIN, PROTOS, Nginx, Server, scratch_dir
+from harness.callgrind import dump, instructions
+from harness.nginx import Nginx, Server, scratch_dir
+from harness.paths import BIN, PROTOS
 
 WARMUP = 300
 TRANSPORTS = ("cosocket", "runtime")

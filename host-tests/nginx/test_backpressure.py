@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from nginx_harness import Nginx
-from raw_h2 import RawH2
-from test_nginx import check_log
+from harness.nginx import Nginx, check_log
+from harness.raw_h2 import RawH2
 
 FLOOD_PROTO = """syntax = "proto3";
 package flood;

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from nginx_harness import HERE, PROTOS, Nginx, Server, free_port
-from test_nginx import check_log
+from harness.nginx import HERE, Nginx, Server, check_log, free_port
+from harness.paths import PROTOS
 
 NESTING = "message nesting exceeds 100 levels"
 

@@ -15,9 +15,9 @@ import urllib.parse
 
 import pytest
 
-from nginx_harness import BIN, PROTOS, Nginx, Server, free_port, scratch_dir
-from raw_h2 import RawH2
-from test_nginx import check_log
+from harness.nginx import Nginx, Server, check_log, free_port, scratch_dir
+from harness.paths import BIN, PROTOS
+from harness.raw_h2 import RawH2
 
 TRANSPORTS = ["cosocket", "runtime"]
 

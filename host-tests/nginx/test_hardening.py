@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from nginx_harness import PROTOS, WASM, Nginx, Server
-from test_nginx import check_log
+from harness.nginx import Nginx, Server, check_log
+from harness.paths import PROTOS, WASM
 
 # An empty wasm module: a valid module without the exports the shim needs.
 EMPTY_WASM = b"\0asm\x01\0\0\0"

@@ -12,9 +12,9 @@ import urllib.parse
 
 import pytest
 
-from nginx_harness import PROTOS, Nginx, Server
-from raw_h2 import RawH2
-from test_nginx import check_log
+from harness.nginx import Nginx, Server, check_log
+from harness.paths import PROTOS
+from harness.raw_h2 import RawH2
 
 
 class Relay:

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from nginx_harness import Nginx, Server
-from prometheus_text import parse
+from harness.nginx import Nginx, Server
+from harness.prometheus_text import parse
 
 METRICS_INIT = """
 lua_shared_dict grpc_metrics 1m;
@@ -26,7 +26,7 @@ FAIL = (("grpc_method", "Fail"), ("grpc_service", "grpcwasm.testing.Testing"))
 @pytest.fixture(scope="module")
 def servers():
     started = {"greeter": Server("greeter-server"), "testing": Server("testing-server")}
-    from nginx_harness import PROTOS
+    from harness.paths import PROTOS
     yield {**{name: s.addr for name, s in started.items()}, "protos": PROTOS}
     for s in started.values():
         s.stop()

@@ -12,18 +12,8 @@ import urllib.request
 
 import pytest
 
-from nginx_harness import BIN, PROTOS, SHIM, Nginx, Server, ensure_certs, free_port
-
-
-def check_log(proxy):
-    log = proxy.log()
-    # After the whole suite: no crash, no worker exit, no alert.
-    assert "[alert]" not in log, log[-5000:]
-    assert "[emerg]" not in log, log[-5000:]
-    assert "[crit]" not in log, log[-5000:]
-    # Workers exit only at the final graceful stop, and cleanly.
-    assert not re.search(r"exited on signal|exited with code [1-9]", log), log[-5000:]
-    assert proxy.proc.returncode == 0, log[-5000:]
+from harness.nginx import Nginx, Server, check_log, ensure_certs, free_port
+from harness.paths import BIN, PROTOS, SHIM
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +260,7 @@ def test_a_plaintext_call_to_a_grpcio_tls_server_hints_at_tls_on_both_transports
     """grpcio's TLS server (BoringSSL) closes on the HTTP/2 preface without
     an alert that h2 could read: the cosocket saw only 'closed', and said
     nothing of TLS."""
-    from launch import start_interop_server
+    from harness.interop import start_interop_server
 
     proc, ports = start_interop_server(ensure_certs())
     proxy = None

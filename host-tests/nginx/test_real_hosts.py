@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from nginx_harness import PROTOS, SHIM, WASM, Nginx, Server
-from test_nginx import check_log
+from harness.nginx import Nginx, Server, check_log
+from harness.paths import PROTOS, SHIM, WASM
 
 FAKE_RESTY_FFI = 'init_by_lua_block { require("fake_resty_ffi") }'
 

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from nginx_harness import ROOT, SHIM, Nginx
+from harness.nginx import Nginx
+from harness.paths import ROOT, SHIM
 
 
 def read(*path, mode="r"):
@@ -51,7 +52,8 @@ def test_a_shim_of_another_release_is_refused(mode):
 def test_exiting_workers_remove_their_wake_up_sockets(tmp_path):
     """Each worker's wake-up socket lives in a private directory; a worker
     that exits removes it (191 were left on one machine before)."""
-    from nginx_harness import PROTOS, Server
+    from harness.nginx import Server
+    from harness.paths import PROTOS
     greeter = Server("greeter-server")
     proxy = Nginx({"socket_dir": str(tmp_path), "greeter": greeter.addr, "protos": PROTOS}, workers=2)
     try:

@@ -12,8 +12,9 @@ import urllib.request
 
 import pytest
 
-from harness import ROOT, Server, envoy_binary, free_port, stop_process
-from ngx_wasm import nginx_binary
+from harness.envoy import Server, envoy_binary, free_port, stop_process
+from harness.ngx_wasm import nginx_binary
+from harness.paths import ROOT
 
 COMMAND = os.path.join(ROOT, "target", "dist", "grpc-wasm-config")
 MODULE = os.path.join(ROOT, "target", "dist", "grpc_wasm.wasm")

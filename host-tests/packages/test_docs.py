@@ -14,8 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-from config_schema import STATS_TAGS
-from harness import ROOT
+from harness.config_schema import STATS_TAGS
+from harness.paths import ROOT
 
 PAGES = sorted(["README.md", "CONTRIBUTING.md", "CHANGELOG.md",
                 *(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))])

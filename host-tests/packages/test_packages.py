@@ -17,8 +17,9 @@ import urllib.request
 
 import pytest
 
-from config_schema import META, errors
-from harness import ROOT, Envoy, Server, free_port, read_protos, scratch_dir
+from harness.config_schema import META, errors
+from harness.envoy import Envoy, Server, free_port, read_protos, scratch_dir
+from harness.paths import ROOT
 
 DIST = os.path.join(ROOT, "target", "dist")
 PROTOS = os.path.join(ROOT, "protos")
@@ -127,7 +128,7 @@ def test_the_oci_image_is_a_compat_wasm_image_that_envoy_runs(greeter, tmp_path)
     plugin = tmp_path / "bundle" / "rootfs" / "plugin.wasm"
     assert sorted(os.listdir(plugin.parent)) == ["plugin.wasm"]
     assert sha256(plugin) == sha256(dist("grpc_wasm.wasm"))
-    from harness import wasm_filter
+    from harness.envoy import wasm_filter
     config = {"protos": read_protos("helloworld.proto")}
     proxy = Envoy(config, [("/", "greeter", greeter.port)], http_filters=[wasm_filter(config, module=str(plugin))])
     try:

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from resty_ffi import Harness
+from harness.resty_ffi import Harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from resty_ffi import Harness, HarnessError
+from harness.resty_ffi import Harness, HarnessError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

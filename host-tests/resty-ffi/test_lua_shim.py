@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from harness import PROTOS, ROOT, Server
-from resty_ffi import HarnessError
+from harness.envoy import Server
+from harness.paths import PROTOS, ROOT
+from harness.resty_ffi import HarnessError
 
 SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))
 WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))

@@ -3,17 +3,17 @@ lua-cjson) with resty.ffi.grpc loaded through LuaJIT's FFI (no C module),
 against the tonic test servers."""
 
 import os
+import re
 import subprocess
 import time
 import urllib.error
 import urllib.request
 
-from harness import BIN, PROTOS, ROOT, Server, free_port, scratch_dir  # noqa: F401
+from .envoy import Server, free_port, scratch_dir  # noqa: F401
+from .paths import BIN, CERTS, HOST_TESTS, PROTOS, ROOT, SHIM, WASM  # noqa: F401
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHIM = os.environ.get("GRPC_WASM_SHIM", os.path.join(ROOT, "target", "release", "liblua_shim.so"))
-WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
-CERTS = os.path.join(ROOT, "host-tests", "certs")
+# The nginx tests' own Lua (content_by_lua_file per location).
+HERE = os.path.join(HOST_TESTS, "nginx")
 LUA = os.path.join(HERE, "lua")
 
 CONF = """
@@ -124,3 +124,14 @@ class Nginx:
                 subprocess.run(["pkill", "-9", "-P", str(self.proc.pid)], check=False)
                 self.proc.kill()
                 self.proc.wait()
+
+
+def check_log(proxy):
+    log = proxy.log()
+    # After the whole suite: no crash, no worker exit, no alert.
+    assert "[alert]" not in log, log[-5000:]
+    assert "[emerg]" not in log, log[-5000:]
+    assert "[crit]" not in log, log[-5000:]
+    # Workers exit only at the final graceful stop, and cleanly.
+    assert not re.search(r"exited on signal|exited with code [1-9]", log), log[-5000:]
+    assert proxy.proc.returncode == 0, log[-5000:]

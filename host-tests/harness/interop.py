@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from .paths import HOST_TESTS
+
+HERE = os.path.join(HOST_TESTS, "interop")
 
 
 def start_interop_server(certs):

@@ -8,8 +8,9 @@ import subprocess
 import time
 import urllib.error
 
-import config_schema
-from harness import ROOT, WASM, free_port, post_json, scratch_dir, stop_process
+from . import config_schema
+from .envoy import free_port, post_json, scratch_dir, stop_process
+from .paths import ROOT, WASM
 
 BUILD_SCRIPT = os.path.join(ROOT, "scripts", "build-ngx-wasm.sh")
 

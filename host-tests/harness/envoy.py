@@ -14,13 +14,9 @@ import time
 import urllib.error
 import urllib.request
 
-import config_schema
-from config_schema import STATS_TAGS
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BIN = os.path.join(ROOT, "target", "release")
-WASM = os.environ.get("GRPC_WASM_MODULE", os.path.join(ROOT, "target", "grpc_wasm.wasm"))
-PROTOS = os.path.join(ROOT, "protos")
+from . import config_schema
+from .config_schema import STATS_TAGS
+from .paths import BIN, PROTOS, WASM
 
 
 def envoy_binary():

@@ -6,7 +6,8 @@ import os
 import re
 import subprocess
 
-from harness import PROTOS, Envoy, stop_process
+from .envoy import Envoy, stop_process
+from .paths import HOST_TESTS, PROTOS
 
 # The headers a page may send and read cross-origin: gRPC-Web's and
 # Connect's, plus the metadata the tests send.
@@ -50,7 +51,7 @@ class ConnectServer:
     """Connect's own Node server (connect_server.mjs) for the test services."""
 
     def __init__(self, descriptor_set):
-        here = os.path.dirname(os.path.abspath(__file__))
+        here = os.path.join(HOST_TESTS, "js")
         self.proc = subprocess.Popen(["node", os.path.join(here, "connect_server.mjs"), descriptor_set],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=here)
         line = self.proc.stdout.readline()

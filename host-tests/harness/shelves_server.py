@@ -17,8 +17,8 @@ import grpc
 import grpc_tools
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROTOS = os.path.join(HERE, "..", "..", "protos")
+from .paths import PROTOS
+
 SERVICE = "shelves.Bookstore"
 
 

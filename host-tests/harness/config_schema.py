@@ -8,7 +8,9 @@ import os
 
 import jsonschema
 
-META_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "dist", "grpc_wasm.meta.json")
+from .paths import ROOT
+
+META_PATH = os.path.join(ROOT, "scripts", "dist", "grpc_wasm.meta.json")
 
 with open(META_PATH) as f:
     META = json.load(f)
