@@ -31,5 +31,7 @@ pub mod wasm;
 
 #[cfg(feature = "host")]
 pub use client::{compression_named, CallOptions, Client, ClientError, Event};
+#[cfg(feature = "core-module")]
+pub use wasm::CoreModule;
 #[cfg(feature = "host")]
-pub use wasm::{CoreModule, HostError};
+pub use wasm::HostError;

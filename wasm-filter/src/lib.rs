@@ -10,7 +10,7 @@
 //! - [`contract`]: what the proxy-wasm filter and its hosts agree on.
 //!
 //! The same code builds natively and for `wasm32-wasip1`; hosts reach it in
-//! wasm through the exports of `abi` (only on wasm32).
+//! wasm through its own exports, `exports` (only on wasm32).
 
 pub mod code;
 pub mod contract;
@@ -30,7 +30,7 @@ pub mod timeout;
 pub mod web;
 
 #[cfg(all(target_arch = "wasm32", feature = "proxy-module"))]
-pub mod abi;
+pub mod exports;
 
 /// The project's version: the workspace's, in every artifact (the
 /// module, the shim, the Lua API, the npm package).

@@ -459,14 +459,15 @@ fn no_route() -> LocalReply {
     }
 }
 
-/// The version a module says it is (`grpc_wasm_version`); `None` for a
+/// The version a module says it is (`grpc_wasm_module_version`); `None` for a
 /// module from before it said.
 fn module_version(
     instance: &wasmtime::Instance,
     store: &mut Store<HostState>,
     memory: wasmtime::Memory,
 ) -> Result<Option<String>, HostError> {
-    let Ok(version) = instance.get_typed_func::<(), u64>(&mut *store, "grpc_wasm_version") else {
+    let Ok(version) = instance.get_typed_func::<(), u64>(&mut *store, "grpc_wasm_module_version")
+    else {
         return Ok(None);
     };
     let packed = version.call(&mut *store, ()).map_err(trap)?;
@@ -487,7 +488,7 @@ fn check_version(module: Option<&str>) -> Result<(), HostError> {
         Some(version) if version == shim => Ok(()),
         other => Err(HostError::Load(format!(
             "the module is grpc-wasm {}, and liblua_shim.so is {shim}: install both from the same release",
-            other.unwrap_or("from before 0.1.0 (it has no grpc_wasm_version)")
+            other.unwrap_or("from before 0.1.0 (it has no grpc_wasm_module_version)")
         ))),
     }
 }

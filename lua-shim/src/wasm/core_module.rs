@@ -1,5 +1,5 @@
 //! A typed client of the core module's own exports (`grpc_wasm_*`, see
-//! wasm-filter/src/abi.rs): load protos, JSON → protobuf, protobuf → JSON,
+//! wasm-filter/src/exports.rs): load protos, JSON → protobuf, protobuf → JSON,
 //! protobuf → protobuf.
 
 use grpc_wasm::JsonOptions;

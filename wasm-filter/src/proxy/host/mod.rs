@@ -2,7 +2,7 @@
 //! wrappers over it that turn every host answer into a `Result`: no status
 //! the host may return can make the module trap.
 //!
-//! The wasm32 build talks to the proxy through `abi::AbiHost`, the raw
+//! The wasm32 build talks to the proxy through `hostcalls::AbiHost`, the raw
 //! proxy-wasm 0.2.1 host functions. Native builds have no proxy: tests
 //! install a [`mock::MockHost`] (or any `Host`) with [`install`] and drive
 //! the filter's callbacks as a proxy would.
@@ -14,7 +14,7 @@ use crate::contract::pairs::{self, Change};
 use crate::contract::{BufferType, ContextId, LogLevel, MapType, MetricType, ProxyStatus, Token};
 
 #[cfg(target_arch = "wasm32")]
-mod abi;
+mod hostcalls;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mock;
 
@@ -95,8 +95,8 @@ pub trait Host {
 }
 
 #[cfg(target_arch = "wasm32")]
-fn current() -> &'static abi::AbiHost {
-    &abi::AbiHost
+fn current() -> &'static hostcalls::AbiHost {
+    &hostcalls::AbiHost
 }
 
 #[cfg(not(target_arch = "wasm32"))]

@@ -49,7 +49,7 @@ pub extern "C" fn grpc_wasm_buffer(len: usize) -> *mut u8 {
 /// The module's version (`crate::VERSION`): address in the high 32 bits,
 /// length in the low. A host built from another version refuses the module.
 #[no_mangle]
-pub extern "C" fn grpc_wasm_version() -> u64 {
+pub extern "C" fn grpc_wasm_module_version() -> u64 {
     let version = crate::VERSION.as_bytes();
     ((version.as_ptr() as usize as u64) << 32) | version.len() as u64
 }
