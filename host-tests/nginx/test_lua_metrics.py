@@ -169,6 +169,22 @@ def test_named_headers_propagate_and_the_user_agent_names_grpc_wasm(servers, tra
                                      headers={"x-request-id": "r-2"})
         with urllib.request.urlopen(req, timeout=20) as r:
             assert json.loads(r.read())["x-request-id"] == "mine"
+        # init_by_lua checked nothing in the master: a reload must find a
+        # replaced liblua_shim.so on disk, not the master's copy.
+        with open(f"/proc/{proxy.proc.pid}/maps") as f:
+            assert "liblua_shim" not in f.read()
+    finally:
+        proxy.stop()
+
+
+def test_a_name_init_by_lua_recorded_is_refused_at_each_workers_first_use(servers):
+    init = 'init_by_lua_block { assert(require("resty.ffi.grpc").init{propagate = {"traceparent", "TE"}}) }'
+    proxy = Nginx(servers, workers=1, http_extra=init)
+    try:
+        for _ in range(2):
+            status, body = proxy.get("/t/first_use")
+            assert (status, body) == (200, "false grpc.init{propagate}: propagate[2]: te is the HTTP/2, gRPC or "
+                                           "proxy's own, not metadata a call can carry\n"), body
     finally:
         proxy.stop()
 

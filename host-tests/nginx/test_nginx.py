@@ -127,6 +127,14 @@ def test_named_headers_propagate_through_lua_resty_ffi(nginx_resty_ffi):
     assert metadata["traceparent"] == headers["traceparent"], metadata
     # The call's own metadata wins over the header of the same name.
     assert metadata["x-request-id"] == "mine", metadata
+    # A value that is no UTF-8 (nginx takes obs-text) stays behind alone:
+    # the lua-resty-ffi task is JSON, which could not carry it as text.
+    req = urllib.request.Request(f"http://127.0.0.1:{nginx_resty_ffi.port}/t/propagate_named_here",
+                                 headers={"traceparent": "caf\u00e9", "x-request-id": "r-2"})
+    with urllib.request.urlopen(req, timeout=20) as r:
+        metadata = json.loads(r.read())
+    assert "traceparent" not in metadata, metadata
+    assert metadata["x-request-id"] == "r-2", metadata
 
 
 def test_stock_nginx_takes_the_ffi_path(nginx):

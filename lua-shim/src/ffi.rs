@@ -696,7 +696,7 @@ pub unsafe extern "C" fn grpc_wasm_start(
 /// as its length in decimal, `:` and its bytes. Lengths, not separators,
 /// so that no byte of a value can start an entry of its own: the value is
 /// what the metadata rule (`grpc_wasm::metadata::check_entry`) then sees.
-fn split_pairs(mut raw: &[u8]) -> Result<Vec<(String, String)>, &'static str> {
+pub(crate) fn split_pairs(mut raw: &[u8]) -> Result<Vec<(String, String)>, &'static str> {
     let mut pairs = Vec::new();
     while !raw.is_empty() {
         let key = length_prefixed(&mut raw)?;

@@ -304,6 +304,20 @@ fn number(request: &Value, name: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("missing number field '{name}'"))
 }
 
+/// The served request's headers a call carries on: length-prefixed pairs
+/// in base64 (the FFI path's form; a header value need not be UTF-8,
+/// which the task's JSON must be), none when absent.
+fn propagated_pairs(request: &Value) -> Result<Vec<(String, String)>, String> {
+    use base64::Engine;
+    let Some(text) = request["propagated"].as_str() else {
+        return Ok(Vec::new());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("propagated: not base64: {e}"))?;
+    crate::ffi::split_pairs(&bytes).map_err(str::to_string)
+}
+
 fn optional(request: &Value, name: &str) -> Option<String> {
     request[name].as_str().map(str::to_string)
 }
@@ -393,7 +407,7 @@ impl Runtime {
                 let options = crate::CallOptions {
                     timeout_ms: r["timeout"].as_u64(),
                     metadata: pairs("metadata"),
-                    propagated: pairs("propagated"),
+                    propagated: propagated_pairs(r)?,
                     json_options: optional(r, "json"),
                     compression: compression.transpose()?.unwrap_or_default(),
                 };

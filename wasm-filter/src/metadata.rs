@@ -74,15 +74,17 @@ pub fn check_propagated(name: &str) -> Result<String, MetadataError> {
     Ok(key)
 }
 
-/// Whether a named request header's value can go on as metadata (base64
-/// under a `-bin` key, printable ASCII under any other); one that cannot
-/// stays behind and the call goes on without it.
+/// Whether a named request header's value can go on as metadata, as it
+/// came: printable ASCII, and under a `-bin` key base64 with nothing
+/// around it (the value goes on untrimmed, so the whitespace
+/// [`decode_binary`] forgives would reach the wire). One that cannot stays
+/// behind and the call goes on without it.
 pub fn propagates_value(key: &str, value: &[u8]) -> bool {
-    if is_binary_key(key) {
-        decode_binary(key, value).is_ok()
-    } else {
-        check_ascii(key, value).is_ok()
+    if check_ascii(key, value).is_err() {
+        return false;
     }
+    !is_binary_key(key)
+        || (value.trim_ascii().len() == value.len() && decode_binary(key, value).is_ok())
 }
 
 /// The headers a call carries on from the request it serves: each
@@ -354,6 +356,8 @@ mod tests {
             pair("tracestate", "caf\u{e9}"),
             pair("trace-bin", "AAEC/w=="),
             pair("bad-bin", "***"),
+            pair("spaced-bin", "AAEC/w==\t"),
+            pair("lined-bin", "\nAAEC"),
             pair("te", "trailers"),
         ];
         let kept: Vec<_> = propagated(&own, &named).map(|(k, _)| k.as_str()).collect();

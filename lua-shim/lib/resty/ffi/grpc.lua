@@ -96,6 +96,19 @@ local function start_publishing()
     end
 end
 
+-- Names of grpc.init{propagate} that metadata cannot carry (the
+-- protocols' own headers, the proxy's), by the core's rule, which the shim
+-- holds: nil, or why the first such name is refused.
+local function refused_name(names, shim)
+    for i, name in ipairs(names) do
+        local why = native.check_propagated(name[1], shim)
+        if why then
+            return "propagate[" .. i .. "]: " .. why
+        end
+    end
+    return nil
+end
+
 local function ready()
     if initialised == ngx.worker.pid() then
         return true
@@ -109,6 +122,14 @@ local function ready()
     -- over cosockets a call never leaves nginx's thread, while each
     -- lua-resty-ffi task is a hop to the shim's thread and back (about
     -- 1.5-2x a native client against about 1x, in make bench-lua).
+    local names = settings.propagate
+    if names and names.unchecked then
+        local why = refused_name(names, settings.shim)
+        if why then
+            return nil, "grpc.init{propagate}: " .. why
+        end
+        names.unchecked = nil
+    end
     local mode = settings.mode or getenv("GRPC_WASM_MODE") or "ffi"
     if not BACKENDS[mode] then
         return nil, "unknown mode '" .. tostring(mode) .. "' (ffi or resty_ffi)"
@@ -208,9 +229,10 @@ local function propagated()
 end
 
 -- grpc.init's propagate: a list of header names, kept as { key, variable }.
--- Names that metadata cannot carry (the protocols' own headers, the
--- proxy's) are refused here, by the core's rule, rather than failing every
--- call that meets them.
+-- A name metadata cannot carry is refused here rather than failing every
+-- call that meets it; in init_by_lua (the master, which never loads the
+-- shim: a reload must find a replaced library on disk) the names wait for
+-- each worker's first use, which refuses them the same way.
 local function check_propagate(list, shim)
     if list == nil then
         return nil
@@ -223,12 +245,16 @@ local function check_propagate(list, shim)
         if type(name) ~= "string" then
             return nil, "propagate[" .. i .. "] must be a header name, got " .. tostring(name)
         end
-        local why = native.check_propagated(name, shim)
-        if why then
-            return nil, "propagate[" .. i .. "]: " .. why
-        end
         local key = name:lower()
         names[i] = { key, "http_" .. key:gsub("[-.]", "_") }
+    end
+    if ngx.get_phase() == "init" then
+        names.unchecked = true
+        return names
+    end
+    local why = refused_name(names, shim)
+    if why then
+        return nil, why
     end
     return names
 end

@@ -46,8 +46,9 @@ fn forwarded(callout: &Callout, key: &str) -> bool {
 /// The metadata of a call: the configured entries, then every request
 /// header `grpc-metadata-<key>` as `<key>` that the configuration lets
 /// through (never `x-envoy-*`), then the headers `callout.propagate`
-/// names that neither sets (the core's rule, as for the shim's
-/// `grpc.init{propagate}`). `-bin` values stay base64 text,
+/// names whose value metadata can carry (the core's rule, as for the
+/// shim's `grpc.init{propagate}`), unless the configuration sets them; a
+/// carried header replaces the client's `grpc-metadata-` entry of its name. `-bin` values stay base64 text,
 /// which is how the host puts them on the wire; they are checked here so
 /// that a bad one is the client's 400, not the server's.
 pub fn call_metadata<'a>(
@@ -92,7 +93,20 @@ pub fn call_metadata<'a>(
         })?;
         out.push((key, text));
     }
-    let carried: Vec<_> = metadata::propagated(&out, &named).cloned().collect();
+    // The configuration's entries win over a carried header; a carried
+    // header wins over the client's `grpc-metadata-<name>`, since a filter
+    // before this one may have set it (an identity, a request id) and the
+    // client must not replace it.
+    let configured = callout.metadata.len();
+    let carried: Vec<_> = metadata::propagated(&out[..configured], &named)
+        .cloned()
+        .collect();
+    let clients = out.split_off(configured);
+    out.extend(
+        clients
+            .into_iter()
+            .filter(|(key, _)| !carried.iter().any(|(k, _)| k == key)),
+    );
     out.extend(carried);
     Ok(out)
 }
@@ -291,9 +305,10 @@ mod tests {
             ]
         );
         assert!(crate::USER_AGENT.starts_with("grpc-wasm/0."));
-        // The client's own metadata, and the configuration's, win over a
-        // header carried on under the same name; a value metadata cannot
-        // carry stays behind.
+        // The configuration's metadata wins over a header carried on under
+        // the same name, and the carried header over the client's
+        // grpc-metadata- entry (a filter before may have set it); a value
+        // metadata cannot carry stays behind.
         let own: Vec<(&[u8], &[u8])> = vec![
             (b"x-request-id", b"theirs"),
             (b"grpc-metadata-x-request-id", b"mine"),
@@ -310,7 +325,10 @@ mod tests {
         };
         assert_eq!(
             call_metadata(&named, own.iter().copied()).unwrap(),
-            vec![traced("x-origin", "proxy"), traced("x-request-id", "mine")]
+            vec![
+                traced("x-origin", "proxy"),
+                traced("x-request-id", "theirs")
+            ]
         );
     }
 

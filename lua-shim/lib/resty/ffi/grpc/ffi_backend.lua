@@ -10,11 +10,12 @@ local semaphore = require("ngx.semaphore")
 local native = require("resty.ffi.grpc.shim")
 
 local ngx = ngx
-local pairs, tostring, tonumber = pairs, tostring, tonumber
+local tostring, tonumber = tostring, tonumber
 local concat = table.concat
 local ffi_string, ffi_new = ffi.string, ffi.new
 local settings, find_shim, find_module = native.settings, native.find_shim, native.find_module
 local cache_dir, keepalive_of = native.cache_dir, native.keepalive_of
+local flatten_pairs = native.flatten_pairs
 
 local C
 -- The shim's defaults (ms), for the cosocket's own connect timeout.
@@ -130,6 +131,10 @@ function ffi_backend.init()
     if version ~= native.VERSION then
         return nil, "resty.ffi.grpc is " .. native.VERSION .. ", and " .. shim .. " is " .. version
             .. ": install both from the same release"
+    end
+    local older = native.older_build(lib, shim)
+    if older then
+        return nil, older
     end
     local module, merr = find_module(shim)
     if not module then
@@ -468,29 +473,9 @@ function ffi_backend.conn_close(id)
     end
 end
 
--- Keys and values in turn, each as its length, ':' and its bytes: no byte
--- of a value can start an entry of its own, and the native side checks
--- the metadata rule on the values as they are.
-local function flatten(metadata)
-    if not metadata then
-        return nil, 0
-    end
-    local parts = {}
-    for k, v in pairs(metadata) do
-        parts[#parts + 1] = #k
-        parts[#parts + 1] = ":"
-        parts[#parts + 1] = k
-        parts[#parts + 1] = #v
-        parts[#parts + 1] = ":"
-        parts[#parts + 1] = v
-    end
-    local flat = concat(parts)
-    return flat, #flat
-end
-
 function ffi_backend.start(conn, path, body, timeout, metadata, propagated, json, compression)
-    local md, md_len = flatten(metadata)
-    local pr, pr_len = flatten(propagated)
+    local md, md_len = flatten_pairs(metadata)
+    local pr, pr_len = flatten_pairs(propagated)
     local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, pr, pr_len,
                                  json, compression)
     if id < 0 then

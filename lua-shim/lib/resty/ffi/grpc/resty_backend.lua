@@ -56,6 +56,11 @@ function resty_backend.init()
     if not module then
         return nil, merr
     end
+    local lok, lib = pcall(ffi.load, shim)
+    local older = lok and native.older_build(lib, shim)
+    if older then
+        return nil, older
+    end
     local cfg = cjson.encode({ module = module, cache_dir = cache_dir(), version = native.VERSION,
                                max_queued_bytes = settings.max_queued_bytes })
     -- ngx.load_ffi raises when the library cannot be loaded (ffi.load).
@@ -100,8 +105,12 @@ function resty_backend.conn_close(id)
 end
 
 function resty_backend.start(conn, path, body, timeout, metadata, propagated, json, compression)
+    -- The served request's headers as they came, which need not be UTF-8
+    -- (JSON's own strings must): length-prefixed pairs in base64, as the
+    -- FFI path hands them over, so that the core drops a bad value alone.
+    local named = propagated and ngx.encode_base64((native.flatten_pairs(propagated)))
     local id, err = task({ op = "start", conn = conn, path = path, body = body, timeout = timeout,
-                           metadata = metadata, propagated = propagated, json = json,
+                           metadata = metadata, propagated = named, json = json,
                            compression = compression })
     return tonumber(id), err
 end

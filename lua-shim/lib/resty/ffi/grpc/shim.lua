@@ -4,7 +4,8 @@
 -- backends share, so that they find and configure the native side alike.
 local ffi = require("ffi")
 
-local tostring = tostring
+local tostring, pairs = tostring, pairs
+local concat = table.concat
 
 -- The project's version: liblua_shim.so and grpc_wasm.wasm must be of the
 -- same release (the backends check the shim; the shim checks the module).
@@ -123,6 +124,28 @@ local function find_module(shim)
     return path
 end
 
+-- Keys and values in turn, each as its length, ':' and its bytes: no byte
+-- of a value can start an entry of its own, and the native side checks
+-- the metadata rule on the values as they are. Both backends send
+-- metadata so (lua-resty-ffi's tasks in base64: they are JSON, and a
+-- header value need not be UTF-8).
+local function flatten_pairs(metadata)
+    if not metadata then
+        return nil, 0
+    end
+    local parts = {}
+    for k, v in pairs(metadata) do
+        parts[#parts + 1] = #k
+        parts[#parts + 1] = ":"
+        parts[#parts + 1] = k
+        parts[#parts + 1] = #v
+        parts[#parts + 1] = ":"
+        parts[#parts + 1] = v
+    end
+    local flat = concat(parts)
+    return flat, #flat
+end
+
 -- Why a request header cannot be named in grpc.init{propagate}, by the
 -- core's rule (the shim's, as the filter's callout.propagate); nil when it
 -- can. `shim` is where grpc.init is told the shim is, if it is. The rule
@@ -153,6 +176,17 @@ local function check_propagated(name, shim)
     return nil
 end
 
+-- A shim of this release's version but an older build, from before
+-- grpc_wasm_start took the propagated headers (its calls would read their
+-- arguments wrongly): nil, or why it is refused.
+local function older_build(lib, shim)
+    if pcall(function() return lib.grpc_wasm_check_propagate end) then
+        return nil
+    end
+    return shim .. " is an older build of " .. _M.VERSION .. " (it has no grpc_wasm_check_propagate):"
+        .. " install liblua_shim.so and resty.ffi.grpc from the same build"
+end
+
 -- The compiled-module cache: nil lets the shim pick its private default
 -- directory; false (or "") disables the cache.
 local function cache_dir()
@@ -179,6 +213,8 @@ _M.getenv = getenv
 _M.find_shim = find_shim
 _M.find_module = find_module
 _M.check_propagated = check_propagated
+_M.older_build = older_build
+_M.flatten_pairs = flatten_pairs
 _M.cache_dir = cache_dir
 _M.keepalive_of = keepalive_of
 
