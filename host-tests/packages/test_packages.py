@@ -75,7 +75,7 @@ def greeter():
 # What grpc_wasm.wasm may weigh: a little over its size, so that growth is
 # a decision (the commit that raises it says why) and not a drift. The goal
 # is 1 MiB; docs/benchmarks.md says what stands in the way.
-MODULE_BUDGET_BYTES = 1_612_700
+MODULE_BUDGET_BYTES = 1_613_000
 
 
 def test_the_module_stays_within_its_size_budget():
