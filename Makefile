@@ -3,6 +3,8 @@
 
 WASM_RAW := target/wasm32-wasip1/wasm/grpc_wasm.wasm
 WASM     := target/grpc_wasm.wasm
+WASM_LITE_RAW := target/wasm32-wasip1/wasm-lite/grpc_wasm.wasm
+WASM_LITE     := target/grpc_wasm_lite.wasm
 # The Python tests' shared modules are one package, host-tests/harness:
 # pytest finds it by pyproject.toml's pythonpath, and the scripts run here
 # directly (soak, interop, demo, the benchmarks) by this.
@@ -11,7 +13,7 @@ export PYTHONPATH := $(HOST_TESTS)
 # The features rustc enables by default for wasm32-wasip1.
 WASM_OPT_FEATURES := --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int --enable-mutable-globals
 
-.PHONY: all build-deps deps install packages wasm npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-envoy-scale bench-ngx bench-filter-profile bench-lua bench-lua-instructions bench-js clean
+.PHONY: all build-deps deps install packages wasm wasm-lite npm build dist build-tests test lint fuzz fuzz-ci soak unit differential filter envoy nginx resty-ffi conformance interop js demo bench bench-core bench-amplification bench-envoy bench-envoy-instructions bench-envoy-scale bench-ngx bench-filter-profile bench-lua bench-lua-instructions bench-js clean
 
 all: build
 
@@ -29,6 +31,14 @@ wasm: build-deps
 	wasm-opt -O3 $(WASM_OPT_FEATURES) $(WASM_RAW) -o $(WASM)
 	@echo "$(WASM): $$(stat -c %s $(WASM)) bytes (wasm-opt -O3; before: $$(stat -c %s $(WASM_RAW)))"
 
+# The same filter without the .proto compiler, for proxies configured with
+# descriptor sets (Envoy's own users give them): smaller, and it refuses
+# "protos" with a message saying so. The shim needs the full module.
+wasm-lite: build-deps
+	cargo build -p grpc-wasm --target wasm32-wasip1 --profile wasm-lite --no-default-features --features proxy-module
+	wasm-opt -O3 $(WASM_OPT_FEATURES) $(WASM_LITE_RAW) -o $(WASM_LITE)
+	@echo "$(WASM_LITE): $$(stat -c %s $(WASM_LITE)) bytes (wasm-opt -O3; before: $$(stat -c %s $(WASM_LITE_RAW)))"
+
 # The npm package for browsers and Node (js/npm): the core built by
 # wasm-bindgen twice, with the .proto compiler and without, and its .d.ts.
 npm: build-deps
@@ -44,7 +54,7 @@ build: wasm npm
 # archive and rock, the npm package. The shim is the release build the
 # tests ran (the same cargo command as build-tests: another would resolve
 # features anew and relink it), without its symbols (dist.sh strips them).
-dist: wasm npm
+dist: wasm wasm-lite npm
 	cargo build --release --workspace --all-targets
 	scripts/dist/dist.sh
 
@@ -82,6 +92,7 @@ lint: deps npm
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p lua-shim --no-default-features --lib -- -D warnings
 	cargo clippy -p grpc-wasm --target wasm32-wasip1 --lib -- -D warnings
+	cargo clippy -p grpc-wasm --target wasm32-wasip1 --no-default-features --features proxy-module --lib -- -D warnings
 	cargo clippy -p grpc-wasm-js --target wasm32-unknown-unknown -- -D warnings
 	cargo clippy -p grpc-wasm-js --target wasm32-unknown-unknown --no-default-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings -A rustdoc::private-intra-doc-links" \

@@ -5,6 +5,7 @@ empty tree, the release archive unpacked, and `make install PREFIX`, each
 then called from nginx; the npm package installed by npm and run by Node;
 Kong's metadata against good and bad configurations; the checksums."""
 
+import base64
 import hashlib
 import json
 import os
@@ -86,6 +87,30 @@ def test_the_module_stays_within_its_size_budget():
         "(target/wasm32-wasip1/wasm/grpc_wasm.wasm), or raise the budget in a commit that says why")
 
 
+# grpc_wasm_lite.wasm, the filter without the .proto compiler, held the
+# same way.
+LITE_MODULE_BUDGET_BYTES = 1_275_600
+
+
+def test_the_lite_module_transcodes_with_a_descriptor_set_within_its_budget(greeter, tmp_path):
+    size = os.path.getsize(dist("grpc_wasm_lite.wasm"))
+    assert size <= LITE_MODULE_BUDGET_BYTES, (
+        f"grpc_wasm_lite.wasm is {size:,} B, over its budget of {LITE_MODULE_BUDGET_BYTES:,} B: find what grew "
+        "with `twiggy top`, or raise the budget in a commit that says why")
+    assert size < os.path.getsize(dist("grpc_wasm.wasm")) - 100_000, "the lite module still links the compiler"
+    from harness.envoy import wasm_filter
+    from harness.throughput import descriptor_set
+    with open(descriptor_set(str(tmp_path)), "rb") as f:
+        config = {"descriptor_set": base64.b64encode(f.read()).decode()}
+    proxy = Envoy(config, [("/", "greeter", greeter.port)],
+                  http_filters=[wasm_filter(config, module=dist("grpc_wasm_lite.wasm"))])
+    try:
+        status, body, _ = proxy.post("/helloworld.Greeter/SayHello", {"name": "lite"})
+        assert (status, body) == (200, {"message": "Hello lite!"}), proxy.log()
+    finally:
+        proxy.stop()
+
+
 # The npm package's two builds, held the same way (make npm writes them).
 NPM_WASM_BUDGET_BYTES = {"full": 1_000_000, "lite": 766_000}
 
@@ -101,7 +126,7 @@ def test_the_npm_wasm_files_stay_within_their_size_budgets(build):
 
 
 def test_every_package_is_there_with_its_checksum():
-    names = {"grpc_wasm.wasm", "grpc_wasm.meta.json", "grpc-wasm-config",
+    names = {"grpc_wasm.wasm", "grpc_wasm_lite.wasm", "grpc_wasm.meta.json", "grpc-wasm-config",
              f"grpc-wasm-openresty-{VERSION}-linux-{ARCH}.tar.gz", f"grpc-wasm-{VERSION}-1.rockspec",
              f"grpc-wasm-{VERSION}-1.linux-{ARCH}.rock", f"grpc-wasm-{VERSION}.tgz"}
     with open(dist("SHA256SUMS")) as f:
@@ -109,8 +134,9 @@ def test_every_package_is_there_with_its_checksum():
     assert set(sums) == names
     for name, digest in sums.items():
         assert sha256(dist(name)) == digest, name
-    with open(dist("grpc_wasm.wasm.sha256")) as f:
-        assert f.read() == f"{sums['grpc_wasm.wasm']}  grpc_wasm.wasm\n"
+    for module in ("grpc_wasm.wasm", "grpc_wasm_lite.wasm"):
+        with open(dist(f"{module}.sha256")) as f:
+            assert f.read() == f"{sums[module]}  {module}\n"
     # The module is the one the tests ran, and says the workspace's version.
     assert sha256(dist("grpc_wasm.wasm")) == sha256(os.path.join(ROOT, "target", "grpc_wasm.wasm"))
 

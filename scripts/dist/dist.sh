@@ -3,6 +3,8 @@
 # one version (the workspace's) and listed in SHA256SUMS:
 #
 #   grpc_wasm.wasm (+ .sha256)               the module, for any proxy-wasm host
+#   grpc_wasm_lite.wasm (+ .sha256)          the same without the .proto
+#                                            compiler: descriptor sets only
 #   oci/                                     it as an OCI image layout (Istio,
 #                                            Envoy Gateway), tag <version>
 #   grpc_wasm.meta.json                      Kong's filter metadata: the
@@ -18,7 +20,7 @@
 #   grpc-wasm-<v>/                           the release archive, unpacked
 #                                            (what `make install` copies)
 #
-# Expects the module (make wasm), the npm package (make npm) and the shim
+# Expects the modules (make wasm wasm-lite), the npm package (make npm) and the shim
 # (cargo build --release -p lua-shim --lib): the Makefile's
 # dist target builds them first. The archives are the same bytes for the
 # same inputs (no times, owners or names of this machine in them).
@@ -43,6 +45,8 @@ mkdir -p "$dist"
 # vm_config.code.remote.sha256, Istio's WasmPlugin.sha256).
 cp target/grpc_wasm.wasm "$dist/grpc_wasm.wasm"
 (cd "$dist" && sha256sum grpc_wasm.wasm > grpc_wasm.wasm.sha256)
+cp target/grpc_wasm_lite.wasm "$dist/grpc_wasm_lite.wasm"
+(cd "$dist" && sha256sum grpc_wasm_lite.wasm > grpc_wasm_lite.wasm.sha256)
 
 python3 scripts/dist/oci_image.py "$dist/grpc_wasm.wasm" "$dist/oci" "$version"
 cp scripts/dist/grpc_wasm.meta.json scripts/dist/grpc-wasm-config "$dist/"
@@ -95,7 +99,7 @@ EOF
 # The npm package as npm publishes it.
 (cd js/npm && npm pack --silent --pack-destination "../../$dist" >/dev/null)
 
-(cd "$dist" && sha256sum grpc_wasm.wasm grpc_wasm.meta.json grpc-wasm-config "$tarball" "$rockspec" ./*.rock ./*.tgz |
+(cd "$dist" && sha256sum grpc_wasm.wasm grpc_wasm_lite.wasm grpc_wasm.meta.json grpc-wasm-config "$tarball" "$rockspec" ./*.rock ./*.tgz |
   sed 's| \./| |' > SHA256SUMS)
 echo "$dist:"
 (cd "$dist" && ls -l --time-style=+ | sed 1d)

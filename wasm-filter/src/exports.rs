@@ -85,10 +85,12 @@ pub unsafe extern "C" fn grpc_wasm_free(ptr: *mut u8, len: usize) {
     }
 }
 
-/// Compiles one `.proto` file (name and source, both UTF-8).
+/// Compiles one `.proto` file (name and source, both UTF-8). Not in a
+/// module built without the compiler.
 ///
 /// # Safety
 /// The pointers must address `len` readable bytes of this module's memory.
+#[cfg(feature = "compiler")]
 #[no_mangle]
 pub unsafe extern "C" fn grpc_wasm_load_proto(
     name: *const u8,
@@ -114,6 +116,7 @@ pub unsafe extern "C" fn grpc_wasm_load_proto(
 ///
 /// # Safety
 /// The pointers must address `len` readable bytes of this module's memory.
+#[cfg(feature = "compiler")]
 #[no_mangle]
 pub unsafe extern "C" fn grpc_wasm_proto_imports(
     name: *const u8,

@@ -360,9 +360,7 @@ impl FilterConfig {
                 .map_err(|e| format!("descriptor_set: {e}"))?;
         }
         if !raw.protos.is_empty() {
-            registry
-                .add_sources(raw.protos.iter().map(|(n, s)| (n.as_str(), s.as_str())))
-                .map_err(|e| format!("protos: {e}"))?;
+            add_protos(&mut registry, &raw.protos)?;
         }
         if raw.protos.is_empty() && raw.descriptor_set.is_none() {
             return Err(
@@ -523,6 +521,25 @@ fn check_callout(raw: RawCallout) -> Result<Callout, String> {
         propagate,
         forward_request_headers: false,
     })
+}
+
+/// Compiles the configuration's `.proto` sources into `registry`.
+#[cfg(feature = "compiler")]
+fn add_protos(registry: &mut Registry, protos: &BTreeMap<String, String>) -> Result<(), String> {
+    registry
+        .add_sources(protos.iter().map(|(n, s)| (n.as_str(), s.as_str())))
+        .map_err(|e| format!("protos: {e}"))
+}
+
+/// A module built without the `.proto` compiler (grpc_wasm_lite.wasm)
+/// takes descriptor sets only, and says so rather than ignoring `protos`.
+#[cfg(not(feature = "compiler"))]
+fn add_protos(_: &mut Registry, _: &BTreeMap<String, String>) -> Result<(), String> {
+    Err(
+        "protos: this module is built without the .proto compiler (grpc_wasm_lite.wasm): \
+         give \"descriptor_set\" (protoc --include_imports -o), or load grpc_wasm.wasm"
+            .into(),
+    )
 }
 
 /// The bindings of the exposed methods, and the ones left out with why.
