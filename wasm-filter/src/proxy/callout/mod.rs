@@ -101,13 +101,14 @@ pub fn call_metadata<'a>(
     let carried: Vec<_> = metadata::propagated(&out[..configured], &named)
         .cloned()
         .collect();
-    let clients = out.split_off(configured);
-    out.extend(
-        clients
-            .into_iter()
-            .filter(|(key, _)| !carried.iter().any(|(k, _)| k == key)),
-    );
-    out.extend(carried);
+    if !carried.is_empty() {
+        let mut index = 0;
+        out.retain(|(key, _)| {
+            index += 1;
+            index <= configured || !carried.iter().any(|(k, _)| k == key)
+        });
+        out.extend(carried);
+    }
     Ok(out)
 }
 
