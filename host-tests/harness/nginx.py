@@ -9,8 +9,9 @@ import time
 import urllib.error
 import urllib.request
 
+# Re-exported: the nginx tests take their servers and ports from here.
 from .envoy import Server, free_port, scratch_dir  # noqa: F401
-from .paths import BIN, CERTS, HOST_TESTS, PROTOS, ROOT, SHIM, WASM  # noqa: F401
+from .paths import BIN, CERTS, HOST_TESTS, ROOT, SHIM, WASM
 
 # The nginx tests' own Lua (content_by_lua_file per location).
 HERE = os.path.join(HOST_TESTS, "nginx")
