@@ -109,6 +109,12 @@ def test_the_lite_module_transcodes_with_a_descriptor_set_within_its_budget(gree
         assert (status, body) == (200, {"message": "Hello lite!"}), proxy.log()
     finally:
         proxy.stop()
+    # "protos" is refused, naming what to give instead: Envoy does not start.
+    config = {"protos": read_protos("helloworld.proto")}
+    with pytest.raises(Exception, match=r"protos: this module is built without the \.proto compiler "
+                                        r"\(grpc_wasm_lite\.wasm\): give \"descriptor_set\""):
+        Envoy(config, [("/", "greeter", greeter.port)],
+              http_filters=[wasm_filter(config, module=dist("grpc_wasm_lite.wasm"))])
 
 
 # The npm package's two builds, held the same way (make npm writes them).
