@@ -79,18 +79,18 @@ fn main() -> Result<(), String> {
         None => 2000,
     };
     let case = case(&name).ok_or(format!("no case {name}: hello, books or book"))?;
-    let config = serde_json::json!({"protos": {
-        "helloworld.proto": include_str!("../../../protos/helloworld.proto"),
-        "library.proto": include_str!("../../../protos/library.proto"),
-    }})
+    // A bodiless binding is called back through Envoy's internal listener,
+    // as docs/envoy.md configures it.
+    let config = serde_json::json!({
+        "protos": {
+            "helloworld.proto": include_str!("../../../protos/helloworld.proto"),
+            "library.proto": include_str!("../../../protos/library.proto"),
+        },
+        "loopback_cluster": "loopback",
+    })
     .to_string();
     let host = Rc::new(MockHost::default());
     host.set_buffer_bytes(BufferType::PluginConfiguration, config.as_bytes());
-    // Envoy calls a bodiless binding on the route's cluster (callout mode).
-    host.state
-        .borrow_mut()
-        .properties
-        .insert(b"xds\0cluster_name".to_vec(), b"library".to_vec());
     install(host.clone());
     proxy_on_context_create(ROOT, 0);
     if proxy_on_configure(ROOT, config.len() as u32) != 1 {
