@@ -6,6 +6,7 @@
 //! - [`status`], [`code`], [`details`]: call outcomes;
 //! - [`metadata`], [`timeout`]: custom metadata and `grpc-timeout`;
 //! - [`limits`]: the bounds put on everything a peer controls;
+//! - [`reflection`]: descriptors asked of a server (gRPC server reflection);
 //! - [`held`]: what all the calls of one module instance hold together;
 //! - [`contract`]: what the proxy-wasm filter and its hosts agree on.
 //!
@@ -25,6 +26,7 @@ pub mod limits;
 pub mod metadata;
 #[cfg(feature = "proxy-module")]
 pub mod proxy;
+pub mod reflection;
 pub mod status;
 pub mod timeout;
 pub mod web;

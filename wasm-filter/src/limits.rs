@@ -151,3 +151,10 @@ impl Depth {
         self.0.set(self.0.get().saturating_sub(1));
     }
 }
+
+/// The most `.proto` files one reflection load takes from a server.
+pub const MAX_REFLECTED_FILES: usize = 1024;
+
+/// The most bytes of encoded file descriptors one reflection load takes
+/// from a server (a large API's set is a few MB).
+pub const MAX_REFLECTED_BYTES: usize = 16 << 20;
