@@ -22,6 +22,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", proto_dir.join(proto).display());
     }
 
+    // Encoded, for the reflection service: decoding into prost_types would
+    // drop the google.api.http options it must serve.
+    let encoded = protox::Compiler::new([&proto_dir])?
+        .include_imports(true)
+        .open_files(PROTOS)?
+        .encode_file_descriptor_set();
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("protos.binpb"), &encoded)?;
     let fds = protox::compile(PROTOS, [&proto_dir])?;
     tonic_prost_build::configure()
         .build_server(true)

@@ -65,8 +65,9 @@ def stop_process(proc):
 class Server:
     """A host-tests server binary on a free loopback port."""
 
-    def __init__(self, name, *args):
-        self.proc = subprocess.Popen([os.path.join(BIN, name), "--addr", "127.0.0.1:0", *args],
+    def __init__(self, name, *args, port=0):
+        """port: a port to listen on (0: a free one)."""
+        self.proc = subprocess.Popen([os.path.join(BIN, name), "--addr", f"127.0.0.1:{port}", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         match = re.match(r"listening on (\S+)", line)
@@ -257,6 +258,8 @@ class Envoy:
         self.proc = subprocess.Popen(
             [envoy_binary(), "-c", self.config_path, "--concurrency", "1", "--disable-hot-restart",
              "--base-id", str(random.randint(1000, 60000)), "-l", "info", "--log-path", self.log_path,
+             # Flushed often (Envoy's default is 10 s): tests wait on what it logs.
+             "--file-flush-interval-msec", "100",
              *os.environ.get("ENVOY_EXTRA_ARGS", "").split()],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.wait_ready()

@@ -13,6 +13,7 @@ pub mod certs;
 pub mod echo;
 pub mod greeter;
 pub mod library;
+pub mod reflection;
 pub mod rogue;
 pub mod route_guide;
 pub mod serve;

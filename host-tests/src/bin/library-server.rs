@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
+use host_tests::reflection::{self, Versions};
 use host_tests::{library, serve, BoxError};
 use tonic::transport::Server;
 
@@ -13,6 +14,9 @@ struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
     #[arg(long, default_value = "127.0.0.1:50054")]
     addr: SocketAddr,
+    /// Serve gRPC server reflection too: v1, v1alpha or both.
+    #[arg(long, value_enum)]
+    reflection: Option<Versions>,
 }
 
 #[tokio::main]
@@ -22,5 +26,6 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), BoxError> {
     let router = Server::builder().add_service(library::service());
+    let router = reflection::add(router, args.reflection, &["example.library.v1.Library"])?;
     serve::serve(router, args.addr).await
 }

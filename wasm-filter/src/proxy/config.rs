@@ -26,6 +26,13 @@
 //! parameter at 4 KB). The fetched document is a JSON object of the same
 //! keys; a key may be given inline or fetched, not both.
 //!
+//! `"reflection": {"upstream": "<cluster>" | "grpc_service": "<base64>",
+//! "services": [...], "refresh_s": 300, "timeout_ms": 5000}` asks the
+//! upstream for its descriptors (gRPC server reflection, `v1` then
+//! `v1alpha`), alone or beside `protos` and `descriptor_set` (a file given
+//! inline wins over the server's file of the same name); the root context
+//! loads them and loads them again every `refresh_s` (0: never).
+//!
 //! With `callout`, the filter answers transcoded requests itself by calling
 //! the method through the host (`proxy_grpc_call` / `proxy_grpc_stream`);
 //! the request never goes to the route's upstream.
@@ -110,12 +117,78 @@ fn default_fetch_timeout_ms() -> u32 {
     5_000
 }
 
+/// Where the descriptors are asked for (gRPC server reflection).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reflection {
+    /// A cluster name or a serialized `GrpcService`, as a callout's.
+    pub upstream: Vec<u8>,
+    /// The services to load; `None` loads every service the server lists.
+    pub services: Option<Vec<String>>,
+    /// Seconds between loads once one succeeded; 0 loads once.
+    pub refresh_s: u64,
+    /// The most one load may take, every request of it included.
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReflection {
+    #[serde(default)]
+    upstream: Option<String>,
+    #[serde(default)]
+    grpc_service: Option<String>,
+    #[serde(default)]
+    services: Option<Vec<String>>,
+    #[serde(default = "default_refresh_s")]
+    refresh_s: u64,
+    #[serde(default = "default_reflection_timeout_ms")]
+    timeout_ms: u64,
+}
+
+fn default_refresh_s() -> u64 {
+    300
+}
+
+fn default_reflection_timeout_ms() -> u64 {
+    5_000
+}
+
+fn check_reflection(raw: RawReflection) -> Result<Reflection, String> {
+    let upstream =
+        match (raw.upstream, raw.grpc_service) {
+            (Some(name), None) if !name.is_empty() => name.into_bytes(),
+            (None, Some(service)) => STANDARD
+                .decode(service.trim())
+                .map_err(|e| format!("reflection.grpc_service: not valid base64: {e}"))?,
+            _ => return Err(
+                "reflection: give exactly one of \"upstream\" (a cluster name) or \"grpc_service\""
+                    .into(),
+            ),
+        };
+    if raw.timeout_ms == 0 {
+        return Err("reflection.timeout_ms: must be at least 1".into());
+    }
+    if raw.services.as_ref().is_some_and(Vec::is_empty) {
+        return Err(
+            "reflection.services: name at least one service, or leave it out to load every service"
+                .into(),
+        );
+    }
+    Ok(Reflection {
+        upstream,
+        services: raw.services,
+        refresh_s: raw.refresh_s,
+        timeout_ms: raw.timeout_ms,
+    })
+}
+
 /// A configuration as the host gave it: complete, or to be completed by a
-/// fetch.
+/// fetch or by the upstream's reflection service.
 #[derive(Debug)]
 pub enum Loaded {
     Ready(Box<FilterConfig>),
     Fetch(Fetch),
+    Reflect(Reflection),
 }
 
 /// How server-streamed messages reach an HTTP client.
@@ -297,14 +370,29 @@ impl FilterConfig {
             Loaded::Fetch(_) => Err(
                 "fetch: only a proxy-wasm host with HTTP calls can fetch a configuration".into(),
             ),
+            Loaded::Reflect(_) => Err(
+                "reflection: only a proxy-wasm host with gRPC calls can ask a server for its descriptors".into(),
+            ),
         }
     }
 
     /// The host's configuration: complete, or naming what to fetch.
     pub fn load(bytes: &[u8]) -> Result<Loaded, String> {
         let mut doc = object(bytes).map_err(|e| format!("invalid plugin configuration: {e}"))?;
+        if let Some(reflection) = doc.remove("reflection") {
+            if doc.contains_key("fetch") {
+                return Err("reflection: give it or \"fetch\", not both".into());
+            }
+            let raw: RawReflection =
+                serde_json::from_value(reflection).map_err(|e| format!("reflection: {e}"))?;
+            let reflection = check_reflection(raw)?;
+            // What is given inline must stand on its own: checked now, so that
+            // a mistake in it is not reported only after every load.
+            FilterConfig::from_object(doc, Some(&[]))?;
+            return Ok(Loaded::Reflect(reflection));
+        }
         match doc.remove("fetch") {
-            None => FilterConfig::from_object(doc).map(|c| Loaded::Ready(Box::new(c))),
+            None => FilterConfig::from_object(doc, None).map(|c| Loaded::Ready(Box::new(c))),
             Some(fetch) => {
                 let fetch: Fetch =
                     serde_json::from_value(fetch).map_err(|e| format!("fetch: {e}"))?;
@@ -341,11 +429,22 @@ impl FilterConfig {
             }
             doc.insert(key, value);
         }
-        FilterConfig::from_object(doc)
+        FilterConfig::from_object(doc, None)
     }
 
+    /// The inline configuration with the files a reflection load gave
+    /// (an encoded `FileDescriptorSet`).
+    pub fn with_reflected(inline: &[u8], reflected: &[u8]) -> Result<FilterConfig, String> {
+        let mut doc = object(inline).map_err(|e| format!("invalid plugin configuration: {e}"))?;
+        doc.remove("reflection");
+        FilterConfig::from_object(doc, Some(reflected))
+    }
+
+    /// `reflected`: the files a reflection load gave, after the inline
+    /// ones (a file of a name already loaded is skipped).
     fn from_object(
         mut doc: serde_json::Map<String, serde_json::Value>,
+        reflected: Option<&[u8]>,
     ) -> Result<FilterConfig, String> {
         super::envoy_options::translate(&mut doc)?;
         let raw: RawConfig = serde_json::from_value(serde_json::Value::Object(doc))
@@ -362,12 +461,19 @@ impl FilterConfig {
         if !raw.protos.is_empty() {
             add_protos(&mut registry, &raw.protos)?;
         }
-        if raw.protos.is_empty() && raw.descriptor_set.is_none() {
+        if let Some(set) = reflected {
+            registry
+                .add_descriptor_set(set)
+                .map_err(|e| format!("reflection: the server's files: {e}"))?;
+        }
+        if raw.protos.is_empty() && raw.descriptor_set.is_none() && reflected.is_none() {
             return Err(
-                "invalid plugin configuration: give \"protos\" or \"descriptor_set\"".into(),
+                "invalid plugin configuration: give \"protos\", \"descriptor_set\" or \"reflection\"".into(),
             );
         }
-        for service in raw.services.iter().flatten() {
+        // Before a load, the server's services are not known yet.
+        let loaded = reflected.is_none_or(|set| !set.is_empty());
+        for service in raw.services.iter().flatten().filter(|_| loaded) {
             if registry.pool().get_service_by_name(service).is_none() {
                 return Err(format!("services: unknown service '{service}'"));
             }
@@ -655,7 +761,7 @@ mod tests {
         );
         assert_eq!(
             FilterConfig::from_json(b"{}").unwrap_err(),
-            "invalid plugin configuration: give \"protos\" or \"descriptor_set\""
+            "invalid plugin configuration: give \"protos\", \"descriptor_set\" or \"reflection\""
         );
         assert!(FilterConfig::from_json(b"not json")
             .unwrap_err()

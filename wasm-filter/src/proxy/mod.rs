@@ -16,8 +16,9 @@
 //! each with its host-free rules; [`messages`], [`reply`], [`http_rule`],
 //! [`http_body`] and [`json_values`] are what both use. [`filter`] holds
 //! the exported callbacks of one HTTP stream, which apply those rules;
-//! `callout::host` and `fetch` drive the host's own calls (gRPC calls,
-//! HTTP calls) and take their callbacks on the root context.
+//! `callout::host`, `fetch` and `reflection` drive the host's own calls
+//! (gRPC calls, HTTP calls, the reflection stream) and take their
+//! callbacks on the root context.
 
 pub mod callout;
 pub mod config;
@@ -35,3 +36,4 @@ pub mod filter;
 mod held;
 pub mod host;
 pub mod metrics;
+mod reflection;

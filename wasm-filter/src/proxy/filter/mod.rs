@@ -25,6 +25,7 @@ use super::fetch;
 use super::host::{self, *};
 use super::http_rule::{escaped_again, is_raw_form_of};
 use super::metrics;
+use super::reflection;
 use super::reply::Reply;
 use super::transcode::{self, Plan};
 use crate::code::Code;
@@ -56,7 +57,9 @@ pub extern "C" fn proxy_on_context_create(context_id: u32, parent_id: u32) {
         return;
     }
     let Some(config) = ROOTS.with(|r| r.borrow().get(&parent_id).cloned()) else {
-        fetch::adopt(context_id, parent_id);
+        if !fetch::adopt(context_id, parent_id) {
+            reflection::adopt(context_id, parent_id);
+        }
         return;
     };
     STREAMS.with(|s| {
@@ -98,6 +101,18 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
             fetch::start(root_id, bytes, f);
             1
         }
+        Ok(Loaded::Reflect(_)) if host_is_shim() => {
+            log(LogLevel::Error, "grpc-wasm: bad configuration: reflection: in OpenResty, load a server's descriptors with grpc.reflect");
+            0
+        }
+        Ok(Loaded::Reflect(_)) if !host_kind().has_grpc_calls() => {
+            log(LogLevel::Error, "grpc-wasm: bad configuration: reflection: this host has no gRPC calls (ngx_wasm_module); give \"protos\" or \"descriptor_set\"");
+            0
+        }
+        Ok(Loaded::Reflect(r)) => {
+            reflection::start(root_id, bytes, r);
+            1
+        }
         Err(e) => {
             log(
                 LogLevel::Error,
@@ -134,7 +149,8 @@ fn install(root_id: ContextId, config: FilterConfig) -> u32 {
             // (callouts, and the bodiless requests of bindings) or metrics
             // nothing needs ticks (a fetch may have started them).
             let calls = config.callout.is_some() || !config.bindings.is_empty();
-            let _ = host::ticks(root_id, calls || metrics::are_on());
+            let refreshes = reflection::loads(root_id);
+            let _ = host::ticks(root_id, calls || refreshes || metrics::are_on());
             ROOTS.with(|r| r.borrow_mut().insert(root_id, Rc::new(config)));
             log(LogLevel::Info, "grpc-wasm: configured");
             1
@@ -190,7 +206,8 @@ pub extern "C" fn proxy_on_request_headers(
     end_of_stream: u32,
 ) -> u32 {
     let context_id = ContextId(context_id);
-    if let Some(reply) = fetch::not_ready(context_id) {
+    if let Some(reply) = fetch::not_ready(context_id).or_else(|| reflection::not_ready(context_id))
+    {
         return send_local(&reply);
     }
     with_stream(context_id, CONTINUE, |stream| {
@@ -387,6 +404,7 @@ pub extern "C" fn proxy_on_delete(context_id: u32) {
     }
     ROOTS.with(|r| r.borrow_mut().remove(&context_id));
     fetch::forget(context_id);
+    reflection::forget(context_id);
 }
 
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
@@ -401,6 +419,12 @@ pub extern "C" fn proxy_on_grpc_receive_initial_metadata(_root_id: u32, token: u
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
     let token = Token(token);
+    if reflection::owns(token) {
+        if let Some((root_id, config)) = reflection::on_receive(token, size as usize) {
+            install(root_id, config);
+        }
+        return;
+    }
     callout_callbacks::with_call(token, |stream, call, context_id| {
         // The message as it came, in its gRPC frame.
         stream.meter.received(1, size as usize + 5);
@@ -425,6 +449,12 @@ pub extern "C" fn proxy_on_grpc_receive_trailing_metadata(
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u32) {
     let token = Token(token);
+    if reflection::owns(token) {
+        if let Some((root_id, config)) = reflection::on_close(token, status_code) {
+            install(root_id, config);
+        }
+        return;
+    }
     callout_callbacks::with_call(token, |stream, call, _| {
         let route = stream.route.as_ref()?;
         Some(callout_host::on_close(
@@ -440,6 +470,7 @@ pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u3
 pub extern "C" fn proxy_on_tick(root_id: u32) {
     let root_id = ContextId(root_id);
     fetch::on_tick(root_id);
+    reflection::on_tick(root_id);
     callout_callbacks::tick();
     metrics::flush();
 }

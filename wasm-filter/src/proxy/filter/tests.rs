@@ -1557,3 +1557,54 @@ fn an_empty_stream_is_answered_in_its_own_format_on_both_hosts() {
         );
     }
 }
+
+#[test]
+fn ngx_wasm_module_refuses_reflection_at_load_with_one_line() {
+    let host = Rc::new(MockHost::default());
+    host.state
+        .borrow_mut()
+        .properties
+        .insert(b"ngx\0hostname".to_vec(), b"test".to_vec());
+    let config = json!({"reflection": {"upstream": "127.0.0.1:50051"}}).to_string();
+    host.set_buffer_bytes(BufferType::PluginConfiguration, config.as_bytes());
+    install(host.clone());
+    proxy_on_context_create(ROOT, 0);
+    assert_eq!(proxy_on_configure(ROOT, config.len() as u32), 0);
+    let logs = &host.state.borrow().logs;
+    assert_eq!(
+        logs.iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>(),
+        ["grpc-wasm: bad configuration: reflection: this host has no gRPC calls (ngx_wasm_module); give \"protos\" or \"descriptor_set\""]
+    );
+}
+
+#[test]
+fn envoy_before_the_first_reflection_load_json_gets_503_and_grpc_passes() {
+    let host = filter(json!({"reflection": {"upstream": "greeter"}}), false);
+    // The first load starts at the first tick, on a stream of v1.
+    proxy_on_tick(ROOT);
+    let opened = host.state.borrow().opened.clone();
+    assert_eq!(opened.len(), 1);
+    assert_eq!(
+        (opened[0].service.as_str(), opened[0].method.as_str()),
+        (
+            "grpc.reflection.v1.ServerReflection",
+            "ServerReflectionInfo"
+        )
+    );
+    assert_eq!(request_headers(&host, &[], false), PAUSE);
+    assert_eq!(
+        the_reply(&host),
+        (
+            503,
+            json!({"code": 14, "message": "grpc-wasm: descriptors not loaded yet (the proxy's log says why)", "details": []})
+        )
+    );
+    proxy_on_context_create(HTTP + 1, ROOT);
+    let grpc = [
+        (":method", "POST"),
+        (":path", "/helloworld.Greeter/SayHello"),
+        ("content-type", "application/grpc"),
+    ];
+    host.set_map(MapType::HttpRequestHeaders, &grpc);
+    assert_eq!(proxy_on_request_headers(HTTP + 1, 3, 0), CONTINUE);
+}
