@@ -390,3 +390,27 @@ def test_the_nginx_conf_takes_odd_paths_and_ipv6(tmp_path):
                             capture_output=True, text=True)
     assert dollar.returncode != 0
     assert "nginx would read the $ as a variable" in dollar.stderr
+
+
+def test_envoy_runs_the_reflection_envoy_yaml_it_writes(tmp_path):
+    """No .proto: the filter asks the server for its descriptors."""
+    server = Server("library-server", "--reflection", "v1")
+    port, admin = free_port(), free_port()
+    yaml = config_command("--reflect", server.addr, "--format", "envoy", "--listen", str(port),
+                          "--address", "127.0.0.1", "--admin-port", str(admin), "--module", MODULE)
+    assert "--upstream" not in yaml and '"reflection"' in yaml
+    proc = run_envoy(yaml, port, admin, tmp_path)
+    try:
+        url = f"http://127.0.0.1:{port}/v1/shelves/7"
+        deadline = time.time() + 15
+        while request("GET", url)[0] == 503 and time.time() < deadline:
+            time.sleep(0.1)
+        assert request("GET", url) == (200, {"id": "7", "theme": "theme-7"})
+    finally:
+        stop_process(proc)
+        server.stop()
+
+
+def test_reflection_is_refused_where_the_filter_cannot_ask():
+    assert "ngx_wasm_module has no gRPC calls" in refusal("--reflect", "--format", "nginx", "--out-dir", "x")
+    assert "give it or --upstream, not both" in refusal("--reflect", "127.0.0.1:1", "--upstream", "127.0.0.1:2")
