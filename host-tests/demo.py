@@ -4,7 +4,9 @@
    nginx + lua-nginx-module through resty.ffi.grpc (LuaJIT FFI path).
 2. Envoy: JSON to gRPC through the wasm filter, in transcoding mode (the
    route's upstream is the gRPC server) and in callout mode (the filter
-   calls the server itself; a bodiless GET binding).
+   calls the server itself; a bodiless GET binding), and with no .proto at
+   all: the filter asks the server's reflection service for its
+   descriptors.
 3. nginx + Kong's ngx_wasm_module: the same filter in front of grpc_pass,
    its configuration fetched over HTTP (scripts/build-ngx-wasm.sh builds
    that nginx once and caches it).
@@ -79,6 +81,24 @@ def envoy_demo(servers):
         print_scrape("Envoy's /stats/prometheus (docs/operating.md)", f"http://127.0.0.1:{proxy.admin}/stats/prometheus")
     finally:
         proxy.stop()
+    reflection_demo()
+
+
+def reflection_demo():
+    server = Server("library-server", "--reflection", "v1")
+    proxy = Envoy({"reflection": {"upstream": "library"}}, [("/", "library", server.port)])
+    try:
+        print("== Envoy + grpc_wasm.wasm, descriptors from the server's reflection service (no .proto)")
+        started = time.time()
+        answer = post(proxy.port, "/v1/shelves/2", None, "GET")
+        while answer[0] == 503 and time.time() - started < 15:
+            time.sleep(0.05)
+            answer = post(proxy.port, "/v1/shelves/2", None, "GET")
+        print(f"GET /v1/shelves/2 -> {answer[0]} {answer[1]} (first answered {time.time() - started:.2f} s "
+              "after Envoy was ready)")
+    finally:
+        proxy.stop()
+        server.stop()
 
 
 def print_scrape(what, url):
