@@ -15,6 +15,11 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
+/// Bytes live now, by every thread.
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
 /// Allocations (and reallocations) so far, by every thread.
 pub fn allocations() -> usize {
     ALLOCATIONS.load(Ordering::Relaxed)
