@@ -269,6 +269,7 @@ impl Registry {
     /// their extensions.
     fn add_new_files(&mut self, set: &[u8]) -> Result<(), String> {
         let mut fresh = Vec::with_capacity(set.len());
+        let mut heads = Vec::new();
         for file in wire::records(set, 1).map_err(|e| format!("malformed descriptor set: {e}"))? {
             let name = wire::string_field(file, 1)
                 .map_err(|e| format!("malformed file descriptor: {e}"))?;
@@ -276,6 +277,9 @@ impl Registry {
                 continue;
             }
             check_syntax(&name, file)?;
+            heads.push(
+                FileImports::decode(file).map_err(|e| format!("malformed file descriptor: {e}"))?,
+            );
             let kept = wire::without_field(file, 9)
                 .map_err(|e| format!("malformed file descriptor: {e}"))?;
             prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut fresh);
@@ -285,10 +289,100 @@ impl Registry {
         if fresh.is_empty() {
             return Ok(());
         }
+        check_public_imports(&self.pool, &heads)?;
         self.pool
             .decode_file_descriptor_set(fresh.as_slice())
             .map_err(|e| e.to_string())
     }
+}
+
+/// What a `FileDescriptorProto` imports: all a loader needs to close a
+/// set, and all the public-import walk needs.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct FileImports {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, repeated, tag = "3")]
+    pub dependency: Vec<String>,
+    #[prost(int32, repeated, tag = "10")]
+    pub public_dependency: Vec<i32>,
+}
+
+/// The most steps prost-reflect may take to follow public imports when a
+/// set is added: no real set comes near it.
+const MAX_PUBLIC_IMPORT_STEPS: usize = 100_000;
+
+/// Refuses a set whose public imports prost-reflect 0.16 would take
+/// unbounded time to follow: it walks again into every file it has met
+/// already (its test of a set insertion is the wrong way round), so each
+/// file of a chain of public imports doubles the work, and 40 small files
+/// would never finish. This walk is its walk, step by step, stopped at
+/// [`MAX_PUBLIC_IMPORT_STEPS`]. (Until a prost-reflect release walks each
+/// file once.)
+fn check_public_imports(pool: &DescriptorPool, new: &[FileImports]) -> Result<(), String> {
+    let old: Vec<FileImports> = pool
+        .files()
+        .map(|f| {
+            let proto = f.file_descriptor_proto();
+            FileImports {
+                name: proto.name().to_string(),
+                dependency: proto.dependency.clone(),
+                public_dependency: proto.public_dependency.clone(),
+            }
+        })
+        .collect();
+    let files: FxHashMap<&str, &FileImports> = old
+        .iter()
+        .chain(new)
+        .map(|f| (f.name.as_str(), f))
+        .collect();
+    let mut steps = 0usize;
+    for file in new {
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        seen.insert(&file.name);
+        for dependency in &file.dependency {
+            if let Some(next) = files.get(dependency.as_str()) {
+                seen.insert(&next.name);
+                walk_public(next, &files, &mut seen, &mut steps).map_err(|()| {
+                    format!(
+                        "{}: its public imports take more than {MAX_PUBLIC_IMPORT_STEPS} steps to follow",
+                        file.name
+                    )
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// prost-reflect's recursion, as a loop (its depth is the step count's).
+fn walk_public<'a>(
+    file: &'a FileImports,
+    files: &FxHashMap<&'a str, &'a FileImports>,
+    seen: &mut std::collections::HashSet<&'a str>,
+    steps: &mut usize,
+) -> Result<(), ()> {
+    let mut stack = vec![(file, 0usize)];
+    *steps += 1;
+    while let Some((file, at)) = stack.pop() {
+        let Some(dependency) = file.dependency.get(at) else {
+            continue;
+        };
+        stack.push((file, at + 1));
+        let Some(next) = files.get(dependency.as_str()) else {
+            continue;
+        };
+        let public = i32::try_from(at).is_ok_and(|i| file.public_dependency.contains(&i));
+        // As prost-reflect: on into a file only when it was met before.
+        if public && !seen.insert(&next.name) {
+            *steps += 1;
+            if *steps > MAX_PUBLIC_IMPORT_STEPS {
+                return Err(());
+            }
+            stack.push((next, 0));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a `syntax` that prost-reflect does not know: 0.16 panics on one
@@ -614,5 +708,48 @@ mod tests {
         let mut r = Registry::new().unwrap();
         r.add_descriptor_set(&file(b"proto3")).unwrap();
         assert!(r.pool().get_file_by_name("a.proto").is_some());
+    }
+}
+
+#[cfg(test)]
+mod public_import_tests {
+    use super::*;
+
+    fn set(files: Vec<prost_types::FileDescriptorProto>) -> Vec<u8> {
+        prost_types::FileDescriptorSet { file: files }.encode_to_vec()
+    }
+
+    /// f0 .. f{n-1}, each importing every earlier file publicly.
+    fn chain(n: usize) -> Vec<prost_types::FileDescriptorProto> {
+        (0..n)
+            .map(|i| prost_types::FileDescriptorProto {
+                name: Some(format!("f{i}.proto")),
+                package: Some(format!("p{i}")),
+                dependency: (0..i).map(|j| format!("f{j}.proto")).collect(),
+                public_dependency: (0..i as i32).collect(),
+                syntax: Some("proto3".into()),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn public_imports_that_prost_reflect_would_follow_forever_are_refused_at_once() {
+        let started = std::time::Instant::now();
+        let err = Registry::new()
+            .unwrap()
+            .add_descriptor_set(&set(chain(40)))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("its public imports take more than 100000 steps to follow"),
+            "{err}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        // A short chain is a set like any other.
+        Registry::new()
+            .unwrap()
+            .add_descriptor_set(&set(chain(5)))
+            .unwrap();
     }
 }

@@ -158,3 +158,7 @@ pub const MAX_REFLECTED_FILES: usize = 1024;
 /// The most bytes of encoded file descriptors one reflection load takes
 /// from a server (a large API's set is a few MB).
 pub const MAX_REFLECTED_BYTES: usize = 16 << 20;
+
+/// The most bytes of answers one reflection load reads: servers resend a
+/// file's imports with each answer, so more than the files they make.
+pub const MAX_REFLECTION_ANSWER_BYTES: usize = 4 * MAX_REFLECTED_BYTES;

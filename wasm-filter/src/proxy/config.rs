@@ -638,12 +638,13 @@ fn add_protos(registry: &mut Registry, protos: &BTreeMap<String, String>) -> Res
 }
 
 /// A module built without the `.proto` compiler (grpc_wasm_lite.wasm)
-/// takes descriptor sets only, and says so rather than ignoring `protos`.
+/// takes descriptor sets (given, or from reflection) only, and says so
+/// rather than ignoring `protos`.
 #[cfg(not(feature = "compiler"))]
 fn add_protos(_: &mut Registry, _: &BTreeMap<String, String>) -> Result<(), String> {
     Err(
         "protos: this module is built without the .proto compiler (grpc_wasm_lite.wasm): \
-         give \"descriptor_set\" (protoc --include_imports -o), or load grpc_wasm.wasm"
+         give \"descriptor_set\" (protoc --include_imports -o) or \"reflection\", or load grpc_wasm.wasm"
             .into(),
     )
 }

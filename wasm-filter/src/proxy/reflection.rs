@@ -20,7 +20,7 @@ use super::id_map::IdMap;
 use super::reply::Reply;
 use crate::contract::{BufferType, ContextId, LogLevel, Token};
 
-use crate::limits::{FIRST_FETCH_BACKOFF_MS, MAX_FETCH_BACKOFF_MS};
+use crate::limits::{FIRST_FETCH_BACKOFF_MS, MAX_FETCH_BACKOFF_MS, MAX_REFLECTED_BYTES};
 
 struct Loading {
     inline: Vec<u8>,
@@ -86,10 +86,7 @@ pub fn adopt(context_id: ContextId, root_id: ContextId) -> bool {
 pub fn not_ready(context_id: ContextId) -> Option<Reply> {
     let root_id = WAITING.with(|w| w.borrow().get(&context_id).copied())?;
     let headers = HeaderMap::read(crate::contract::MapType::HttpRequestHeaders);
-    let grpc = headers
-        .get("content-type")
-        .is_some_and(|t| t.to_ascii_lowercase().starts_with("application/grpc"));
-    if grpc {
+    if super::transcode::is_native_grpc(headers.get("content-type")) {
         return None;
     }
     // Why goes to the log only: the upstream's name is no client's business.
@@ -103,7 +100,11 @@ pub fn not_ready(context_id: ContextId) -> Option<Reply> {
 
 pub fn forget(context_id: ContextId) {
     WAITING.with(|w| w.borrow_mut().remove(&context_id));
-    LOADS.with(|l| l.borrow_mut().remove(&context_id));
+    let gone = LOADS.with(|l| l.borrow_mut().remove(&context_id));
+    // A root that goes mid-load leaves no stream open.
+    if let Some(token) = gone.and_then(|state| state.token) {
+        let _ = host::grpc_cancel(token);
+    }
 }
 
 /// Whether a gRPC callback's `token` is a reflection stream's.
@@ -123,7 +124,15 @@ pub fn on_tick(root_id: ContextId) {
         if let Some(token) = state.token {
             if now >= state.deadline_ns {
                 let _ = host::grpc_cancel(token);
-                let why = format!("no answer within {} ms", state.reflection.timeout_ms);
+                let waiting = state
+                    .loader
+                    .as_ref()
+                    .map(Loader::waiting_for)
+                    .unwrap_or_default();
+                let why = format!(
+                    "the load did not end within timeout_ms ({} ms), waiting for {waiting}",
+                    state.reflection.timeout_ms
+                );
                 failed(state, why);
             }
             return;
@@ -188,8 +197,27 @@ fn send(state: &mut Loading, token: Token) {
 /// A message on a reflection stream. The configuration it completes, to
 /// install.
 pub fn on_receive(token: Token, size: usize) -> Option<(ContextId, FilterConfig)> {
-    let message = host::buffer(BufferType::GrpcReceiveBuffer, 0, size).unwrap_or_default();
+    // Refused before it is copied into the module: no answer may hold more
+    // than a whole set.
+    let message = if size <= MAX_REFLECTED_BYTES {
+        host::buffer(BufferType::GrpcReceiveBuffer, 0, size).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     with_load(token, |root_id, state| {
+        if size > MAX_REFLECTED_BYTES {
+            let _ = host::grpc_cancel(token);
+            let waiting = state
+                .loader
+                .as_ref()
+                .map(Loader::waiting_for)
+                .unwrap_or_default();
+            failed(
+                state,
+                format!("the answer to {waiting} has {size} bytes, over the limit of {MAX_REFLECTED_BYTES}"),
+            );
+            return None;
+        }
         let loader = state.loader.as_mut()?;
         if let Err(e) = loader.on_message(&message) {
             let _ = host::grpc_cancel(token);
@@ -245,6 +273,17 @@ fn finish(root_id: ContextId, state: &mut Loading) -> Option<(ContextId, FilterC
         .map_err(|e| e.to_string())
         .and_then(|reflected| {
             let config = FilterConfig::with_reflected(&state.inline, &reflected.descriptor_set)?;
+            // An answer may hold any file: the services asked for must be in it.
+            let pool = config.registry.pool();
+            let missing = reflected
+                .services
+                .iter()
+                .find(|s| pool.get_service_by_name(s).is_none());
+            if let Some(missing) = missing {
+                return Err(format!(
+                    "service '{missing}': the server's files do not define it"
+                ));
+            }
             Ok((reflected, config))
         });
     match built {
@@ -270,10 +309,19 @@ fn loaded(state: &mut Loading, reflected: &Reflected) {
         ),
     );
     state.version = reflected.version;
-    state.installed = true;
     state.backoff_ms = FIRST_FETCH_BACKOFF_MS;
     state.next_ns =
         now_nanos().saturating_add(state.reflection.refresh_s.saturating_mul(1_000_000_000));
+}
+
+/// The configuration a load made is `root_id`'s now: requests no longer
+/// wait for one.
+pub fn installed(root_id: ContextId) {
+    LOADS.with(|l| {
+        if let Some(state) = l.borrow_mut().get_mut(&root_id) {
+            state.installed = true;
+        }
+    });
 }
 
 /// Logs why a load failed and when the next one starts.

@@ -9,11 +9,14 @@
 use std::collections::VecDeque;
 use std::fmt;
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use prost::Message;
 
-use super::messages::{Answer, Ask, FileHead, Request, Response};
+use super::messages::{Answer, Ask, Request, Response};
 use crate::code::Code;
-use crate::limits::{MAX_REFLECTED_BYTES, MAX_REFLECTED_FILES};
+use crate::descriptors::FileImports;
+use crate::limits::{MAX_REFLECTED_BYTES, MAX_REFLECTED_FILES, MAX_REFLECTION_ANSWER_BYTES};
 
 /// The method every version serves.
 pub const METHOD: &str = "ServerReflectionInfo";
@@ -54,13 +57,17 @@ pub enum ReflectionError {
     },
     #[error("a malformed reflection answer to {asked}: {why}")]
     Malformed { asked: String, why: String },
-    #[error("the server's descriptors are over the limit of {limit} {what}")]
-    TooLarge { what: &'static str, limit: usize },
+    #[error("the server's answer to {asked} is over the limit of {limit} {what}")]
+    TooLarge {
+        asked: String,
+        what: &'static str,
+        limit: usize,
+    },
     #[error("the server sent two different files named '{0}'")]
     Conflict(String),
     #[error("the server's files import each other in a cycle: {0}")]
     Cycle(String),
-    #[error("the server lists no services")]
+    #[error("the server lists no services but its reflection service")]
     NoServices,
 }
 
@@ -69,7 +76,8 @@ pub enum ReflectionError {
 pub struct Reflected {
     /// The version the server answered, to ask first next time.
     pub version: Version,
-    /// The services asked for, or every service the server listed.
+    /// The services asked for, or every service the server listed but
+    /// its reflection service.
     pub services: Vec<String>,
     /// An encoded `FileDescriptorSet`, each file after its imports.
     pub descriptor_set: Vec<u8>,
@@ -115,25 +123,35 @@ struct File {
     imports: Vec<String>,
 }
 
-/// One load: from the first request to a closed set, or an error.
+/// One load: from the first request to a closed set, or an error. Every
+/// count a server controls is bounded: files held and asked for, imports
+/// per file, services listed, bytes held, and bytes of all its answers
+/// (servers resend a file's imports with each answer).
 pub struct Loader {
     version: Version,
+    /// Whether the other version was tried after this one was
+    /// UNIMPLEMENTED.
+    switched: bool,
     wanted: Option<Vec<String>>,
     services: Vec<String>,
-    /// In the order they came. (Lists, not maps: at most
-    /// `MAX_REFLECTED_FILES`, and the module is smaller without another
-    /// map's code.)
+    /// In the order they came; `names` finds them.
     files: Vec<File>,
+    names: FxHashMap<String, usize>,
     bytes: usize,
+    received: usize,
     /// Files the caller has already (the well-known types it bundles):
     /// never asked for, and skipped when the server sends them.
-    known: Vec<String>,
-    asked_files: Vec<String>,
+    known: FxHashSet<String>,
+    asked_files: FxHashSet<String>,
     to_send: VecDeque<Asked>,
     /// Sent and not yet answered, in the order the answers will come.
     waiting: VecDeque<Asked>,
     answered: bool,
 }
+
+/// Services whose files a transcoder has no use for, and which every
+/// server that answers reflection lists.
+const REFLECTION_PACKAGE: &str = "grpc.reflection.";
 
 impl Loader {
     /// A load of `services` (`None`: every service the server lists),
@@ -145,12 +163,15 @@ impl Loader {
     ) -> Loader {
         let mut loader = Loader {
             version,
+            switched: false,
             wanted: services.map(<[String]>::to_vec),
             services: Vec::new(),
             files: Vec::new(),
+            names: FxHashMap::default(),
             bytes: 0,
+            received: 0,
             known: known.into_iter().collect(),
-            asked_files: Vec::new(),
+            asked_files: FxHashSet::default(),
             to_send: VecDeque::new(),
             waiting: VecDeque::new(),
             answered: false,
@@ -174,13 +195,20 @@ impl Loader {
         self.version
     }
 
+    /// What the load waits for now, for a message that says why it ended.
+    pub fn waiting_for(&self) -> String {
+        self.waiting
+            .front()
+            .map_or_else(|| "nothing".into(), ToString::to_string)
+    }
+
     /// The requests to send now, encoded; each answer may queue more.
     pub fn requests(&mut self) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         while let Some(asked) = self.to_send.pop_front() {
             // A file that came with another answer needs no request.
             if let Asked::File { name, .. } = &asked {
-                if self.has(name) {
+                if self.names.contains_key(name) {
                     continue;
                 }
             }
@@ -192,7 +220,7 @@ impl Loader {
 
     /// Whether every answer has come and nothing is left to ask.
     pub fn is_complete(&self) -> bool {
-        let came = |asked: &Asked| matches!(asked, Asked::File { name, .. } if self.has(name));
+        let came = |asked: &Asked| matches!(asked, Asked::File { name, .. } if self.names.contains_key(name));
         self.answered && self.waiting.is_empty() && self.to_send.iter().all(came)
     }
 
@@ -206,6 +234,14 @@ impl Loader {
                 why: "an answer came with no request waiting".into(),
             })?;
         self.answered = true;
+        self.received = self.received.saturating_add(bytes.len());
+        if self.received > MAX_REFLECTION_ANSWER_BYTES {
+            return Err(too_large(
+                &asked,
+                "bytes of answers",
+                MAX_REFLECTION_ANSWER_BYTES,
+            ));
+        }
         let malformed = |why: String| ReflectionError::Malformed {
             asked: asked.to_string(),
             why,
@@ -217,23 +253,11 @@ impl Loader {
                 code: Code::from_i32(e.error_code).name(),
                 message: e.error_message,
             }),
-            (Asked::Services, Some(Answer::Services(list))) => {
-                self.services = list.service.into_iter().map(|s| s.name).collect();
-                if self.services.is_empty() {
-                    return Err(ReflectionError::NoServices);
-                }
-                let services = self.services.clone();
-                self.to_send
-                    .extend(services.into_iter().map(Asked::Service));
-                Ok(())
-            }
+            (Asked::Services, Some(Answer::Services(list))) => self.listed(&asked, list.service),
             (Asked::Service(_) | Asked::File { .. }, Some(Answer::Files(files))) => {
                 let mut names = Vec::with_capacity(files.file_descriptor_proto.len());
                 for file in files.file_descriptor_proto {
-                    names.push(self.add_file(file).map_err(|e| match e {
-                        Added::Malformed(why) => malformed(why),
-                        Added::Refused(e) => e,
-                    })?);
+                    names.push(self.add_file(&asked, file)?);
                 }
                 match &asked {
                     Asked::File { name, .. } if !names.contains(name) => Err(malformed(format!(
@@ -259,40 +283,73 @@ impl Loader {
         }
     }
 
-    /// One file of an answer; its name.
-    fn add_file(&mut self, bytes: Vec<u8>) -> Result<String, Added> {
-        let head = FileHead::decode(bytes.as_slice())
-            .map_err(|e| Added::Malformed(format!("a file descriptor: {e}")))?;
-        if head.name.is_empty() {
-            return Err(Added::Malformed("a file descriptor without a name".into()));
+    /// The services a server listed, each once, but its reflection service.
+    fn listed(
+        &mut self,
+        asked: &Asked,
+        list: Vec<super::messages::ServiceResponse>,
+    ) -> Result<(), ReflectionError> {
+        let mut seen = FxHashSet::default();
+        for service in list {
+            if service.name.starts_with(REFLECTION_PACKAGE) || !seen.insert(service.name.clone()) {
+                continue;
+            }
+            if self.services.len() == MAX_REFLECTED_FILES {
+                return Err(too_large(asked, "services", MAX_REFLECTED_FILES));
+            }
+            self.services.push(service.name);
         }
-        if let Some(had) = self.files.iter().find(|f| f.name == head.name) {
-            return if had.bytes == bytes {
+        if self.services.is_empty() {
+            return Err(ReflectionError::NoServices);
+        }
+        let services = self.services.clone();
+        self.to_send
+            .extend(services.into_iter().map(Asked::Service));
+        Ok(())
+    }
+
+    /// One file of an answer; its name.
+    fn add_file(&mut self, asked: &Asked, bytes: Vec<u8>) -> Result<String, ReflectionError> {
+        let malformed = |why: String| ReflectionError::Malformed {
+            asked: asked.to_string(),
+            why,
+        };
+        let head = FileImports::decode(bytes.as_slice())
+            .map_err(|e| malformed(format!("a file descriptor: {e}")))?;
+        if head.name.is_empty() {
+            return Err(malformed("a file descriptor without a name".into()));
+        }
+        if let Some(&at) = self.names.get(&head.name) {
+            return if self.files[at].bytes == bytes {
                 Ok(head.name)
             } else {
-                Err(Added::Refused(ReflectionError::Conflict(head.name)))
+                Err(ReflectionError::Conflict(head.name))
             };
         }
         if self.known.contains(&head.name) {
             return Ok(head.name);
         }
-        if self.files.len() >= MAX_REFLECTED_FILES {
-            return Err(Added::Refused(ReflectionError::TooLarge {
-                what: "files",
-                limit: MAX_REFLECTED_FILES,
-            }));
+        if self.files.len() == MAX_REFLECTED_FILES || head.dependency.len() > MAX_REFLECTED_FILES {
+            return Err(too_large(asked, "files", MAX_REFLECTED_FILES));
         }
         self.bytes = self.bytes.saturating_add(bytes.len());
         if self.bytes > MAX_REFLECTED_BYTES {
-            return Err(Added::Refused(ReflectionError::TooLarge {
-                what: "bytes",
-                limit: MAX_REFLECTED_BYTES,
-            }));
+            return Err(too_large(asked, "bytes of files", MAX_REFLECTED_BYTES));
         }
+        let mut imports = FxHashSet::default();
         for import in &head.dependency {
-            let have = self.has(import) || self.known.contains(import);
-            if !have && !self.asked_files.contains(import) {
-                self.asked_files.push(import.clone());
+            // protoc refuses a file that imports another twice.
+            if !imports.insert(import.as_str()) {
+                return Err(malformed(format!(
+                    "'{}' imports '{import}' twice",
+                    head.name
+                )));
+            }
+            let have = self.names.contains_key(import) || self.known.contains(import);
+            if !have && self.asked_files.insert(import.clone()) {
+                if self.asked_files.len() > MAX_REFLECTED_FILES {
+                    return Err(too_large(asked, "files", MAX_REFLECTED_FILES));
+                }
                 self.to_send.push_back(Asked::File {
                     name: import.clone(),
                     importer: head.name.clone(),
@@ -300,16 +357,13 @@ impl Loader {
             }
         }
         let name = head.name.clone();
+        self.names.insert(head.name.clone(), self.files.len());
         self.files.push(File {
             name: head.name,
             bytes,
             imports: head.dependency,
         });
         Ok(name)
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.files.iter().any(|f| f.name == name)
     }
 
     /// The stream ended with `code`. `Ok(Some(version))`: ask again from
@@ -324,20 +378,25 @@ impl Loader {
             return Ok(None);
         }
         if code == Code::Unimplemented && !self.answered {
-            if self.version == Version::V1 {
-                self.version = Version::V1Alpha;
-                self.waiting.clear();
-                self.begin();
-                return Ok(Some(Version::V1Alpha));
+            // Each version once, the remembered one first: a server may
+            // drop either.
+            if std::mem::replace(&mut self.switched, true) {
+                return Err(ReflectionError::NoReflection(message.to_string()));
             }
-            return Err(ReflectionError::NoReflection(message.to_string()));
+            self.version = match self.version {
+                Version::V1 => Version::V1Alpha,
+                Version::V1Alpha => Version::V1,
+            };
+            self.waiting.clear();
+            self.begin();
+            return Ok(Some(self.version));
         }
         let asked = self
             .waiting
             .front()
             .or(self.to_send.front())
             .map(ToString::to_string)
-            .unwrap_or_else(|| "the load".into());
+            .unwrap_or_else(|| "the list of services".into());
         Err(ReflectionError::Closed {
             asked,
             code: code.name(),
@@ -350,7 +409,14 @@ impl Loader {
         let mut order = Vec::with_capacity(self.files.len());
         let mut marks = vec![None; self.files.len()];
         for at in 0..self.files.len() {
-            visit(at, &self.files, &mut marks, &mut order, &mut Vec::new())?;
+            visit(
+                at,
+                &self.files,
+                &self.names,
+                &mut marks,
+                &mut order,
+                &mut Vec::new(),
+            )?;
         }
         let mut set = Vec::with_capacity(self.bytes + 8 * order.len());
         for &at in &order {
@@ -368,9 +434,12 @@ impl Loader {
     }
 }
 
-enum Added {
-    Malformed(String),
-    Refused(ReflectionError),
+fn too_large(asked: &Asked, what: &'static str, limit: usize) -> ReflectionError {
+    ReflectionError::TooLarge {
+        asked: asked.to_string(),
+        what,
+        limit,
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -384,6 +453,7 @@ enum Mark {
 fn visit(
     at: usize,
     files: &[File],
+    names: &FxHashMap<String, usize>,
     marks: &mut [Option<Mark>],
     order: &mut Vec<usize>,
     path: &mut Vec<usize>,
@@ -405,8 +475,8 @@ fn visit(
     path.push(at);
     for import in &files[at].imports {
         // A file the caller has is not in the set.
-        if let Some(next) = files.iter().position(|f| &f.name == import) {
-            visit(next, files, marks, order, path)?;
+        if let Some(&next) = names.get(import) {
+            visit(next, files, names, marks, order, path)?;
         }
     }
     path.pop();
@@ -603,11 +673,8 @@ mod tests {
             .map(|i| file(&format!("f{i}.proto"), &[]))
             .collect();
         assert_eq!(
-            loader.on_message(&files(many)),
-            Err(ReflectionError::TooLarge {
-                what: "files",
-                limit: MAX_REFLECTED_FILES
-            })
+            loader.on_message(&files(many)).unwrap_err().to_string(),
+            "the server's answer to service 'x.X' is over the limit of 1024 files"
         );
         let mut loader = Loader::new(Version::V1, Some(&wanted), []);
         loader.requests();
@@ -617,12 +684,124 @@ mod tests {
         };
         huge.package = Some("p".repeat(MAX_REFLECTED_BYTES));
         assert_eq!(
-            loader.on_message(&files(vec![huge.encode_to_vec()])),
-            Err(ReflectionError::TooLarge {
-                what: "bytes",
-                limit: MAX_REFLECTED_BYTES
-            })
+            loader
+                .on_message(&files(vec![huge.encode_to_vec()]))
+                .unwrap_err()
+                .to_string(),
+            "the server's answer to service 'x.X' is over the limit of 16777216 bytes of files"
         );
+    }
+
+    #[test]
+    fn imports_asked_for_are_bounded_and_each_once() {
+        let wanted = ["x.X".to_string()];
+        let mut loader = Loader::new(Version::V1, Some(&wanted), []);
+        loader.requests();
+        let names: Vec<String> = (0..=MAX_REFLECTED_FILES)
+            .map(|i| format!("i{i}.proto"))
+            .collect();
+        let imports: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert_eq!(
+            loader
+                .on_message(&files(vec![file("a.proto", &imports)]))
+                .unwrap_err()
+                .to_string(),
+            "the server's answer to service 'x.X' is over the limit of 1024 files"
+        );
+        let mut loader = Loader::new(Version::V1, Some(&wanted), []);
+        loader.requests();
+        assert_eq!(
+            loader
+                .on_message(&files(vec![file("a.proto", &["b.proto", "b.proto"])]))
+                .unwrap_err()
+                .to_string(),
+            "a malformed reflection answer to service 'x.X': 'a.proto' imports 'b.proto' twice"
+        );
+        // Imports spread over many files count together.
+        let mut loader = Loader::new(Version::V1, Some(&wanted), []);
+        loader.requests();
+        let spread: Vec<Vec<u8>> = names
+            .chunks(100)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let imports: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                file(&format!("s{i}.proto"), &imports)
+            })
+            .collect();
+        assert!(matches!(
+            loader.on_message(&files(spread)),
+            Err(ReflectionError::TooLarge { what: "files", .. })
+        ));
+    }
+
+    #[test]
+    fn the_answers_together_are_bounded() {
+        let wanted: Vec<String> = (0..5).map(|i| format!("x.X{i}")).collect();
+        let mut loader = Loader::new(Version::V1, Some(&wanted), []);
+        loader.requests();
+        // The same large file with every answer: held once, read each time.
+        let mut big = prost_types::FileDescriptorProto {
+            name: Some("big.proto".into()),
+            ..Default::default()
+        };
+        big.package = Some("p".repeat(MAX_REFLECTED_BYTES - 100));
+        let answer = files(vec![big.encode_to_vec()]);
+        for _ in 0..4 {
+            loader.on_message(&answer).unwrap();
+        }
+        assert_eq!(
+            loader.on_message(&answer).unwrap_err().to_string(),
+            "the server's answer to service 'x.X4' is over the limit of 67108864 bytes of answers"
+        );
+    }
+
+    #[test]
+    fn the_listed_services_are_each_once_without_reflection_and_bounded() {
+        let mut loader = Loader::new(Version::V1, None, []);
+        loader.requests();
+        loader
+            .on_message(&services(&[
+                "a.A",
+                "grpc.reflection.v1.ServerReflection",
+                "a.A",
+                "grpc.reflection.v1alpha.ServerReflection",
+            ]))
+            .unwrap();
+        assert_eq!(
+            asks(loader.requests()),
+            [Ask::FileContainingSymbol("a.A".into())]
+        );
+        let mut loader = Loader::new(Version::V1, None, []);
+        loader.requests();
+        assert_eq!(
+            loader.on_message(&services(&["grpc.reflection.v1.ServerReflection"])),
+            Err(ReflectionError::NoServices)
+        );
+        let mut loader = Loader::new(Version::V1, None, []);
+        loader.requests();
+        let many: Vec<String> = (0..=MAX_REFLECTED_FILES)
+            .map(|i| format!("s.S{i}"))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            loader.on_message(&services(&many)).unwrap_err().to_string(),
+            "the server's answer to the list of services is over the limit of 1024 services"
+        );
+    }
+
+    #[test]
+    fn a_remembered_v1alpha_falls_back_to_v1_once() {
+        let mut loader = Loader::new(Version::V1Alpha, None, []);
+        loader.requests();
+        assert_eq!(
+            loader.on_close(Code::Unimplemented, ""),
+            Ok(Some(Version::V1))
+        );
+        loader.requests();
+        assert!(matches!(
+            loader.on_close(Code::Unimplemented, ""),
+            Err(ReflectionError::NoReflection(_))
+        ));
     }
 
     #[test]

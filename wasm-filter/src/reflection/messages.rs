@@ -70,13 +70,3 @@ pub struct ErrorResponse {
     #[prost(string, tag = "2")]
     pub error_message: String,
 }
-
-/// What the loader reads of a `FileDescriptorProto`: its name and imports
-/// (the pool that takes the file checks the rest).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct FileHead {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, repeated, tag = "3")]
-    pub dependency: Vec<String>,
-}

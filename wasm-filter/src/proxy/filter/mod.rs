@@ -110,6 +110,16 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
             0
         }
         Ok(Loaded::Reflect(r)) => {
+            // What the host checks of a configuration is checked now, on
+            // the inline part, not after each load.
+            let inline = FilterConfig::with_reflected(&bytes, &[]).and_then(check_host);
+            if let Err(e) = inline {
+                log(
+                    LogLevel::Error,
+                    &format!("grpc-wasm: bad configuration: {e}"),
+                );
+                return 0;
+            }
             reflection::start(root_id, bytes, r);
             1
         }
@@ -421,7 +431,9 @@ pub extern "C" fn proxy_on_grpc_receive(_root_id: u32, token: u32, size: u32) {
     let token = Token(token);
     if reflection::owns(token) {
         if let Some((root_id, config)) = reflection::on_receive(token, size as usize) {
-            install(root_id, config);
+            if install(root_id, config) == 1 {
+                reflection::installed(root_id);
+            }
         }
         return;
     }
@@ -451,7 +463,9 @@ pub extern "C" fn proxy_on_grpc_close(_root_id: u32, token: u32, status_code: u3
     let token = Token(token);
     if reflection::owns(token) {
         if let Some((root_id, config)) = reflection::on_close(token, status_code) {
-            install(root_id, config);
+            if install(root_id, config) == 1 {
+                reflection::installed(root_id);
+            }
         }
         return;
     }

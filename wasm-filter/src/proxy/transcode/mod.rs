@@ -32,6 +32,12 @@ pub enum Plan {
     Reply(Reply),
 }
 
+/// Whether a request is gRPC already (`application/grpc`, `+proto`,
+/// `+json`): it passes through untouched.
+pub fn is_native_grpc(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|ct| ct.starts_with("application/grpc"))
+}
+
 /// Decides from the request line and content type: `POST` at the path of
 /// a method without bindings, else a `google.api.http` binding, else
 /// `POST /pkg.Service/Method` of any method.
@@ -41,7 +47,7 @@ pub fn plan(
     full_path: &str,
     content_type: Option<&str>,
 ) -> Plan {
-    if content_type.is_some_and(|ct| ct.starts_with("application/grpc")) {
+    if is_native_grpc(content_type) {
         return Plan::PassThrough;
     }
     let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
