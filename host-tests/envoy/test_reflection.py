@@ -15,6 +15,8 @@ from google.protobuf import descriptor_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
 from harness.envoy import Envoy, Server, free_port, scratch_dir, validate
+from harness.shelves_server import SERVICE, ShelvesServer
+from harness.shelves_server import descriptor_set as shelves_descriptor_set
 from harness.throughput import descriptor_set
 
 LOADED = "descriptors loaded through reflection"
@@ -151,6 +153,36 @@ def test_a_refresh_follows_a_server_that_gained_a_service():
             second.stop()
 
 
+def test_a_grpcio_server_s_descriptors_transcode_as_the_same_set_given_inline():
+    """The second stack: grpcio-reflection (v1alpha), from a pool protoc
+    compiled; each request answers as through a filter given that set."""
+    import base64
+    directory = scratch_dir("grpc-wasm-shelves-")
+    path = shelves_descriptor_set(directory)
+    server = ShelvesServer(path, reflection=True)
+    with open(path, "rb") as f:
+        inline = base64.b64encode(f.read()).decode()
+    reflecting = Envoy({"reflection": {"upstream": "shelves", "services": [SERVICE]}},
+                       [("/", "shelves", server.port)])
+    given = Envoy({"descriptor_set": inline}, [("/", "shelves", server.port)])
+    try:
+        wait_for(reflecting, lambda: loads(reflecting) >= VMS)
+        assert "(grpc.reflection.v1alpha.ServerReflection): 1 services" in whole_log(reflecting)
+        cases = [("POST", "/shelves/1/books", {"title": "Dune", "author": "Herbert"}),
+                 ("GET", "/search?q=dune&tags=a&tags=b", None),
+                 ("GET", "/v2/shelves/3/books/4", None),
+                 ("PATCH", "/shelves/1/books/5", {"title": "Emma"}),
+                 ("GET", "/shelves/x", None)]
+        for method, request_path, body in cases:
+            expected = send(given, method, request_path, body)
+            assert send(reflecting, method, request_path, body) == expected, (method, request_path)
+        assert send(reflecting, "POST", "/shelves/1/books", {"title": "Dune"})[0] == 200
+    finally:
+        reflecting.stop()
+        given.stop()
+        server.stop()
+
+
 class Rogue:
     """A reflection server (grpcio, v1 and v1alpha) that answers as the
     test says: `good` serves helloworld.proto as protoc compiled it;
@@ -189,8 +221,10 @@ class Rogue:
         self.server.stop(0)
 
 
-def rogue_file(name, imports=(), field_type=None):
+def rogue_file(name, imports=(), field_type=None, public=False):
     f = descriptor_pb2.FileDescriptorProto(name=name, package="rogue", syntax="proto3", dependency=list(imports))
+    if public:
+        f.public_dependency.extend(range(len(imports)))
     message = f.message_type.add(name="M" + name.split(".")[0].upper())
     if field_type:
         message.field.add(name="x", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
@@ -218,10 +252,15 @@ def rogue():
     ([rogue_file("a.proto", ["b.proto"]), rogue_file("b.proto", ["a.proto"])],
      "the server's files import each other in a cycle: a.proto -> b.proto -> a.proto"),
     ([rogue_file(f"f{i}.proto") for i in range(1100)],
-     "the server's descriptors are over the limit of 1024 files"),
+     "the server's answer to service 'helloworld.Greeter' is over the limit of 1024 files"),
     ([rogue_file("bad.proto", field_type=".rogue.Nowhere")],
      "reflection: the server's files: invalid file descriptor set:"),
-], ids=["cycle", "too-many-files", "does-not-compile"])
+    # Each file imports every earlier one publicly: prost-reflect alone
+    # would take time doubling with each file.
+    ([rogue_file(f"p{i}.proto", [f"p{j}.proto" for j in range(i)], public=True) for i in range(40)],
+     "its public imports take more than 100000 steps to follow"),
+    ([rogue_file("other.proto")], "service 'helloworld.Greeter': the server's files do not define it"),
+], ids=["cycle", "too-many-files", "does-not-compile", "public-imports", "another-file"])
 def test_a_hostile_answer_is_refused_and_the_running_set_stays(rogue, files, why):
     server, proxy = rogue
     failures = whole_log(proxy).count("grpc-wasm: reflection:")

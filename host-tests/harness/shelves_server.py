@@ -64,12 +64,18 @@ def error_info(messages, reason):
 
 
 class ShelvesServer:
-    def __init__(self, descriptor_path):
+    def __init__(self, descriptor_path, reflection=False):
+        """reflection: serve grpcio-reflection's service (v1alpha) too, from
+        the descriptor set's pool."""
         self.messages = Messages(descriptor_path)
         self.received = {}
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         self.server.add_generic_rpc_handlers((self.handlers(),))
+        if reflection:
+            from grpc_reflection.v1alpha import reflection as grpc_reflection
+            grpc_reflection.enable_server_reflection([SERVICE, grpc_reflection.SERVICE_NAME], self.server,
+                                                     pool=self.messages.pool)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
 

@@ -76,7 +76,7 @@ def greeter():
 # What grpc_wasm.wasm may weigh: a little over its size, so that growth is
 # a decision (the commit that raises it says why) and not a drift. The goal
 # is 1 MiB; docs/benchmarks.md says what stands in the way.
-MODULE_BUDGET_BYTES = 1_650_400
+MODULE_BUDGET_BYTES = 1_667_200
 
 
 def test_the_module_stays_within_its_size_budget():
@@ -89,7 +89,7 @@ def test_the_module_stays_within_its_size_budget():
 
 # grpc_wasm_lite.wasm, the filter without the .proto compiler, held the
 # same way.
-LITE_MODULE_BUDGET_BYTES = 1_313_100
+LITE_MODULE_BUDGET_BYTES = 1_329_700
 
 
 def test_the_lite_module_transcodes_with_a_descriptor_set_within_its_budget(greeter, tmp_path):
@@ -115,6 +115,23 @@ def test_the_lite_module_transcodes_with_a_descriptor_set_within_its_budget(gree
                                         r"\(grpc_wasm_lite\.wasm\): give \"descriptor_set\""):
         Envoy(config, [("/", "greeter", greeter.port)],
               http_filters=[wasm_filter(config, module=dist("grpc_wasm_lite.wasm"))])
+
+
+def test_the_lite_module_takes_its_descriptors_through_reflection(tmp_path):
+    from harness.envoy import wasm_filter
+    server = Server("greeter-server", "--reflection", "v1")
+    config = {"reflection": {"upstream": "greeter"}}
+    proxy = Envoy(config, [("/", "greeter", server.port)],
+                  http_filters=[wasm_filter(config, module=dist("grpc_wasm_lite.wasm"))])
+    try:
+        deadline = time.time() + 15
+        while proxy.post("/helloworld.Greeter/SayHello", {"name": "lite"})[0] == 503 and time.time() < deadline:
+            time.sleep(0.05)
+        status, body, _ = proxy.post("/helloworld.Greeter/SayHello", {"name": "lite"})
+        assert (status, body) == (200, {"message": "Hello lite!"}), proxy.log()
+    finally:
+        proxy.stop()
+        server.stop()
 
 
 # The npm package's two builds, held the same way (make npm writes them).
