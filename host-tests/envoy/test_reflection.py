@@ -4,6 +4,8 @@ changed, waits (503) while the server is away, and refuses what a hostile
 reflection server sends without losing the set it runs with."""
 
 import json
+import re
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -285,3 +287,59 @@ def test_bad_options_are_refused_at_load():
     assert code != 0
     assert "reflection.services: name at least one service" in out
 
+
+
+def grpcurl(port, method, request):
+    """grpcurl's answer through its own reflection client (v1alpha): the
+    messages as JSON values, or (code name, message) of its error."""
+    out = subprocess.run(["grpcurl", "-plaintext", "-d", json.dumps(request), f"127.0.0.1:{port}", method],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        code = re.search(r"Code: (\w+)", out.stderr)
+        message = re.search(r"Message: (.*)", out.stderr)
+        assert code, out.stderr
+        assert message, out.stderr
+        return code.group(1), message.group(1)
+    # One JSON document per message, one after another.
+    messages, rest = [], out.stdout.lstrip()
+    while rest:
+        value, used = json.JSONDecoder().raw_decode(rest)
+        messages.append(value)
+        rest = rest[used:].lstrip()
+    return messages
+
+
+# grpcurl's code names (Go's) for the codes these calls end with.
+GO_CODE_NAMES = {5: "NotFound", 3: "InvalidArgument"}
+
+
+@pytest.mark.parametrize(("method", "request_json"), [
+    ("GetShelf", {"shelf": "1"}),
+    ("GetBook", {"name": "shelves/1/books/2"}),
+    ("ListBooks", {"shelf": "1", "page": {"size": 2}}),
+    ("SearchBooks", {"query": "a"}),
+    ("StreamBooks", {"shelf": "1"}),
+    ("GetShelf", {"shelf": "0"}),
+])
+def test_grpcurl_and_the_filter_answer_alike_from_reflection_alone(method, request_json):
+    """grpcurl as the peer: the same server, each side with only what
+    reflection told it; the answers are equal as JSON values."""
+    server = Server("library-server", "--reflection", "both")
+    proxy = reflecting_envoy(server.port)
+    try:
+        wait_for(proxy, lambda: loads(proxy) >= VMS)
+        theirs = grpcurl(server.port, f"example.library.v1.Library/{method}", request_json)
+        req = urllib.request.Request(f"http://127.0.0.1:{proxy.port}/example.library.v1.Library/{method}",
+                                     data=json.dumps(request_json).encode(), method="POST",
+                                     headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=20) as r:
+                body = r.read().decode()
+            ours = [json.loads(line) for line in body.splitlines() if line.strip()]
+        except urllib.error.HTTPError as e:
+            error = json.loads(e.read())
+            ours = (GO_CODE_NAMES[error["code"]], error["message"])
+        assert ours == theirs
+    finally:
+        proxy.stop()
+        server.stop()

@@ -146,3 +146,21 @@ def test_bodiless_requests_are_seen_as_such(started, servers):
     status, body, _ = proxy.post("/helloworld.Greeter/SayHello", b"", {"content-length": "0"})
     assert (status, body["code"]) == (400, 3), (body, proxy.log())
     assert body["message"] == "a JSON request body is required (use {} for an empty message)"
+
+
+def test_reflection_is_refused_at_load_with_one_line(started, servers):
+    """No gRPC calls here: "reflection" cannot work, and says so when the
+    configuration loads (nginx then stops the worker, as for any
+    configuration a filter refuses), never trapping in a call the host
+    lacks."""
+    inline = {"reflection": {"upstream": f"127.0.0.1:{servers['greeter'].port}"}}
+    proxy = started({}, [("/", "greeter", servers["greeter"].port)], inline=inline, wait=False)
+    line = ('grpc-wasm: bad configuration: reflection: this host has no gRPC calls (ngx_wasm_module); '
+            'give "protos" or "descriptor_set"')
+    deadline = time.time() + 20
+    while 'failed initializing "grpc_wasm" filter (on_configure failure)' not in proxy.log():
+        assert time.time() < deadline, proxy.log()
+        time.sleep(0.2)
+    log = proxy.log()
+    assert log.count(line) == 1, log
+    assert "proxy_grpc_stream" not in log, log

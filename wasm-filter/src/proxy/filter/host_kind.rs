@@ -168,6 +168,15 @@ pub(super) fn host_kind() -> HostKind {
     kind
 }
 
+/// Whether the host has gRPC calls, asked while configuring, where
+/// [`host_kind`] cannot tell ngx_wasm_module (it answers `ngx.*` only in a
+/// request, and asking outside one would remember the wrong host for the
+/// VM). Envoy answers its `node` property everywhere; ngx_wasm_module has
+/// no node, as it has no gRPC calls (its `proxy_grpc_stream` traps).
+pub(super) fn has_grpc_calls_while_configuring() -> bool {
+    host::property(&["node"]).is_some()
+}
+
 /// `upstream_header` lets the caller pick the upstream: only the shim's
 /// callers (Lua code) are trusted with that.
 pub(super) fn check_host(config: FilterConfig) -> Result<FilterConfig, String> {

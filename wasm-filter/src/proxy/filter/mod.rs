@@ -105,7 +105,7 @@ pub extern "C" fn proxy_on_configure(root_id: u32, size: u32) -> u32 {
             log(LogLevel::Error, "grpc-wasm: bad configuration: reflection: in OpenResty, load a server's descriptors with grpc.reflect");
             0
         }
-        Ok(Loaded::Reflect(_)) if !host_kind().has_grpc_calls() => {
+        Ok(Loaded::Reflect(_)) if !host_kind::has_grpc_calls_while_configuring() => {
             log(LogLevel::Error, "grpc-wasm: bad configuration: reflection: this host has no gRPC calls (ngx_wasm_module); give \"protos\" or \"descriptor_set\"");
             0
         }

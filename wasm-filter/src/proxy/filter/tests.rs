@@ -1579,7 +1579,18 @@ fn ngx_wasm_module_refuses_reflection_at_load_with_one_line() {
 
 #[test]
 fn envoy_before_the_first_reflection_load_json_gets_503_and_grpc_passes() {
-    let host = filter(json!({"reflection": {"upstream": "greeter"}}), false);
+    let host = Rc::new(MockHost::default());
+    // Envoy's node: what tells a host with gRPC calls while configuring.
+    host.state
+        .borrow_mut()
+        .properties
+        .insert(b"node".to_vec(), b"\x0a\x04test".to_vec());
+    let config = json!({"reflection": {"upstream": "greeter"}}).to_string();
+    host.set_buffer_bytes(BufferType::PluginConfiguration, config.as_bytes());
+    install(host.clone());
+    proxy_on_context_create(ROOT, 0);
+    assert_eq!(proxy_on_configure(ROOT, config.len() as u32), 1);
+    proxy_on_context_create(HTTP, ROOT);
     // The first load starts at the first tick, on a stream of v1.
     proxy_on_tick(ROOT);
     let opened = host.state.borrow().opened.clone();
