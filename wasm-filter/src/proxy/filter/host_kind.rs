@@ -171,10 +171,12 @@ pub(super) fn host_kind() -> HostKind {
 /// Whether the host has gRPC calls, asked while configuring, where
 /// [`host_kind`] cannot tell ngx_wasm_module (it answers `ngx.*` only in a
 /// request, and asking outside one would remember the wrong host for the
-/// VM). Envoy answers its `node` property everywhere; ngx_wasm_module has
-/// no node, as it has no gRPC calls (its `proxy_grpc_stream` traps).
+/// VM). Envoy answers `plugin_vm_id` everywhere; ngx_wasm_module does not
+/// implement it, nor gRPC calls (its `proxy_grpc_stream` traps). Should a
+/// later ngx_wasm_module answer it, the test in that host
+/// (`test_reflection_is_refused_at_load_with_one_line`) fails.
 pub(super) fn has_grpc_calls_while_configuring() -> bool {
-    host::property(&["node"]).is_some()
+    host::property(&["plugin_vm_id"]).is_some()
 }
 
 /// `upstream_header` lets the caller pick the upstream: only the shim's

@@ -1580,11 +1580,11 @@ fn ngx_wasm_module_refuses_reflection_at_load_with_one_line() {
 #[test]
 fn envoy_before_the_first_reflection_load_json_gets_503_and_grpc_passes() {
     let host = Rc::new(MockHost::default());
-    // Envoy's node: what tells a host with gRPC calls while configuring.
+    // What tells a host with gRPC calls while configuring.
     host.state
         .borrow_mut()
         .properties
-        .insert(b"node".to_vec(), b"\x0a\x04test".to_vec());
+        .insert(b"plugin_vm_id".to_vec(), b"grpc_wasm".to_vec());
     let config = json!({"reflection": {"upstream": "greeter"}}).to_string();
     host.set_buffer_bytes(BufferType::PluginConfiguration, config.as_bytes());
     install(host.clone());
