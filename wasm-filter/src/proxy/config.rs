@@ -154,17 +154,8 @@ fn default_reflection_timeout_ms() -> u64 {
 }
 
 fn check_reflection(raw: RawReflection) -> Result<Reflection, String> {
-    let upstream =
-        match (raw.upstream, raw.grpc_service) {
-            (Some(name), None) if !name.is_empty() => name.into_bytes(),
-            (None, Some(service)) => STANDARD
-                .decode(service.trim())
-                .map_err(|e| format!("reflection.grpc_service: not valid base64: {e}"))?,
-            _ => return Err(
-                "reflection: give exactly one of \"upstream\" (a cluster name) or \"grpc_service\""
-                    .into(),
-            ),
-        };
+    let upstream = grpc_upstream("reflection", raw.upstream, raw.grpc_service)?
+        .ok_or_else(|| no_grpc_upstream("reflection"))?;
     if raw.timeout_ms == 0 {
         return Err("reflection.timeout_ms: must be at least 1".into());
     }
@@ -579,19 +570,35 @@ fn check_loopback(cluster: Option<String>, callout: bool) -> Result<Option<Strin
     }
 }
 
+/// The `upstream` argument of the host's gRPC calls from `<key>.upstream`
+/// (a cluster name) or `<key>.grpc_service` (a serialized `GrpcService`,
+/// base64); `None` when neither is given.
+fn grpc_upstream(
+    key: &str,
+    upstream: Option<String>,
+    grpc_service: Option<String>,
+) -> Result<Option<Vec<u8>>, String> {
+    match (upstream, grpc_service) {
+        (Some(name), None) if !name.is_empty() => Ok(Some(name.into_bytes())),
+        (None, Some(service)) => STANDARD
+            .decode(service.trim())
+            .map(Some)
+            .map_err(|e| format!("{key}.grpc_service: not valid base64: {e}")),
+        (None, None) => Ok(None),
+        _ => Err(no_grpc_upstream(key)),
+    }
+}
+
+fn no_grpc_upstream(key: &str) -> String {
+    format!("{key}: give exactly one of \"upstream\" (a cluster name) or \"grpc_service\"")
+}
+
 fn check_callout(raw: RawCallout) -> Result<Callout, String> {
-    let upstream =
-        match (raw.upstream, raw.grpc_service) {
-            (Some(name), None) if !name.is_empty() => name.into_bytes(),
-            (None, Some(service)) => STANDARD
-                .decode(service.trim())
-                .map_err(|e| format!("callout.grpc_service: not valid base64: {e}"))?,
-            (None, None) if raw.upstream_header.is_some() => Vec::new(),
-            _ => return Err(
-                "callout: give exactly one of \"upstream\" (a cluster name) or \"grpc_service\""
-                    .into(),
-            ),
-        };
+    let upstream = match grpc_upstream("callout", raw.upstream, raw.grpc_service)? {
+        Some(upstream) => upstream,
+        None if raw.upstream_header.is_some() => Vec::new(),
+        None => return Err(no_grpc_upstream("callout")),
+    };
     if raw.timeout_ms == 0 {
         // Envoy fails a call with timeout 0 at once.
         return Err("callout.timeout_ms: must be at least 1".into());

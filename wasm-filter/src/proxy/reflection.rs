@@ -124,11 +124,7 @@ pub fn on_tick(root_id: ContextId) {
         if let Some(token) = state.token {
             if now >= state.deadline_ns {
                 let _ = host::grpc_cancel(token);
-                let waiting = state
-                    .loader
-                    .as_ref()
-                    .map(Loader::waiting_for)
-                    .unwrap_or_default();
+                let waiting = waiting_for(state);
                 let why = format!(
                     "the load did not end within timeout_ms ({} ms), waiting for {waiting}",
                     state.reflection.timeout_ms
@@ -207,11 +203,7 @@ pub fn on_receive(token: Token, size: usize) -> Option<(ContextId, FilterConfig)
     with_load(token, |root_id, state| {
         if size > MAX_REFLECTED_BYTES {
             let _ = host::grpc_cancel(token);
-            let waiting = state
-                .loader
-                .as_ref()
-                .map(Loader::waiting_for)
-                .unwrap_or_default();
+            let waiting = waiting_for(state);
             failed(
                 state,
                 format!("the answer to {waiting} has {size} bytes, over the limit of {MAX_REFLECTED_BYTES}"),
@@ -254,6 +246,15 @@ pub fn on_close(token: Token, status_code: u32) -> Option<(ContextId, FilterConf
             }
         }
     })
+}
+
+/// What a load in flight waits for, for the message that ends it.
+fn waiting_for(state: &Loading) -> String {
+    state
+        .loader
+        .as_ref()
+        .map(Loader::waiting_for)
+        .unwrap_or_default()
 }
 
 fn with_load<T>(token: Token, f: impl FnOnce(ContextId, &mut Loading) -> Option<T>) -> Option<T> {
