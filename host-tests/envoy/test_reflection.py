@@ -3,6 +3,8 @@ filter configured with only "reflection" transcodes, follows a server that
 changed, waits (503) while the server is away, and refuses what a hostile
 reflection server sends without losing the set it runs with."""
 
+import base64
+import contextlib
 import json
 import re
 import subprocess
@@ -38,6 +40,17 @@ def send(proxy, method, path, body=None, headers=None):
         return e.code, json.loads(e.read() or b"null")
 
 
+@pytest.fixture
+def started():
+    """Starts what a test runs (servers, proxies); each is stopped after
+    the test, in reverse order, even when a later one fails to start."""
+    with contextlib.ExitStack() as stack:
+        def start(thing):
+            stack.callback(thing.stop)
+            return thing
+        yield start
+
+
 def reflecting_envoy(cluster_port, **reflection):
     """Envoy whose route and reflection upstream are one cluster."""
     return Envoy({"reflection": {"upstream": "upstream", **reflection}}, [("/", "upstream", cluster_port)])
@@ -67,122 +80,91 @@ def say_hello(proxy):
     return send(proxy, "POST", "/helloworld.Greeter/SayHello", {"name": "ann"})
 
 
-def test_reflection_alone_transcodes_a_method_and_a_binding_from_v1():
-    server = Server("library-server", "--reflection", "v1")
-    proxy = reflecting_envoy(server.port)
-    try:
-        wait_for(proxy, lambda: loads(proxy) >= VMS)
-        assert "(grpc.reflection.v1.ServerReflection): 1 services" in proxy.log()
-        # The google.api.http options came through reflection.
-        assert send(proxy, "GET", "/v1/shelves/1") == (200, {"id": "1", "theme": "theme-1"})
-        status, body = send(proxy, "POST", "/example.library.v1.Library/GetShelf", {"shelf": "2"})
-        assert (status, body) == (200, {"id": "2", "theme": "theme-2"})
-    finally:
-        proxy.stop()
-        server.stop()
+def test_reflection_alone_transcodes_a_method_and_a_binding_from_v1(started):
+    server = started(Server("library-server", "--reflection", "v1"))
+    proxy = started(reflecting_envoy(server.port))
+    wait_for(proxy, lambda: loads(proxy) >= VMS)
+    assert "(grpc.reflection.v1.ServerReflection): 1 services" in proxy.log()
+    # The google.api.http options came through reflection.
+    assert send(proxy, "GET", "/v1/shelves/1") == (200, {"id": "1", "theme": "theme-1"})
+    status, body = send(proxy, "POST", "/example.library.v1.Library/GetShelf", {"shelf": "2"})
+    assert (status, body) == (200, {"id": "2", "theme": "theme-2"})
 
 
-def test_a_v1alpha_server_is_asked_again_on_v1alpha():
-    server = Server("greeter-server", "--reflection", "v1alpha")
-    proxy = reflecting_envoy(server.port)
-    try:
-        wait_for(proxy, lambda: loads(proxy) >= VMS)
-        assert "(grpc.reflection.v1alpha.ServerReflection)" in proxy.log()
-        assert say_hello(proxy) == (200, {"message": "Hello ann!"})
-    finally:
-        proxy.stop()
-        server.stop()
+def test_a_v1alpha_server_is_asked_again_on_v1alpha(started):
+    server = started(Server("greeter-server", "--reflection", "v1alpha"))
+    proxy = started(reflecting_envoy(server.port))
+    wait_for(proxy, lambda: loads(proxy) >= VMS)
+    assert "(grpc.reflection.v1alpha.ServerReflection)" in proxy.log()
+    assert say_hello(proxy) == (200, {"message": "Hello ann!"})
 
 
-def test_until_the_first_load_json_gets_503_grpc_passes_and_then_it_recovers():
+def test_until_the_first_load_json_gets_503_grpc_passes_and_then_it_recovers(started):
     port = free_port()
-    proxy = reflecting_envoy(port)
-    server = None
-    try:
-        status, body = say_hello(proxy)
-        assert status == 503
-        assert body == {"code": 14, "message": "grpc-wasm: descriptors not loaded yet (the proxy's log says why)",
-                        "details": []}
-        wait_for(proxy, lambda: "grpc-wasm: reflection:" in proxy.log())
-        assert "transcoded requests get 503 until a load succeeds; trying again in 1000 ms" in proxy.log()
-        # The server comes up on the cluster's port: the next try loads.
-        server = Server("greeter-server", "--reflection", "both", port=port)
-        wait_for(proxy, lambda: loads(proxy) >= VMS)
-        assert say_hello(proxy) == (200, {"message": "Hello ann!"})
-    finally:
-        proxy.stop()
-        if server:
-            server.stop()
+    proxy = started(reflecting_envoy(port))
+    status, body = say_hello(proxy)
+    assert status == 503
+    assert body == {"code": 14, "message": "grpc-wasm: descriptors not loaded yet (the proxy's log says why)",
+                    "details": []}
+    wait_for(proxy, lambda: "grpc-wasm: reflection:" in proxy.log())
+    assert "transcoded requests get 503 until a load succeeds; trying again in 1000 ms" in proxy.log()
+    # The server comes up on the cluster's port: the next try loads.
+    started(Server("greeter-server", "--reflection", "both", port=port))
+    wait_for(proxy, lambda: loads(proxy) >= VMS)
+    assert say_hello(proxy) == (200, {"message": "Hello ann!"})
 
 
-def test_a_native_grpc_call_passes_before_the_first_load():
-    greeter = Server("greeter-server")
+def test_a_native_grpc_call_passes_before_the_first_load(started):
+    greeter = started(Server("greeter-server"))
     dead = free_port()
-    proxy = Envoy({"reflection": {"upstream": "reflection"}},
-                  [("/", "greeter", greeter.port), (None, "reflection", dead)])
-    try:
-        channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}")
-        call = channel.unary_unary("/helloworld.Greeter/SayHello")
-        # HelloRequest{name: "bo"} and HelloReply{message: "Hello bo!"}.
-        assert call(b"\x0a\x02bo", timeout=10) == b"\x0a\x09Hello bo!"
-        channel.close()
-        assert say_hello(proxy)[0] == 503
-    finally:
-        proxy.stop()
-        greeter.stop()
+    proxy = started(Envoy({"reflection": {"upstream": "reflection"}},
+                          [("/", "greeter", greeter.port), (None, "reflection", dead)]))
+    channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}")
+    call = channel.unary_unary("/helloworld.Greeter/SayHello")
+    # HelloRequest{name: "bo"} and HelloReply{message: "Hello bo!"}.
+    assert call(b"\x0a\x02bo", timeout=10) == b"\x0a\x09Hello bo!"
+    channel.close()
+    assert say_hello(proxy)[0] == 503
 
 
-def test_a_refresh_follows_a_server_that_gained_a_service():
+def test_a_refresh_follows_a_server_that_gained_a_service(started):
     port = free_port()
-    first = Server("greeter-server", "--reflection", "v1", port=port)
-    proxy = reflecting_envoy(port, refresh_s=1)
-    second = None
-    try:
-        wait_for(proxy, lambda: loads(proxy) >= VMS)
-        assert say_hello(proxy) == (200, {"message": "Hello ann!"})
-        status, _ = send(proxy, "POST", "/example.library.v1.Library/GetShelf", {"shelf": "1"})
-        assert status == 404
-        # Restarted with another set: the library, and no greeter.
-        first.stop()
-        second = Server("library-server", "--reflection", "v1", port=port)
-        wait_for(proxy, lambda: send(proxy, "POST", "/example.library.v1.Library/GetShelf",
-                                     {"shelf": "1"})[0] == 200)
-        assert send(proxy, "GET", "/v1/shelves/1") == (200, {"id": "1", "theme": "theme-1"})
-    finally:
-        proxy.stop()
-        first.stop()
-        if second:
-            second.stop()
+    first = started(Server("greeter-server", "--reflection", "v1", port=port))
+    proxy = started(reflecting_envoy(port, refresh_s=1))
+    wait_for(proxy, lambda: loads(proxy) >= VMS)
+    assert say_hello(proxy) == (200, {"message": "Hello ann!"})
+    status, _ = send(proxy, "POST", "/example.library.v1.Library/GetShelf", {"shelf": "1"})
+    assert status == 404
+    # Restarted with another set: the library, and no greeter.
+    first.stop()
+    started(Server("library-server", "--reflection", "v1", port=port))
+    wait_for(proxy, lambda: send(proxy, "POST", "/example.library.v1.Library/GetShelf",
+                                 {"shelf": "1"})[0] == 200)
+    assert send(proxy, "GET", "/v1/shelves/1") == (200, {"id": "1", "theme": "theme-1"})
 
 
-def test_a_grpcio_server_s_descriptors_transcode_as_the_same_set_given_inline():
+def test_a_grpcio_server_s_descriptors_transcode_as_the_same_set_given_inline(started):
     """The second stack: grpcio-reflection (v1alpha), from a pool protoc
     compiled; each request answers as through a filter given that set."""
-    import base64
     directory = scratch_dir("grpc-wasm-shelves-")
     path = shelves_descriptor_set(directory)
-    server = ShelvesServer(path, reflection=True)
+    server = started(ShelvesServer(path, reflection=True))
     with open(path, "rb") as f:
         inline = base64.b64encode(f.read()).decode()
-    reflecting = Envoy({"reflection": {"upstream": "shelves", "services": [SERVICE]}},
-                       [("/", "shelves", server.port)])
-    given = Envoy({"descriptor_set": inline}, [("/", "shelves", server.port)])
-    try:
-        wait_for(reflecting, lambda: loads(reflecting) >= VMS)
-        assert "(grpc.reflection.v1alpha.ServerReflection): 1 services" in whole_log(reflecting)
-        cases = [("POST", "/shelves/1/books", {"title": "Dune", "author": "Herbert"}),
-                 ("GET", "/search?q=dune&tags=a&tags=b", None),
-                 ("GET", "/v2/shelves/3/books/4", None),
-                 ("PATCH", "/shelves/1/books/5", {"title": "Emma"}),
-                 ("GET", "/shelves/x", None)]
-        for method, request_path, body in cases:
-            expected = send(given, method, request_path, body)
-            assert send(reflecting, method, request_path, body) == expected, (method, request_path)
-        assert send(reflecting, "POST", "/shelves/1/books", {"title": "Dune"})[0] == 200
-    finally:
-        reflecting.stop()
-        given.stop()
-        server.stop()
+    reflecting = started(Envoy({"reflection": {"upstream": "shelves", "services": [SERVICE]}},
+                               [("/", "shelves", server.port)]))
+    given = started(Envoy({"descriptor_set": inline}, [("/", "shelves", server.port)]))
+    wait_for(reflecting, lambda: loads(reflecting) >= VMS)
+    assert "(grpc.reflection.v1alpha.ServerReflection): 1 services" in whole_log(reflecting)
+    cases = [("POST", "/shelves/1/books", {"title": "Dune", "author": "Herbert"}),
+             ("GET", "/search?q=dune&tags=a&tags=b", None),
+             ("GET", "/v2/shelves/3/books/4", None),
+             ("PATCH", "/shelves/1/books/5", {"title": "Emma"}),
+             ("GET", "/shelves/x", None)]
+    for method, request_path, body in cases:
+        expected = send(given, method, request_path, body)
+        assert send(reflecting, method, request_path, body) == expected, (method, request_path)
+    assert send(reflecting, "POST", "/shelves/1/books", {"title": "Dune"})[0] == 200
 
 
 class Rogue:
@@ -239,15 +221,16 @@ def rogue():
     directory = scratch_dir("grpc-wasm-rogue-")
     with open(descriptor_set(directory), "rb") as f:
         good = descriptor_pb2.FileDescriptorSet.FromString(f.read())
-    server = Rogue(good)
-    greeter = Server("greeter-server")
-    proxy = Envoy({"reflection": {"upstream": "reflection", "refresh_s": 1}},
-                  [("/", "greeter", greeter.port), (None, "reflection", server.port)])
-    wait_for(proxy, lambda: loads(proxy) >= VMS)
-    yield server, proxy
-    proxy.stop()
-    greeter.stop()
-    server.stop()
+    with contextlib.ExitStack() as stack:
+        server = Rogue(good)
+        stack.callback(server.stop)
+        greeter = Server("greeter-server")
+        stack.callback(greeter.stop)
+        proxy = Envoy({"reflection": {"upstream": "reflection", "refresh_s": 1}},
+                      [("/", "greeter", greeter.port), (None, "reflection", server.port)])
+        stack.callback(proxy.stop)
+        wait_for(proxy, lambda: loads(proxy) >= VMS)
+        yield server, proxy
 
 
 @pytest.mark.parametrize(("files", "why"), [
@@ -321,25 +304,21 @@ GO_CODE_NAMES = {5: "NotFound", 3: "InvalidArgument"}
     ("StreamBooks", {"shelf": "1"}),
     ("GetShelf", {"shelf": "0"}),
 ])
-def test_grpcurl_and_the_filter_answer_alike_from_reflection_alone(method, request_json):
+def test_grpcurl_and_the_filter_answer_alike_from_reflection_alone(started, method, request_json):
     """grpcurl as the peer: the same server, each side with only what
     reflection told it; the answers are equal as JSON values."""
-    server = Server("library-server", "--reflection", "both")
-    proxy = reflecting_envoy(server.port)
+    server = started(Server("library-server", "--reflection", "both"))
+    proxy = started(reflecting_envoy(server.port))
+    wait_for(proxy, lambda: loads(proxy) >= VMS)
+    theirs = grpcurl(server.port, f"example.library.v1.Library/{method}", request_json)
+    req = urllib.request.Request(f"http://127.0.0.1:{proxy.port}/example.library.v1.Library/{method}",
+                                 data=json.dumps(request_json).encode(), method="POST",
+                                 headers={"content-type": "application/json"})
     try:
-        wait_for(proxy, lambda: loads(proxy) >= VMS)
-        theirs = grpcurl(server.port, f"example.library.v1.Library/{method}", request_json)
-        req = urllib.request.Request(f"http://127.0.0.1:{proxy.port}/example.library.v1.Library/{method}",
-                                     data=json.dumps(request_json).encode(), method="POST",
-                                     headers={"content-type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=20) as r:
-                body = r.read().decode()
-            ours = [json.loads(line) for line in body.splitlines() if line.strip()]
-        except urllib.error.HTTPError as e:
-            error = json.loads(e.read())
-            ours = (GO_CODE_NAMES[error["code"]], error["message"])
-        assert ours == theirs
-    finally:
-        proxy.stop()
-        server.stop()
+        with urllib.request.urlopen(req, timeout=20) as r:
+            body = r.read().decode()
+        ours = [json.loads(line) for line in body.splitlines() if line.strip()]
+    except urllib.error.HTTPError as e:
+        error = json.loads(e.read())
+        ours = (GO_CODE_NAMES[error["code"]], error["message"])
+    assert ours == theirs
