@@ -16,7 +16,8 @@ use super::id_map::IdMap;
 use super::reply::Reply;
 use crate::contract::{BufferType, ContextId, LogLevel, MapType, Token};
 
-use crate::limits::{FIRST_FETCH_BACKOFF_MS, MAX_DOCUMENT_BYTES, MAX_FETCH_BACKOFF_MS};
+use super::backoff::Backoff;
+use crate::limits::MAX_DOCUMENT_BYTES;
 
 struct Loading {
     inline: Vec<u8>,
@@ -24,7 +25,7 @@ struct Loading {
     /// The call in flight.
     token: Option<Token>,
     retry_at_ns: u64,
-    backoff_ms: u64,
+    backoff: Backoff,
 }
 
 thread_local! {
@@ -44,7 +45,7 @@ pub fn start(root_id: ContextId, inline: Vec<u8>, fetch: Fetch) {
                 fetch,
                 token: None,
                 retry_at_ns: 0,
-                backoff_ms: FIRST_FETCH_BACKOFF_MS,
+                backoff: Backoff::default(),
             },
         )
     });
@@ -195,13 +196,10 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 fn failed(state: &mut Loading, reason: String) {
+    let delay = state.backoff.next_ms();
     log(
         LogLevel::Error,
-        &format!(
-            "grpc-wasm: no configuration yet: {reason}; trying again in {} ms",
-            state.backoff_ms
-        ),
+        &format!("grpc-wasm: no configuration yet: {reason}; trying again in {delay} ms"),
     );
-    state.retry_at_ns = now_nanos().saturating_add(state.backoff_ms * 1_000_000);
-    state.backoff_ms = (state.backoff_ms * 2).min(MAX_FETCH_BACKOFF_MS);
+    state.retry_at_ns = now_nanos().saturating_add(delay * 1_000_000);
 }

@@ -31,6 +31,7 @@ pub mod messages;
 pub mod reply;
 pub mod transcode;
 
+mod backoff;
 mod fetch;
 pub mod filter;
 mod held;

@@ -20,7 +20,8 @@ use super::id_map::IdMap;
 use super::reply::Reply;
 use crate::contract::{BufferType, ContextId, LogLevel, Token};
 
-use crate::limits::{FIRST_FETCH_BACKOFF_MS, MAX_FETCH_BACKOFF_MS, MAX_REFLECTED_BYTES};
+use super::backoff::Backoff;
+use crate::limits::MAX_REFLECTED_BYTES;
 
 struct Loading {
     inline: Vec<u8>,
@@ -31,7 +32,7 @@ struct Loading {
     deadline_ns: u64,
     /// When the next load starts (a refresh, or a retry).
     next_ns: u64,
-    backoff_ms: u64,
+    backoff: Backoff,
     /// The version the server answered last: asked first next time.
     version: Version,
     /// A configuration from a load is installed.
@@ -53,7 +54,7 @@ pub fn start(root_id: ContextId, inline: Vec<u8>, reflection: Reflection) {
         token: None,
         deadline_ns: 0,
         next_ns: 0,
-        backoff_ms: FIRST_FETCH_BACKOFF_MS,
+        backoff: Backoff::default(),
         version: Version::V1,
         installed: false,
     };
@@ -310,7 +311,7 @@ fn loaded(state: &mut Loading, reflected: &Reflected) {
         ),
     );
     state.version = reflected.version;
-    state.backoff_ms = FIRST_FETCH_BACKOFF_MS;
+    state.backoff.reset();
     state.next_ns =
         now_nanos().saturating_add(state.reflection.refresh_s.saturating_mul(1_000_000_000));
 }
@@ -334,13 +335,10 @@ fn failed(state: &mut Loading, why: String) {
     } else {
         "transcoded requests get 503 until a load succeeds"
     };
+    let delay = state.backoff.next_ms();
     log(
         LogLevel::Error,
-        &format!(
-            "grpc-wasm: reflection: {why}; {kept}; trying again in {} ms",
-            state.backoff_ms
-        ),
+        &format!("grpc-wasm: reflection: {why}; {kept}; trying again in {delay} ms"),
     );
-    state.next_ns = now_nanos().saturating_add(state.backoff_ms * 1_000_000);
-    state.backoff_ms = (state.backoff_ms * 2).min(MAX_FETCH_BACKOFF_MS);
+    state.next_ns = now_nanos().saturating_add(delay * 1_000_000);
 }
