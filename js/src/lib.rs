@@ -12,7 +12,6 @@
 //! from Rust: fewer boundary crossings, and no serde-wasm-bindgen.
 
 mod call;
-mod describe;
 mod held;
 mod outcome;
 mod schema;

@@ -7,7 +7,7 @@ use grpc_wasm::{JsonOptions, Registry};
 use wasm_bindgen::prelude::*;
 
 use crate::call::Call;
-use crate::describe;
+use grpc_wasm::describe;
 
 /// Every file loaded, plus google/rpc's status and error details, which
 /// decode every call's error details.

@@ -161,6 +161,14 @@ impl Registry {
         Ok(registry)
     }
 
+    /// The names of the files every registry bundles (google/protobuf,
+    /// google/api, google/rpc): a loader need not ask a server for them.
+    pub fn bundled_files() -> Vec<String> {
+        Registry::new()
+            .map(|r| r.pool.files().map(|f| f.name().to_string()).collect())
+            .unwrap_or_default()
+    }
+
     /// Compiles `.proto` sources given as (file name, contents). Imports are
     /// resolved among these files, files loaded before, and the bundled
     /// google/protobuf, google/api and google/rpc files.
@@ -282,9 +290,7 @@ impl Registry {
             );
             let kept = wire::without_field(file, 9)
                 .map_err(|e| format!("malformed file descriptor: {e}"))?;
-            prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut fresh);
-            prost::encoding::encode_varint(kept.len() as u64, &mut fresh);
-            fresh.extend_from_slice(&kept);
+            push_file(&mut fresh, &kept);
         }
         if fresh.is_empty() {
             return Ok(());
@@ -294,6 +300,27 @@ impl Registry {
             .decode_file_descriptor_set(fresh.as_slice())
             .map_err(|e| e.to_string())
     }
+}
+
+/// The files of an encoded `FileDescriptorSet`, each with its name, as
+/// they are encoded: for hosts that keep sets file by file.
+pub fn set_files(set: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
+    wire::records(set, 1)
+        .map_err(|e| format!("malformed descriptor set: {e}"))?
+        .into_iter()
+        .map(|file| {
+            let name = wire::string_field(file, 1)
+                .map_err(|e| format!("malformed file descriptor: {e}"))?;
+            Ok((name, file))
+        })
+        .collect()
+}
+
+/// Appends an encoded `FileDescriptorProto` to an encoded set.
+pub fn push_file(set: &mut Vec<u8>, file: &[u8]) {
+    prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, set);
+    prost::encoding::encode_varint(file.len() as u64, set);
+    set.extend_from_slice(file);
 }
 
 /// What a `FileDescriptorProto` imports: all a loader needs to close a

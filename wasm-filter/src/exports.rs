@@ -134,6 +134,16 @@ pub unsafe extern "C" fn grpc_wasm_proto_imports(
     })
 }
 
+/// Every file the plugin configuration of root context `root_id` loaded,
+/// as an encoded `FileDescriptorSet`. Only in the module the shim runs
+/// (the one with the compiler): the lite module would carry an encoder
+/// for nobody.
+#[cfg(feature = "compiler")]
+#[no_mangle]
+pub extern "C" fn grpc_wasm_descriptor_set(root_id: u32) -> u32 {
+    run(|_| crate::proxy::filter::descriptor_set(crate::contract::ContextId(root_id)))
+}
+
 /// Sets the JSON options from their bit set (`JsonOptions::bits`).
 #[no_mangle]
 pub extern "C" fn grpc_wasm_set_json_options(flags: u32) -> u32 {

@@ -15,6 +15,7 @@
 
 pub mod code;
 pub mod contract;
+pub mod describe;
 pub mod descriptors;
 pub mod details;
 mod deterministic;

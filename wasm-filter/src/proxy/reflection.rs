@@ -137,15 +137,11 @@ pub fn on_tick(root_id: ContextId) {
         if now < state.next_ns || (state.installed && state.reflection.refresh_s == 0) {
             return;
         }
-        let known = Registry::new()
-            .map(|r| {
-                r.pool()
-                    .files()
-                    .map(|f| f.name().to_string())
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        let loader = Loader::new(state.version, state.reflection.services.as_deref(), known);
+        let loader = Loader::new(
+            state.version,
+            state.reflection.services.as_deref(),
+            Registry::bundled_files(),
+        );
         state.deadline_ns =
             now.saturating_add(state.reflection.timeout_ms.saturating_mul(1_000_000));
         state.loader = Some(loader);
@@ -166,8 +162,9 @@ fn open(state: &mut Loading) {
     };
     match host::grpc_stream(&target) {
         Ok(token) => {
+            let requests = loader.requests();
             state.token = Some(token);
-            send(state, token);
+            send(state, token, requests);
         }
         Err(s) => failed(
             state,
@@ -176,10 +173,7 @@ fn open(state: &mut Loading) {
     }
 }
 
-fn send(state: &mut Loading, token: Token) {
-    let Some(requests) = state.loader.as_mut().map(Loader::requests) else {
-        return;
-    };
+fn send(state: &mut Loading, token: Token, requests: Vec<Vec<u8>>) {
     for request in requests {
         if let Err(s) = host::grpc_send(token, &request) {
             let _ = host::grpc_cancel(token);
@@ -211,15 +205,17 @@ pub fn on_receive(token: Token, size: usize) -> Option<(ContextId, FilterConfig)
             );
             return None;
         }
-        let loader = state.loader.as_mut()?;
-        if let Err(e) = loader.on_message(&message) {
-            let _ = host::grpc_cancel(token);
-            failed(state, e.to_string());
-            return None;
-        }
-        if !loader.is_complete() {
-            send(state, token);
-            return None;
+        match state.loader.as_mut()?.on_answer(&message) {
+            Err(e) => {
+                let _ = host::grpc_cancel(token);
+                failed(state, e.to_string());
+                return None;
+            }
+            Ok(Some(requests)) => {
+                send(state, token, requests);
+                return None;
+            }
+            Ok(None) => {}
         }
         // Everything asked was answered: the stream has done its work.
         let _ = host::grpc_cancel(token);

@@ -41,7 +41,8 @@ impl Version {
 /// Why a load failed; each names what was asked when it can.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReflectionError {
-    #[error("the server has no reflection service (grpc.reflection.v1 and v1alpha are UNIMPLEMENTED): {0}")]
+    /// What the server said with its last UNIMPLEMENTED, if anything.
+    #[error("the server has no reflection service (grpc.reflection.v1 and v1alpha are UNIMPLEMENTED){}", said(.0))]
     NoReflection(String),
     #[error("the server answered {code} for {asked}: {message}")]
     Refused {
@@ -69,6 +70,24 @@ pub enum ReflectionError {
     Cycle(String),
     #[error("the server lists no services but its reflection service")]
     NoServices,
+}
+
+impl ReflectionError {
+    /// The gRPC code a caller gets for it: the server's own where it
+    /// answered one, INTERNAL for an answer this client cannot use.
+    pub fn code(&self) -> Code {
+        match self {
+            ReflectionError::NoReflection(_) => Code::Unimplemented,
+            ReflectionError::Refused { code, .. } | ReflectionError::Closed { code, .. } => {
+                Code::from_name(code).unwrap_or(Code::Unknown)
+            }
+            ReflectionError::TooLarge { .. } => Code::ResourceExhausted,
+            ReflectionError::NoServices => Code::NotFound,
+            ReflectionError::Malformed { .. }
+            | ReflectionError::Conflict(_)
+            | ReflectionError::Cycle(_) => Code::Internal,
+        }
+    }
 }
 
 /// A closed set of files, ready for a `Registry`.
@@ -366,6 +385,14 @@ impl Loader {
         Ok(name)
     }
 
+    /// Reads one answer and says what follows: `Some(requests)` to send
+    /// (none, while answers are still due), or `None` once the load is
+    /// complete and the stream has done its work.
+    pub fn on_answer(&mut self, bytes: &[u8]) -> Result<Option<Vec<Vec<u8>>>, ReflectionError> {
+        self.on_message(bytes)?;
+        Ok((!self.is_complete()).then(|| self.requests()))
+    }
+
     /// The stream ended with `code`. `Ok(Some(version))`: ask again from
     /// the start on that version (the server lacks this one); `Ok(None)`:
     /// the load is complete, [`Loader::finish`] it.
@@ -420,10 +447,7 @@ impl Loader {
         }
         let mut set = Vec::with_capacity(self.bytes + 8 * order.len());
         for &at in &order {
-            let bytes = &self.files[at].bytes;
-            prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut set);
-            prost::encoding::encode_varint(bytes.len() as u64, &mut set);
-            set.extend_from_slice(bytes);
+            crate::descriptors::push_file(&mut set, &self.files[at].bytes);
         }
         Ok(Reflected {
             version: self.version,
@@ -431,6 +455,15 @@ impl Loader {
             descriptor_set: set,
             files: order.len(),
         })
+    }
+}
+
+/// `: message`, or nothing for a server that said nothing.
+fn said(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
     }
 }
 

@@ -491,3 +491,15 @@ pub extern "C" fn proxy_on_tick(root_id: u32) {
 
 #[cfg(test)]
 mod tests;
+
+/// Every file root context `root_id` serves, as an encoded
+/// `FileDescriptorSet`, options included: what the shim describes
+/// (`grpc.services()` / `grpc.describe()`) with the core's `describe`,
+/// natively, so that the module carries none of it.
+#[cfg(feature = "compiler")]
+pub fn descriptor_set(root_id: ContextId) -> Result<Vec<u8>, String> {
+    let config = ROOTS
+        .with(|r| r.borrow().get(&root_id).cloned())
+        .ok_or("no configuration is loaded")?;
+    Ok(config.registry.pool().encode_to_vec())
+}

@@ -1,6 +1,9 @@
-//! Descriptions of what a schema holds, as plain JSON.
+//! Descriptions of what a descriptor pool holds, as plain JSON: the
+//! services (with their methods and streaming kinds), messages and enums,
+//! for every host's `services` / `describe` (as `grpcurl list` and
+//! `describe` show them).
 
-use grpc_wasm::web::has_no_side_effects;
+use crate::web::has_no_side_effects;
 use prost_reflect::{
     Cardinality, DescriptorPool, EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor,
     MethodDescriptor, ServiceDescriptor,
