@@ -176,6 +176,40 @@ int32_t grpc_wasm_wire_input(uint32_t conn,
 int32_t grpc_wasm_wire_pending(uint32_t conn);
 
 /**
+ * Starts loading the services of connection `conn`'s server through
+ * server reflection: `services` (may be NULL: every service it lists)
+ * names them, one per line. Returns a call id (> 0) whose end
+ * (`grpc_wasm_next_event`) is the load's; then `grpc_wasm_reflected`.
+ *
+ * # Safety
+ * `services` addresses `services_len` bytes, or is NULL.
+ */
+int32_t grpc_wasm_reflect(uint32_t conn, const char *services, size_t services_len);
+
+/**
+ * Adds what the reflection load of call `id` found (after its successful
+ * end) to what is loaded; the services it loaded, as a JSON array (NULL
+ * on failure, see [`grpc_wasm_last_error`]). Valid until the next call of
+ * this function or `grpc_wasm_describe` on this thread.
+ *
+ * # Safety
+ * `len` points to a writable size.
+ */
+const char *grpc_wasm_reflected(uint32_t id, size_t *len);
+
+/**
+ * What is loaded, as JSON: the services (with their methods) when `name`
+ * is empty, else the service, method, message or enum called `name`
+ * (NULL when none is, see [`grpc_wasm_last_error`]). Valid until the
+ * next call of this function or `grpc_wasm_reflected` on this thread.
+ *
+ * # Safety
+ * `name` addresses `name_len` bytes (or is NULL with 0); `len` points to
+ * a writable size.
+ */
+const char *grpc_wasm_describe(const char *name, size_t name_len, size_t *len);
+
+/**
  * This worker's metrics as text, one a line (NULL on failure, see
  * [`grpc_wasm_last_error`]); valid until the next call of this function
  * on this thread.

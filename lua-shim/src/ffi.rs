@@ -488,6 +488,110 @@ pub extern "C" fn grpc_wasm_wire_pending(conn: u32) -> i32 {
 thread_local! {
     static OUTPUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static METRICS: RefCell<String> = const { RefCell::new(String::new()) };
+    static DESCRIBED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Starts loading the services of connection `conn`'s server through
+/// server reflection: `services` (may be NULL: every service it lists)
+/// names them, one per line. Returns a call id (> 0) whose end
+/// (`grpc_wasm_next_event`) is the load's; then `grpc_wasm_reflected`.
+///
+/// # Safety
+/// `services` addresses `services_len` bytes, or is NULL.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_reflect(
+    conn: u32,
+    services: *const c_char,
+    services_len: usize,
+) -> i32 {
+    guard(|| {
+        let p = process()?;
+        let wanted = (!services.is_null()).then(|| {
+            // SAFETY: not NULL, so it addresses its length (this function's contract).
+            let raw = unsafe { bytes(services, services_len) };
+            String::from_utf8_lossy(raw)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        });
+        let id = p
+            .client
+            .reflect(ConnId(conn), wanted.as_deref())
+            .map_err(|e| e.to_string())?;
+        Ok(id.0 as i32)
+    })
+}
+
+/// Adds what the reflection load of call `id` found (after its successful
+/// end) to what is loaded; the services it loaded, as a JSON array (NULL
+/// on failure, see [`grpc_wasm_last_error`]). Valid until the next call of
+/// this function or `grpc_wasm_describe` on this thread.
+///
+/// # Safety
+/// `len` points to a writable size.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_reflected(id: u32, len: *mut usize) -> *const c_char {
+    // SAFETY: `len` points to a writable size (this function's contract).
+    unsafe {
+        described(len, || {
+            let services = process()?
+                .client
+                .reflected(CallId(id))
+                .map_err(|e| e.to_string())?;
+            Ok(serde_json::to_vec(&services).unwrap_or_default())
+        })
+    }
+}
+
+/// What is loaded, as JSON: the services (with their methods) when `name`
+/// is empty, else the service, method, message or enum called `name`
+/// (NULL when none is, see [`grpc_wasm_last_error`]). Valid until the
+/// next call of this function or `grpc_wasm_reflected` on this thread.
+///
+/// # Safety
+/// `name` addresses `name_len` bytes (or is NULL with 0); `len` points to
+/// a writable size.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_describe(
+    name: *const c_char,
+    name_len: usize,
+    len: *mut usize,
+) -> *const c_char {
+    // SAFETY: `name` addresses its length (this function's contract).
+    let name = unsafe { bytes(name, name_len) };
+    // SAFETY: `len` points to a writable size (this function's contract).
+    unsafe {
+        described(len, || {
+            let name = std::str::from_utf8(name).map_err(|_| "the name is not UTF-8")?;
+            process()?.client.describe(name).map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// `f`'s bytes, kept in this thread's `DESCRIBED` for the caller to read;
+/// NULL (and the last error) when it fails.
+///
+/// # Safety
+/// `len` is NULL or points to a writable size.
+unsafe fn described(len: *mut usize, f: impl FnOnce() -> Result<Vec<u8>, String>) -> *const c_char {
+    let mut ptr = std::ptr::null();
+    let mut size = 0;
+    guard(|| {
+        let bytes = f()?;
+        DESCRIBED.with(|d| {
+            let mut d = d.borrow_mut();
+            *d = bytes;
+            ptr = d.as_ptr();
+            size = d.len();
+        });
+        Ok(0)
+    });
+    if !len.is_null() {
+        // SAFETY: not NULL, so it points to a usize (this function's contract).
+        unsafe { *len = size };
+    }
+    ptr.cast()
 }
 
 /// This worker's metrics as text, one a line (NULL on failure, see

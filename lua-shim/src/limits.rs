@@ -66,3 +66,8 @@ pub const MAX_CONTEXT_ID: u32 = i32::MAX as u32;
 /// Context ids tried before giving up: more calls than that in flight is a
 /// leak.
 pub const CONTEXT_ID_PROBES: u32 = 1 << 20;
+
+/// Reflection loads (`grpc.reflect`) a worker runs at once: each may hold
+/// a whole set of a server's files (`grpc_wasm::limits::MAX_REFLECTED_BYTES`)
+/// until its caller takes it. docs/limits.md: "reflection loads at once".
+pub const MAX_REFLECTIONS: usize = 4;

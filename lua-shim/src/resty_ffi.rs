@@ -420,6 +420,23 @@ impl Runtime {
                 id.map(|id| id.to_string().into_bytes())
                     .map_err(|e| e.to_string())
             }
+            "reflect" => {
+                let services: Option<Vec<String>> = r["services"].as_array().map(|list| {
+                    list.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                });
+                c.reflect(ConnId(number(r, "conn")?), services.as_deref())
+                    .map(|id| id.to_string().into_bytes())
+                    .map_err(|e| e.to_string())
+            }
+            "reflected" => c
+                .reflected(CallId(number(r, "id")?))
+                .map(|services| serde_json::to_vec(&services).unwrap_or_default())
+                .map_err(|e| e.to_string()),
+            "describe" => c
+                .describe(r["name"].as_str().unwrap_or_default())
+                .map_err(|e| e.to_string()),
             "send" => {
                 let compress = r["compress"].as_bool().unwrap_or(true);
                 done(c.send(

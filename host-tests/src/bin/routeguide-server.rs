@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use host_tests::reflection::{self, Versions};
 use host_tests::{route_guide, serve, BoxError};
 use tonic::transport::Server;
 
@@ -17,6 +18,9 @@ struct Args {
     /// JSON array of {"location":{"latitude":..,"longitude":..},"name":..}.
     #[arg(long, default_value_os_t = route_guide::default_db_path())]
     db: PathBuf,
+    /// Serve gRPC server reflection too: v1, v1alpha or both.
+    #[arg(long, value_enum)]
+    reflection: Option<Versions>,
 }
 
 #[tokio::main]
@@ -27,5 +31,6 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), BoxError> {
     let features = route_guide::load_db(&args.db)?;
     let router = Server::builder().add_service(route_guide::service(features));
+    let router = reflection::add(router, args.reflection, &["routeguide.RouteGuide"])?;
     serve::serve(router, args.addr).await
 }

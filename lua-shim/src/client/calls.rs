@@ -132,12 +132,24 @@ impl Client {
     /// whatever still runs.
     pub fn close(&self, id: CallId) {
         match lock(&self.inner.events).remove(&id) {
-            // Unknown, or the module finished it already: nothing to cancel.
-            None | Some(Queue { ended: true, .. }) => return,
+            None => return,
+            // The module finished it already: nothing to cancel, but a
+            // reflection load's set is forgotten with it.
+            Some(Queue { ended: true, .. }) => {
+                if lock(&self.inner.reflections).contains_key(&id) {
+                    self.forget_reflection(&mut lock(&self.inner.host), id);
+                }
+                return;
+            }
             Some(_) => {}
         }
         let woken = {
             let mut host = lock(&self.inner.host);
+            if lock(&self.inner.reflections).contains_key(&id) {
+                // The client's own stream, not the module's call.
+                self.forget_reflection(&mut host, id);
+                return;
+            }
             match host.finish(id) {
                 Ok(()) => self.run(&mut host),
                 Err(e) => self.recover(&mut host, &e),

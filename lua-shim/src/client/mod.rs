@@ -14,16 +14,17 @@
 //! One concern per file: [`schema`] (`.proto` files and their imports,
 //! descriptor sets, print options), [`conns`] (the connection registry),
 //! [`sockets`] (connections whose socket the caller drives), [`calls`]
-//! (starting, feeding and closing calls), [`queues`] (each call's events
+//! (starting, feeding and closing calls), [`reflect`] (server reflection
+//! loads, beside the module's calls), [`queues`] (each call's events
 //! and the backpressure both ways), [`module`] (driving the module:
 //! events in, commands out, ticks) and [`recovery`] (a trap rebuilds the
 //! instance). The client knows a connection only as a
 //! [`CallTransport`].
 //!
-//! Lock order: `changing` → `host` → `calls` → a connection's own lock
+//! Lock order: `changing` → `host` → `reflections` → `calls` → a connection's own lock
 //! (the wire transport's `Wire`) → that connection's inner locks and the
-//! streams' gates. `conns`, `events` and `protos` are taken alone or
-//! under `host`, and nothing is taken under them but a gate (`events` →
+//! streams' gates. `conns`, `events`, `protos` and `loaded` are taken
+//! alone or under `host`, and nothing is taken under them but a gate (`events` →
 //! gate). Nothing takes `host` while holding a connection: a socket's
 //! step releases its `Wire` before its events enter the module.
 
@@ -33,6 +34,7 @@ mod module;
 mod protos;
 mod queues;
 mod recovery;
+mod reflect;
 mod schema;
 mod sockets;
 
@@ -42,7 +44,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::call::{CallId, Compression, ConnId, Token};
+use crate::call::{CallId, Compression, ConnId, HeaderBlock, Token};
 use crate::host::{HostError, LocalReply, ProxyHost};
 use crate::transport::{CallTransport, RunningCall, Sink, TransportError};
 use module::sink;
@@ -72,6 +74,11 @@ pub enum ClientError {
     Runtime(String),
     #[error(transparent)]
     Metadata(#[from] grpc_wasm::metadata::MetadataError),
+    #[error("'{0}' is not loaded")]
+    NotLoaded(String),
+    /// A reflection load that failed, or its set that did not load.
+    #[error("{0}")]
+    Reflection(String),
     /// A panic in the shim, contained (see `Client::after_panic`).
     #[error("internal error (panic): {0}")]
     Panicked(String),
@@ -128,8 +135,14 @@ struct Inner {
     /// The module's calls (by token) while their transport runs them.
     calls: Mutex<HashMap<Token, Box<dyn RunningCall>>>,
     events: Mutex<HashMap<CallId, Queue>>,
+    /// Reflection loads by their caller's call (see [`reflect`]), and how
+    /// many there are, read without the lock on every transport event.
+    reflections: Mutex<HashMap<CallId, reflect::Reflection>>,
+    reflecting: AtomicUsize,
     /// What the module is configured with (see [`ProtoSet`]).
     protos: Mutex<ProtoSet>,
+    /// `protos` as a registry here, for `describe`; made again after a change.
+    loaded: Mutex<Option<Arc<grpc_wasm::Registry>>>,
     /// Held through a change of `protos`, so that two changes do not each
     /// build on the set the other replaces. Never taken under `host`.
     changing: Mutex<()>,
@@ -164,7 +177,10 @@ impl Client {
                 next_conn: AtomicU32::new(1),
                 calls: Mutex::new(HashMap::default()),
                 events: Mutex::new(HashMap::default()),
+                reflections: Mutex::new(HashMap::default()),
+                reflecting: AtomicUsize::new(0),
                 protos: Mutex::new(ProtoSet::default()),
+                loaded: Mutex::new(None),
                 changing: Mutex::new(()),
                 ticking: AtomicBool::new(false),
                 wake,
@@ -172,7 +188,7 @@ impl Client {
                 sink: sink(weak.clone()),
             }),
         };
-        client.change_protos(ProtoSet::clone)?;
+        client.change_protos(|protos| Ok(protos.clone()))?;
         Ok(client)
     }
 
@@ -183,6 +199,32 @@ impl Client {
             (self.inner.wake)(id);
         }
     }
+}
+
+/// A call's end made by the client itself, as the module reports one:
+/// `body` (JSON), the status headers, and the HTTP status of `code`.
+fn local_reply(code: grpc_wasm::Code, body: String) -> LocalReply {
+    let none: &[u8] = b"";
+    let number = itoa::Buffer::new()
+        .format(code.as_i32())
+        .as_bytes()
+        .to_vec();
+    let headers = [
+        (none, &b"grpc-status"[..], number.as_slice()),
+        (none, b"grpc-status-name", code.name().as_bytes()),
+        (none, b"content-type", b"application/json"),
+    ];
+    LocalReply {
+        http_status: u32::from(code.to_http_status()),
+        body: body.into_bytes(),
+        headers: HeaderBlock::from_entries(|| headers.iter().copied()),
+    }
+}
+
+/// A failed call's end: a `google.rpc.Status` body, as the module's.
+fn status_reply(code: grpc_wasm::Code, message: &str) -> LocalReply {
+    let body = serde_json::json!({"code": code.as_i32(), "message": message});
+    local_reply(code, body.to_string())
 }
 
 /// Two lists of woken calls as one, each call once.

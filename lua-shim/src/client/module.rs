@@ -29,6 +29,11 @@ impl Client {
         let mut woken = Vec::new();
         for (token, events) in produced {
             self.transport_over(token, &events);
+            if self.is_reflection(token) {
+                let pending = events.into_iter().map(|event| (token, event)).collect();
+                woken = merge(woken, self.run_from(&mut host, pending));
+                continue;
+            }
             let delivered = events
                 .into_iter()
                 .try_for_each(|event| host.grpc_event(token, event));
@@ -57,8 +62,16 @@ impl Client {
     /// Carries out what the module asked for, until it asks for nothing
     /// more; returns the calls that got events.
     pub(super) fn run(&self, host: &mut ProxyHost) -> Vec<CallId> {
+        self.run_from(host, VecDeque::new())
+    }
+
+    /// [`Client::run`], with transport events already `pending`.
+    pub(super) fn run_from(
+        &self,
+        host: &mut ProxyHost,
+        mut pending: VecDeque<(Token, GrpcEvent)>,
+    ) -> Vec<CallId> {
         let mut outputs = host.take_outputs();
-        let mut pending: VecDeque<(Token, GrpcEvent)> = VecDeque::new();
         let mut woken = Vec::new();
         loop {
             if let Err(e) = self.deliver(host, &mut outputs, &mut woken) {
@@ -73,6 +86,10 @@ impl Client {
             // A wire call may have ended as it started (its connection
             // is over): forgotten here, as the runtime's are by `produced`.
             self.transport_over(token, std::slice::from_ref(&event));
+            if self.is_reflection(token) {
+                self.reflection_event(host, token, event, &mut pending, &mut woken);
+                continue;
+            }
             match host.grpc_event(token, event) {
                 Ok(()) => outputs = host.take_outputs(),
                 Err(e) => return merge(woken, self.recover(host, &e)),
@@ -145,7 +162,7 @@ impl Client {
 
     /// Starts call `token` on its target's connection with `start`; a
     /// connection that is gone ends the call UNAVAILABLE.
-    fn start_call(
+    pub(super) fn start_call(
         &self,
         token: Token,
         target: GrpcTarget,
@@ -167,7 +184,11 @@ impl Client {
 
     /// `f` on a running call; a call its transport finished has nothing
     /// more to do.
-    fn on_call(&self, token: Token, f: impl FnOnce(&mut dyn RunningCall) -> Produced) -> Produced {
+    pub(super) fn on_call(
+        &self,
+        token: Token,
+        f: impl FnOnce(&mut dyn RunningCall) -> Produced,
+    ) -> Produced {
         match lock(&self.inner.calls).get_mut(&token) {
             Some(call) => f(call.as_mut()),
             None => Vec::new(),
@@ -216,7 +237,7 @@ pub(super) fn sink(weak: std::sync::Weak<Inner>) -> Sink {
 
 /// Events a wire connection produced while the module was running: they
 /// enter it in order, after the command that caused them.
-fn queue(produced: Produced, pending: &mut VecDeque<(Token, GrpcEvent)>) {
+pub(super) fn queue(produced: Produced, pending: &mut VecDeque<(Token, GrpcEvent)>) {
     for (token, events) in produced {
         pending.extend(events.into_iter().map(|event| (token, event)));
     }

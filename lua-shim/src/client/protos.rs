@@ -3,7 +3,7 @@
 //! change builds the next set beside the current one; the client keeps it
 //! only once the module took it, so a refused file leaves nothing behind.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
 use serde_json::{Map, Value};
@@ -14,7 +14,9 @@ const EMPTY_PROTO: (&str, &str) = ("empty.proto", "syntax = \"proto3\";");
 #[derive(Debug, Clone, Default)]
 pub(super) struct ProtoSet {
     sources: BTreeMap<String, String>,
+    /// One set of the descriptor sets' files, each name once.
     descriptor_sets: Vec<u8>,
+    set_files: BTreeSet<String>,
     print_options: Map<String, Value>,
 }
 
@@ -30,12 +32,18 @@ impl ProtoSet {
         next
     }
 
-    /// This set and one more serialized `FileDescriptorSet` (sets
-    /// concatenate into one).
-    pub(super) fn with_descriptor_set(&self, bytes: &[u8]) -> ProtoSet {
+    /// This set and the files of one more serialized
+    /// `FileDescriptorSet` that it does not hold by name: the module keeps
+    /// the first file loaded under a name, so a set loaded again (a
+    /// repeated reflection) adds nothing and the set stays bounded.
+    pub(super) fn with_descriptor_set(&self, bytes: &[u8]) -> Result<ProtoSet, String> {
         let mut next = self.clone();
-        next.descriptor_sets.extend_from_slice(bytes);
-        next
+        for (name, file) in grpc_wasm::descriptors::set_files(bytes)? {
+            if !next.sources.contains_key(&name) && next.set_files.insert(name) {
+                grpc_wasm::descriptors::push_file(&mut next.descriptor_sets, file);
+            }
+        }
+        Ok(next)
     }
 
     pub(super) fn with_print_options(&self, options: Map<String, Value>) -> ProtoSet {
@@ -74,12 +82,18 @@ mod tests {
     fn a_change_leaves_the_current_set_as_it_was() {
         let current = ProtoSet::default();
         let files = BTreeMap::from([("a.proto".to_string(), "syntax = \"proto3\";".to_string())]);
-        let next = current.with_files(files).with_descriptor_set(b"\x0a\x00");
+        let next = current
+            .with_files(files)
+            .with_descriptor_set(b"\x0a\x03\x0a\x01b")
+            .unwrap();
+        let again = next.with_descriptor_set(b"\x0a\x03\x0a\x01b").unwrap();
         assert!(next.has_file("a.proto"));
         assert!(!current.has_file("a.proto"));
         let config: Value = serde_json::from_str(&next.config("x-up")).unwrap();
         assert_eq!(config["protos"]["a.proto"], "syntax = \"proto3\";");
-        assert_eq!(config["descriptor_set"], "CgA=");
+        assert_eq!(config["descriptor_set"], "CgMKAWI=");
+        // A file of a name the set holds is not added again.
+        assert_eq!(again.config("x-up"), next.config("x-up"));
         assert_eq!(config["callout"]["upstream_header"], "x-up");
     }
 

@@ -13,7 +13,7 @@ use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::{Client, ClientError, Conn, Event};
-use crate::call::{events, CallId, HeaderBlock};
+use crate::call::{events, CallId};
 use crate::host::{HostError, LocalReply, ProxyHost};
 use crate::sync::lock;
 use crate::transport::RunningCall;
@@ -73,6 +73,13 @@ impl Client {
     /// Stops the transport side of every call: their tokens belonged to
     /// the old instance.
     fn abandon_transports(&self) {
+        // Reflection loads end with the calls: their streams are cancelled
+        // below, and their callers' calls fail with the rest.
+        self.inner.reflections.clear_poison();
+        lock(&self.inner.reflections).clear();
+        self.inner
+            .reflecting
+            .store(0, std::sync::atomic::Ordering::Release);
         let calls: Vec<Box<dyn RunningCall>> = lock(&self.inner.calls)
             .drain()
             .map(|(_, call)| call)
@@ -114,8 +121,10 @@ impl Client {
         let inner = &self.inner;
         inner.conns.clear_poison();
         inner.calls.clear_poison();
+        inner.reflections.clear_poison();
         inner.changing.clear_poison();
         inner.protos.clear_poison();
+        inner.loaded.clear_poison();
         inner.host.clear_poison();
         inner.events.clear_poison();
     }
@@ -169,20 +178,7 @@ fn first_line(error: &HostError) -> String {
         .to_string()
 }
 
-/// The end of a call lost to a trap or a panic (`message` says which), as
-/// the module itself reports failures: a `google.rpc.Status` body and the
-/// status headers.
+/// The end of a call lost to a trap or a panic (`message` says which).
 fn lost(message: &str) -> LocalReply {
-    let body = serde_json::json!({"code": 13, "message": message}).to_string();
-    let none: &[u8] = b"";
-    let headers = [
-        (none, &b"grpc-status"[..], &b"13"[..]),
-        (none, b"grpc-status-name", b"INTERNAL"),
-        (none, b"content-type", b"application/json"),
-    ];
-    LocalReply {
-        http_status: 500,
-        body: body.into_bytes(),
-        headers: HeaderBlock::from_entries(|| headers.iter().copied()),
-    }
+    super::status_reply(grpc_wasm::Code::Internal, message)
 }

@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 
 use super::protos::ProtoSet;
 use super::{Client, ClientError, UPSTREAM_HEADER};
+use std::sync::Arc;
+
+use grpc_wasm::Registry;
+
+use crate::host::ProxyHost;
 use crate::sync::lock;
 
 impl Client {
@@ -35,7 +40,7 @@ impl Client {
         // A file that parses but does not compile must not stay loaded: it
         // would fail every later load, and shadow a fixed file of the same
         // name.
-        self.change_protos(|protos| protos.with_files(found))
+        self.change_protos(|protos| Ok(protos.with_files(found)))
     }
 
     fn collect(
@@ -77,7 +82,40 @@ impl Client {
     /// Adds a serialized `FileDescriptorSet` (sets concatenate into one).
     pub fn load_descriptor_set(&self, bytes: &[u8]) -> Result<(), ClientError> {
         let _changing = lock(&self.inner.changing);
-        self.change_protos(|protos| protos.with_descriptor_set(bytes))
+        self.change_protos(|protos| protos.with_descriptor_set(bytes).map_err(refused))
+    }
+
+    /// What is loaded, as JSON (the core's `describe`): the services for
+    /// an empty `name`, else the service, method, message or enum called
+    /// `name`.
+    pub fn describe(&self, name: &str) -> Result<Vec<u8>, ClientError> {
+        let loaded = self.loaded()?;
+        let pool = loaded.pool();
+        let value = if name.is_empty() {
+            grpc_wasm::describe::services(pool)
+        } else {
+            grpc_wasm::describe::describe(pool, name)
+                .ok_or_else(|| ClientError::NotLoaded(name.to_string()))?
+        };
+        Ok(value.to_string().into_bytes())
+    }
+
+    /// What the module is configured with, as a registry here, made once
+    /// per change: the module's own files, read back.
+    fn loaded(&self) -> Result<Arc<Registry>, ClientError> {
+        let _changing = lock(&self.inner.changing);
+        if let Some(loaded) = lock(&self.inner.loaded).clone() {
+            return Ok(loaded);
+        }
+        let (set, woken) = {
+            let mut host = lock(&self.inner.host);
+            let set = host.descriptor_set();
+            self.checked(&mut host, set)
+        };
+        self.wake(woken);
+        let loaded = Arc::new(registry_of(&set?)?);
+        *lock(&self.inner.loaded) = Some(loaded.clone());
+        Ok(loaded)
     }
 
     /// Sets the module's JSON print options (`emit_defaults`, ...).
@@ -86,7 +124,7 @@ impl Client {
         options: serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), ClientError> {
         let _changing = lock(&self.inner.changing);
-        self.change_protos(|protos| protos.with_print_options(options))
+        self.change_protos(|protos| Ok(protos.with_print_options(options)))
     }
 
     /// Configures the module with the set `change` makes of the current
@@ -95,15 +133,35 @@ impl Client {
     /// set, which never held the change. The caller holds `changing`.
     pub(super) fn change_protos(
         &self,
-        change: impl FnOnce(&ProtoSet) -> ProtoSet,
+        change: impl FnOnce(&ProtoSet) -> Result<ProtoSet, ClientError>,
     ) -> Result<(), ClientError> {
-        let next = change(&lock(&self.inner.protos));
+        self.change_protos_checked(change, |_| Ok(()))
+    }
+
+    /// [`Client::change_protos`], kept only if `check` also passes on the
+    /// module configured with it; else the module goes back to the
+    /// current set.
+    pub(super) fn change_protos_checked(
+        &self,
+        change: impl FnOnce(&ProtoSet) -> Result<ProtoSet, ClientError>,
+        check: impl FnOnce(&mut ProxyHost) -> Result<(), ClientError>,
+    ) -> Result<(), ClientError> {
+        let next = change(&lock(&self.inner.protos))?;
         let config = next.config(UPSTREAM_HEADER);
         let (result, woken) = {
             let mut host = lock(&self.inner.host);
             let result = host.configure(config.as_bytes());
             let (result, woken) = self.checked(&mut host, result);
+            let result = result.map_err(ClientError::from).and_then(|()| {
+                check(&mut host).inspect_err(|_| {
+                    let current = self.config();
+                    if let Err(e) = host.configure(current.as_bytes()) {
+                        eprintln!("[grpc-wasm] the module refused its current set again: {e}");
+                    }
+                })
+            });
             if result.is_ok() {
+                *lock(&self.inner.loaded) = None;
                 // Kept while the module is still locked: a trap on another
                 // thread (a tick, a transport event) rebuilds the instance
                 // with the set it was configured with, never the one before.
@@ -112,11 +170,26 @@ impl Client {
             (result, woken)
         };
         self.wake(woken);
-        Ok(result?)
+        result
     }
 
     /// The module's configuration for what is loaded now.
     pub(super) fn config(&self) -> String {
         lock(&self.inner.protos).config(UPSTREAM_HEADER)
     }
+}
+
+/// A set refused before the module sees it, named as the module names
+/// what it refuses.
+pub(super) fn refused(why: String) -> ClientError {
+    ClientError::Host(crate::host::HostError::Core(why))
+}
+
+/// A registry of the files of an encoded set the module gave.
+pub(super) fn registry_of(set: &[u8]) -> Result<Registry, ClientError> {
+    let mut registry = Registry::new().map_err(|e| refused(e.to_string()))?;
+    registry
+        .add_descriptor_set(set)
+        .map_err(|e| refused(e.to_string()))?;
+    Ok(registry)
 }

@@ -240,7 +240,12 @@ fn a_load_that_traps_the_module_leaves_what_was_loaded_as_it_was() {
     let client = client();
     let conn = dead_conn(&client);
     // The configuration must grow the module's memory; it cannot.
-    let result = with_memory_capped(&client, || client.load_descriptor_set(&vec![0x0a; 2 << 20]));
+    // One file with a 2 MiB package name (2 << 20 as a varint).
+    let mut file = b"\x0a\x09big.proto\x12\x80\x80\x80\x01".to_vec();
+    file.resize(file.len() + (2 << 20), b'x');
+    let mut set = Vec::new();
+    grpc_wasm::descriptors::push_file(&mut set, &file);
+    let result = with_memory_capped(&client, || client.load_descriptor_set(&set));
     assert!(
         matches!(result, Err(ClientError::Host(HostError::Trap(_)))),
         "{result:?}"
@@ -401,4 +406,61 @@ fn a_panic_while_rebuilding_after_a_panic_does_not_unwind_further() {
     );
     assert!(!client.inner.host.is_poisoned() && !client.inner.events.is_poisoned());
     assert_eq!(end(&client, waiting).0, "13");
+}
+
+#[test]
+fn reflection_loads_are_bounded_per_worker_and_a_close_frees_one_with_its_token() {
+    let client = client();
+    let conn = dead_conn(&client);
+    let tokens = lock(&client.inner.host).live_tokens();
+    // No socket feeds the connection: each load stays in flight.
+    let loads: Vec<CallId> = (0..crate::limits::MAX_REFLECTIONS)
+        .map(|_| client.reflect(conn, None).unwrap())
+        .collect();
+    assert_eq!(lock(&client.inner.host).live_tokens(), tokens + loads.len());
+    let refused = client.reflect(conn, None).unwrap_err().to_string();
+    assert_eq!(
+        refused,
+        "4 reflection loads are running in this worker already; wait for one to end"
+    );
+    client.close(loads[0]);
+    assert_eq!(
+        lock(&client.inner.host).live_tokens(),
+        tokens + loads.len() - 1
+    );
+    let again = client.reflect(conn, None).unwrap();
+    // A load not finished has no set to take.
+    assert_eq!(
+        client.reflected(again).unwrap_err().to_string(),
+        "no finished reflection load has this id"
+    );
+    for id in loads.iter().skip(1).chain([&again]) {
+        client.close(*id);
+    }
+    assert_eq!(lock(&client.inner.host).live_tokens(), tokens);
+    assert!(lock(&client.inner.reflections).is_empty());
+    assert_serving(&client, conn);
+}
+
+#[test]
+fn a_trap_ends_the_reflection_loads_in_flight_with_the_calls() {
+    let client = client();
+    let conn = dead_conn(&client);
+    let load = client
+        .reflect(conn, Some(&["helloworld.Greeter".to_string()]))
+        .unwrap();
+    let id = trapping_call(&client, conn);
+    assert_eq!(end(&client, load), ("13".to_string(), LOST.to_string()));
+    assert_eq!(end(&client, id), ("13".to_string(), LOST.to_string()));
+    assert!(lock(&client.inner.reflections).is_empty());
+    client.close(load);
+    client.close(id);
+    assert_serving(&client, conn);
+}
+
+#[test]
+fn an_unknown_connection_cannot_reflect() {
+    let client = client();
+    let err = client.reflect(ConnId(999), None).unwrap_err();
+    assert_eq!(err.to_string(), "unknown or closed connection");
 }

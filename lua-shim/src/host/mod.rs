@@ -16,7 +16,7 @@ use wasmtime::{Config, Engine, Linker, Module, Store, TypedFunc};
 
 pub use imports::DELIVER_FUNCTION;
 pub use state::{GrpcCommand, LocalReply, Outputs};
-use state::{HostState, HttpContext};
+use state::{HostState, HttpContext, TokenKind};
 
 use crate::call::{CallId, GrpcEvent, HeaderBlock, Token};
 
@@ -42,6 +42,7 @@ struct Exports {
     grpc_close: TypedFunc<(u32, u32, u32), ()>,
     tick: TypedFunc<u32, ()>,
     proto_imports: TypedFunc<(u32, u32, u32, u32), u32>,
+    descriptor_set: TypedFunc<u32, u32>,
     scratch: TypedFunc<u32, u32>,
     result: TypedFunc<(), u64>,
 }
@@ -144,6 +145,7 @@ impl ProxyHost {
             grpc_close: export(&instance, &mut store, "proxy_on_grpc_close")?,
             tick: export(&instance, &mut store, "proxy_on_tick")?,
             proto_imports: export(&instance, &mut store, "grpc_wasm_proto_imports")?,
+            descriptor_set: export(&instance, &mut store, "grpc_wasm_descriptor_set")?,
             scratch: export(&instance, &mut store, "grpc_wasm_buffer")?,
             result: export(&instance, &mut store, "grpc_wasm_result")?,
         };
@@ -193,11 +195,37 @@ impl ProxyHost {
 
     /// The imports of a `.proto` source, by the module's own parser.
     pub fn proto_imports(&mut self, name: &str, source: &str) -> Result<Vec<String>, HostError> {
-        let total = name.len() + source.len();
-        let ptr = checked!(
+        let ptr = self.write_scratch(&[name.as_bytes(), source.as_bytes()])?;
+        let args = (
+            ptr,
+            name.len() as u32,
+            ptr + name.len() as u32,
+            source.len() as u32,
+        );
+        let code = checked!(self, self.exports.proto_imports.call(&mut self.store, args))?;
+        let text = String::from_utf8_lossy(&self.core_result(code)?).into_owned();
+        Ok(text
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// Every file the module is configured with, as an encoded
+    /// `FileDescriptorSet`.
+    pub fn descriptor_set(&mut self) -> Result<Vec<u8>, HostError> {
+        let code = checked!(
             self,
-            self.exports.scratch.call(&mut self.store, total as u32)
+            self.exports.descriptor_set.call(&mut self.store, ROOT_ID)
         )?;
+        self.core_result(code)
+    }
+
+    /// `parts` one after the other in the module's scratch buffer; its address.
+    fn write_scratch(&mut self, parts: &[&[u8]]) -> Result<u32, HostError> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let len = u32::try_from(total).map_err(|_| HostError::BadBuffer)?;
+        let ptr = checked!(self, self.exports.scratch.call(&mut self.store, len))?;
         let memory = self
             .store
             .data()
@@ -207,30 +235,46 @@ impl ProxyHost {
             .data_mut(&mut self.store)
             .get_mut(ptr as usize..ptr as usize + total)
             .ok_or_else(|| HostError::Trap("scratch buffer out of bounds".into()))?;
-        dst[..name.len()].copy_from_slice(name.as_bytes());
-        dst[name.len()..].copy_from_slice(source.as_bytes());
-        let args = (
-            ptr,
-            name.len() as u32,
-            ptr + name.len() as u32,
-            source.len() as u32,
-        );
-        let code = checked!(self, self.exports.proto_imports.call(&mut self.store, args))?;
+        let mut at = 0;
+        for part in parts {
+            dst[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        Ok(ptr)
+    }
+
+    /// The output of the core export that returned `code`: its result
+    /// bytes, or its error text as [`HostError::Core`].
+    fn core_result(&mut self, code: u32) -> Result<Vec<u8>, HostError> {
+        let memory = self
+            .store
+            .data()
+            .memory
+            .ok_or(HostError::MissingExport("memory"))?;
         let packed = checked!(self, self.exports.result.call(&mut self.store, ()))?;
         let (at, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
-        let text = memory
+        let bytes = memory
             .data(&self.store)
-            .get(at..at + len)
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default();
+            .get(at..at.saturating_add(len))
+            .ok_or(HostError::BadBuffer)?
+            .to_vec();
         if code != 0 {
-            return Err(HostError::Core(text));
+            return Err(HostError::Core(
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ));
         }
-        Ok(text
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect())
+        Ok(bytes)
+    }
+
+    /// A token for a stream the client runs itself (a reflection load),
+    /// from the module's own count, so that no call of the module's ever
+    /// holds it too; [`ProxyHost::release_token`] gives it back.
+    pub fn reserve_token(&mut self) -> Token {
+        self.store.data_mut().token(TokenKind::Stream)
+    }
+
+    pub fn release_token(&mut self, token: Token) {
+        self.store.data_mut().release(token);
     }
 
     /// An id for the next context: above the root's, at most `i32::MAX` (the

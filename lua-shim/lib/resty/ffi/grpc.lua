@@ -53,10 +53,19 @@ local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
 --                                       send on; -1: the call is over
 --                                       (never fails)
 --   close_send(id) -> true
---   next_event(id, timeout_ms)          the call's next event, waited for
---       -> "message", json              at most its deadline and a second
+--   next_event(id, timeout_ms, slack_ms)
+--                                       the call's next event, waited for
+--       -> "message", json              at most its deadline and slack_ms
+--                                       (default a second: the module ends
+--                                       its calls by their deadline)
 --        | "end", body, http status, raw headers (key\0value\0...),
 --          gRPC code (as the shim decided it)
+--   reflect(conn, services) -> call id  a reflection load (services: a
+--                                       list, or nil for all); its one
+--                                       event is its end
+--   reflected(id) -> json               a finished load's set joins what
+--                                       is loaded; the services, as JSON
+--   describe(name) -> json              what is loaded ("" : the services)
 --   close(id, ended)                    ended: its end was read
 --   collect_conn(conn), collect_call(id)
 --                                       close from a garbage collector's
@@ -641,8 +650,8 @@ Info.__index = function(info, key)
 end
 
 -- The next event of a call: "message", json | "end", info | nil, err.
-local function wait_event(id, timeout_ms)
-    local kind, body, http_status, raw, code = backend.next_event(id, timeout_ms)
+local function wait_event(id, timeout_ms, slack_ms)
+    local kind, body, http_status, raw, code = backend.next_event(id, timeout_ms, slack_ms)
     if kind ~= "end" then
         return kind, body
     end
@@ -777,6 +786,107 @@ function Conn:unary(path, message, opts)
             return true, res, data
         end
     end
+end
+
+-- A list of names (services to load), or nil.
+local function check_names(list, what)
+    if list == nil then
+        return true
+    end
+    if type(list) ~= "table" or #list == 0 then
+        return nil, what .. " must be a non-empty list of names, got " .. type(list)
+    end
+    for _, name in ipairs(list) do
+        if type(name) ~= "string" or name == "" then
+            return nil, what .. " must be a list of names, got a " .. type(name) .. " in it"
+        end
+    end
+    return true
+end
+
+--- Loads the services of the connection's server through server
+-- reflection (grpc.reflection.v1, else v1alpha), with every file they
+-- need: ok, services (their names) | false, err, info. Then they are
+-- called as if loaded from files. opts: services (a list: only these;
+-- default every service the server lists), timeout (ms, default 10000,
+-- the whole load). A file already loaded under the same name stays: if a
+-- service then lacks what the server defines, the load fails and adds
+-- nothing.
+function Conn:reflect(opts)
+    local pok, perr = check_phase("conn:reflect")
+    if not pok then
+        return false, perr
+    end
+    if self.closed then
+        return false, "the connection is closed"
+    end
+    local ook, oerr = check_opts(opts, "reflect")
+    if not ook then
+        return false, oerr
+    end
+    local services = opts and opts.services
+    local nok, nerr = check_names(services, "services")
+    if not nok then
+        return false, nerr
+    end
+    local tok, terr = check_timeout(opts and opts.timeout)
+    if not tok then
+        return false, terr
+    end
+    local timeout = opts and opts.timeout or DEFAULT_TIMEOUT
+    local id, err = backend.reflect(self.id, services)
+    if not id then
+        return false, err
+    end
+    local deadline = ngx.now() + timeout / 1000
+    -- The load's one event is its end, by its deadline: the wait is it
+    -- (no module call runs this stream to end it sooner).
+    local kind, info = wait_event(id, timeout, 0)
+    if kind ~= "end" then
+        forget(id)
+        if ngx.now() >= deadline then
+            return local_failure("deadline of " .. timeout .. " ms exceeded while loading through reflection",
+                                 4, "DEADLINE_EXCEEDED")
+        end
+        return local_failure(info)
+    end
+    if info.code ~= 0 then
+        forget(id, true)
+        return failure(info)
+    end
+    local json, rerr = backend.reflected(id)
+    forget(id, true)
+    if not json then
+        return false, rerr
+    end
+    return true, cjson.decode(json)
+end
+
+--- What is loaded, as grpcurl list shows it: ok, a list of services, each
+-- { name, methods = { { name, path, streaming ("unary",
+-- "server_streaming", "client_streaming", "bidi_streaming"), input,
+-- output, idempotent } } } | false, err.
+function _M.services()
+    return _M.describe("")
+end
+
+--- The service, method ("pkg.Service/Method" or "pkg.Service.Method"),
+-- message (its fields: name, jsonName, number, type, repeated, oneof,
+-- map) or enum (its values) called `name`, as grpcurl describe shows it:
+-- ok, a table with its kind | false, err.
+function _M.describe(name)
+    local ok, err = ready()
+    if not ok then
+        return false, err
+    end
+    if type(name) ~= "string" then
+        return false, "the name must be a string, got " .. type(name)
+    end
+    local json, derr = backend.describe(name)
+    if not json then
+        return false, derr
+    end
+    return true, cjson.decode(json)
 end
 
 --- A stream for any streaming kind: send / close_send / recv / close.

@@ -473,14 +473,9 @@ function ffi_backend.conn_close(id)
     end
 end
 
-function ffi_backend.start(conn, path, body, timeout, metadata, propagated, json, compression)
-    local md, md_len = flatten_pairs(metadata)
-    local pr, pr_len = flatten_pairs(propagated)
-    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, pr, pr_len,
-                                 json, compression)
-    if id < 0 then
-        return nil, last_error()
-    end
+-- Call `id` on `conn` counts on the connection's pump (a cosocket
+-- connection's), which is woken for the bytes it has to send.
+local function with_pump(conn, id)
     local pump = pumps[conn]
     if pump then
         call_pumps[id] = pump
@@ -489,6 +484,43 @@ function ffi_backend.start(conn, path, body, timeout, metadata, propagated, json
         wake_pump(pump)
     end
     return id
+end
+
+function ffi_backend.start(conn, path, body, timeout, metadata, propagated, json, compression)
+    local md, md_len = flatten_pairs(metadata)
+    local pr, pr_len = flatten_pairs(propagated)
+    local id = C.grpc_wasm_start(conn, path, #path, body, body and #body or 0, timeout, md, md_len, pr, pr_len,
+                                 json, compression)
+    if id < 0 then
+        return nil, last_error()
+    end
+    return with_pump(conn, id)
+end
+
+function ffi_backend.reflect(conn, services)
+    local list = services and concat(services, "\n")
+    local id = C.grpc_wasm_reflect(conn, list, list and #list or 0)
+    if id < 0 then
+        return nil, last_error()
+    end
+    return with_pump(conn, id)
+end
+
+local text_len = ffi_new("size_t[1]")
+
+local function text(ptr)
+    if ptr == nil then
+        return nil, last_error()
+    end
+    return ffi_string(ptr, text_len[0])
+end
+
+function ffi_backend.reflected(id)
+    return text(C.grpc_wasm_reflected(id, text_len))
+end
+
+function ffi_backend.describe(name)
+    return text(C.grpc_wasm_describe(name, #name, text_len))
 end
 
 function ffi_backend.send(id, body, compress)
@@ -522,8 +554,8 @@ local function release_pump(id, wake)
 end
 
 -- "message", json | "end", body, http status, raw headers, code | nil, err
-function ffi_backend.next_event(id, timeout_ms)
-    local deadline = ngx.now() + timeout_ms / 1000 + 1
+function ffi_backend.next_event(id, timeout_ms, slack_ms)
+    local deadline = ngx.now() + (timeout_ms + (slack_ms or 1000)) / 1000
     while true do
         local n = C.grpc_wasm_next_event(id, event)
         if n < 0 then

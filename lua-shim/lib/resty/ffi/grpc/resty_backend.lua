@@ -115,6 +115,19 @@ function resty_backend.start(conn, path, body, timeout, metadata, propagated, js
     return tonumber(id), err
 end
 
+function resty_backend.reflect(conn, services)
+    local id, err = task({ op = "reflect", conn = conn, services = services })
+    return tonumber(id), err
+end
+
+function resty_backend.reflected(id)
+    return task({ op = "reflected", id = id })
+end
+
+function resty_backend.describe(name)
+    return task({ op = "describe", name = name })
+end
+
 function resty_backend.send(id, body, compress)
     return task({ op = "send", id = id, body = body, compress = compress })
 end
@@ -129,8 +142,8 @@ end
 
 -- The wait ends by the call's deadline (and a second of slack), as on the
 -- FFI path, even if the event never comes.
-function resty_backend.next_event(id, timeout_ms)
-    local data, err = task({ op = "next", id = id, timeout = timeout_ms + 1000 })
+function resty_backend.next_event(id, timeout_ms, slack_ms)
+    local data, err = task({ op = "next", id = id, timeout = timeout_ms + (slack_ms or 1000) })
     if not data then
         return nil, err
     end
