@@ -7,42 +7,13 @@ import json
 import os
 import re
 import subprocess
-import threading
 import urllib.parse
-from concurrent import futures
 
-import grpc
 import pytest
 
 from harness.nginx import Nginx, Server, check_log, scratch_dir
 from harness.shelves_server import ShelvesServer, descriptor_set
-
-REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
-
-
-class SilentReflection:
-    """A server whose reflection service takes the stream and never
-    answers: only the caller's deadline ends the load."""
-
-    def __init__(self):
-        self.stop_event = threading.Event()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-
-        def never(requests, context):
-            while context.is_active() and not self.stop_event.wait(0.05):
-                pass
-            return iter(())
-
-        handler = grpc.stream_stream_rpc_method_handler(never)
-        self.server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(REFLECTION_V1, {"ServerReflectionInfo": handler}),))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.addr = f"127.0.0.1:{self.port}"
-        self.server.start()
-
-    def stop(self):
-        self.stop_event.set()
-        self.server.stop(grace=None)
+from harness.silent_reflection import SilentReflection
 
 
 @pytest.fixture(scope="module")
@@ -212,10 +183,10 @@ def test_calls_answer_as_grpcurl_s_from_reflection_alone(nginx, servers, method,
 GO_CODE_NAMES = {5: "NotFound", 3: "InvalidArgument"}
 
 
-def test_the_readme_example_runs(servers, tmp_path):
-    """The README's reflection example, as it is written, against a
+def test_the_documented_example_runs(servers, tmp_path):
+    """docs/openresty.md's reflection example, as it is written, against a
     routeguide server with reflection."""
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")) as f:
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "openresty.md")) as f:
         readme = f.read()
     at = readme.index("<!-- run by host-tests/nginx/test_reflection.py -->")
     block = re.search(r"```lua\n(.*?)```", readme[at:], re.S).group(1)

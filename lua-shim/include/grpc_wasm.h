@@ -178,13 +178,17 @@ int32_t grpc_wasm_wire_pending(uint32_t conn);
 /**
  * Starts loading the services of connection `conn`'s server through
  * server reflection: `services` (may be NULL: every service it lists)
- * names them, one per line. Returns a call id (> 0) whose end
+ * names them, one per line; `timeout_ms` is the caller's deadline (the
+ * module's default when not positive). Returns a call id (> 0) whose end
  * (`grpc_wasm_next_event`) is the load's; then `grpc_wasm_reflected`.
  *
  * # Safety
  * `services` addresses `services_len` bytes, or is NULL.
  */
-int32_t grpc_wasm_reflect(uint32_t conn, const char *services, size_t services_len);
+int32_t grpc_wasm_reflect(uint32_t conn,
+                          const char *services,
+                          size_t services_len,
+                          int64_t timeout_ms);
 
 /**
  * Adds what the reflection load of call `id` found (after its successful

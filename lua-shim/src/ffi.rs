@@ -493,7 +493,8 @@ thread_local! {
 
 /// Starts loading the services of connection `conn`'s server through
 /// server reflection: `services` (may be NULL: every service it lists)
-/// names them, one per line. Returns a call id (> 0) whose end
+/// names them, one per line; `timeout_ms` is the caller's deadline (the
+/// module's default when not positive). Returns a call id (> 0) whose end
 /// (`grpc_wasm_next_event`) is the load's; then `grpc_wasm_reflected`.
 ///
 /// # Safety
@@ -503,6 +504,7 @@ pub unsafe extern "C" fn grpc_wasm_reflect(
     conn: u32,
     services: *const c_char,
     services_len: usize,
+    timeout_ms: i64,
 ) -> i32 {
     guard(|| {
         let p = process()?;
@@ -517,10 +519,19 @@ pub unsafe extern "C" fn grpc_wasm_reflect(
         });
         let id = p
             .client
-            .reflect(ConnId(conn), wanted.as_deref())
+            .reflect(ConnId(conn), wanted.as_deref(), reflect_timeout(timeout_ms))
             .map_err(|e| e.to_string())?;
         Ok(id.0 as i32)
     })
+}
+
+/// A caller's deadline for a reflection load, the default when not positive.
+pub(crate) fn reflect_timeout(timeout_ms: i64) -> std::time::Duration {
+    let ms = u64::try_from(timeout_ms)
+        .ok()
+        .filter(|ms| *ms > 0)
+        .unwrap_or(grpc_wasm::limits::DEFAULT_TIMEOUT_MS);
+    std::time::Duration::from_millis(ms)
 }
 
 /// Adds what the reflection load of call `id` found (after its successful

@@ -71,3 +71,9 @@ pub const CONTEXT_ID_PROBES: u32 = 1 << 20;
 /// a whole set of a server's files (`grpc_wasm::limits::MAX_REFLECTED_BYTES`)
 /// until its caller takes it. docs/limits.md: "reflection loads at once".
 pub const MAX_REFLECTIONS: usize = 4;
+
+/// The bytes of descriptor sets a worker holds, all loads together
+/// (`load_descriptor_set`, `conn:reflect`): a server that answered each
+/// load with files of new names would otherwise grow it for good.
+/// docs/limits.md: "descriptor sets a worker holds".
+pub const MAX_LOADED_SET_BYTES: usize = 4 * grpc_wasm::limits::MAX_REFLECTED_BYTES;

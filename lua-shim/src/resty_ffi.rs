@@ -426,7 +426,8 @@ impl Runtime {
                         .filter_map(|v| v.as_str().map(str::to_string))
                         .collect()
                 });
-                c.reflect(ConnId(number(r, "conn")?), services.as_deref())
+                let timeout = crate::ffi::reflect_timeout(r["timeout"].as_i64().unwrap_or(0));
+                c.reflect(ConnId(number(r, "conn")?), services.as_deref(), timeout)
                     .map(|id| id.to_string().into_bytes())
                     .map_err(|e| e.to_string())
             }

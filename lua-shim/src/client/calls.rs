@@ -129,30 +129,30 @@ impl Client {
     }
 
     /// Ends a call early or forgets a finished one; the module cancels
-    /// whatever still runs.
+    /// whatever still runs. A reflection load is the client's own: its
+    /// stream is cancelled and its set forgotten.
     pub fn close(&self, id: CallId) {
-        match lock(&self.inner.events).remove(&id) {
-            None => return,
-            // The module finished it already: nothing to cancel, but a
-            // reflection load's set is forgotten with it.
-            Some(Queue { ended: true, .. }) => {
-                if lock(&self.inner.reflections).contains_key(&id) {
-                    self.forget_reflection(&mut lock(&self.inner.host), id);
-                }
-                return;
-            }
-            Some(_) => {}
+        // Taken apart from the match: `events` is never held while `host`
+        // is taken (the lock order).
+        let removed = lock(&self.inner.events).remove(&id);
+        let Some(queue) = removed else {
+            return;
+        };
+        let reflection = lock(&self.inner.reflections).contains_key(&id);
+        if queue.ended && !reflection {
+            // The module finished it already: nothing to cancel.
+            return;
         }
         let woken = {
             let mut host = lock(&self.inner.host);
-            if lock(&self.inner.reflections).contains_key(&id) {
-                // The client's own stream, not the module's call.
-                self.forget_reflection(&mut host, id);
-                return;
-            }
-            match host.finish(id) {
-                Ok(()) => self.run(&mut host),
-                Err(e) => self.recover(&mut host, &e),
+            if reflection {
+                let pending = self.forget_reflection(&mut host, id);
+                self.run_from(&mut host, pending)
+            } else {
+                match host.finish(id) {
+                    Ok(()) => self.run(&mut host),
+                    Err(e) => self.recover(&mut host, &e),
+                }
             }
         };
         self.wake(woken);

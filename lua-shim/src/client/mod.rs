@@ -24,8 +24,8 @@
 //! Lock order: `changing` → `host` → `reflections` → `calls` → a connection's own lock
 //! (the wire transport's `Wire`) → that connection's inner locks and the
 //! streams' gates. `conns`, `events`, `protos` and `loaded` are taken
-//! alone or under `host`, and nothing is taken under them but a gate (`events` →
-//! gate). Nothing takes `host` while holding a connection: a socket's
+//! alone or under `host` (`events` also under `reflections`), and nothing
+//! is taken under them but a gate (`events` → gate). Nothing takes `host` while holding a connection: a socket's
 //! step releases its `Wire` before its events enter the module.
 
 mod calls;

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use base64::Engine;
 use serde_json::{Map, Value};
 
+use crate::limits::MAX_LOADED_SET_BYTES;
+
 /// Stands in for "no schema yet": the module wants some configuration.
 const EMPTY_PROTO: (&str, &str) = ("empty.proto", "syntax = \"proto3\";");
 
@@ -36,12 +38,20 @@ impl ProtoSet {
     /// `FileDescriptorSet` that it does not hold by name: the module keeps
     /// the first file loaded under a name, so a set loaded again (a
     /// repeated reflection) adds nothing and the set stays bounded.
+    /// All the sets together stay within [`MAX_LOADED_SET_BYTES`].
     pub(super) fn with_descriptor_set(&self, bytes: &[u8]) -> Result<ProtoSet, String> {
         let mut next = self.clone();
         for (name, file) in grpc_wasm::descriptors::set_files(bytes)? {
             if !next.sources.contains_key(&name) && next.set_files.insert(name) {
                 grpc_wasm::descriptors::push_file(&mut next.descriptor_sets, file);
             }
+        }
+        if next.descriptor_sets.len() > MAX_LOADED_SET_BYTES {
+            return Err(format!(
+                "the descriptor sets loaded in this worker would hold {} bytes, over the limit of \
+                 {MAX_LOADED_SET_BYTES}",
+                next.descriptor_sets.len()
+            ));
         }
         Ok(next)
     }

@@ -73,13 +73,16 @@ impl Client {
     /// Stops the transport side of every call: their tokens belonged to
     /// the old instance.
     fn abandon_transports(&self) {
-        // Reflection loads end with the calls: their streams are cancelled
-        // below, and their callers' calls fail with the rest.
+        // Reflection loads in flight end with the calls: their streams are
+        // cancelled below, and their callers' calls fail with the rest. A
+        // finished load keeps its set for its caller, who was told OK.
         self.inner.reflections.clear_poison();
-        lock(&self.inner.reflections).clear();
+        let mut reflections = lock(&self.inner.reflections);
+        reflections.retain(|_, r| r.is_finished());
         self.inner
             .reflecting
-            .store(0, std::sync::atomic::Ordering::Release);
+            .store(reflections.len(), std::sync::atomic::Ordering::Release);
+        drop(reflections);
         let calls: Vec<Box<dyn RunningCall>> = lock(&self.inner.calls)
             .drain()
             .map(|(_, call)| call)

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use grpc_wasm::reflection::{Loader, Reflected, Version, METHOD};
 use grpc_wasm::{Code, Registry};
@@ -28,21 +29,38 @@ pub(super) struct Reflection {
     loader: Option<Loader>,
     /// What the load made, kept until its caller takes it.
     outcome: Option<Result<Reflected, String>>,
+    /// Past it (and a grace), the load is its caller's no more: a Lua
+    /// thread killed while it waited never closes it.
+    deadline: Instant,
+}
+
+/// How long a load outlives its deadline before another load may take
+/// its place: its caller closes it at the deadline when it still can.
+const ABANDONED_AFTER: Duration = Duration::from_secs(1);
+
+impl Reflection {
+    /// Whether the load is over, its outcome waiting for its caller.
+    pub(super) fn is_finished(&self) -> bool {
+        self.outcome.is_some()
+    }
 }
 
 impl Client {
     /// Starts loading the services of connection `conn`'s server (`None`:
     /// every service it lists); the returned call ends when the load does.
+    /// `timeout` is its caller's deadline.
     pub fn reflect(
         &self,
         conn: ConnId,
         services: Option<&[String]>,
+        timeout: Duration,
     ) -> Result<CallId, ClientError> {
         if !lock(&self.inner.conns).contains_key(&conn) {
             return Err(ClientError::UnknownConn);
         }
         let (id, woken) = {
             let mut host = lock(&self.inner.host);
+            let mut pending = self.sweep_abandoned(&mut host);
             let mut reflections = lock(&self.inner.reflections);
             if reflections.len() >= MAX_REFLECTIONS {
                 return Err(ClientError::Reflection(format!(
@@ -62,12 +80,12 @@ impl Client {
                 token: None,
                 loader: Some(loader),
                 outcome: None,
+                deadline: Instant::now() + timeout,
             };
             reflections.insert(id, reflection);
             self.inner
                 .reflecting
                 .store(reflections.len(), Ordering::Release);
-            let mut pending = VecDeque::new();
             if let Some(reflection) = reflections.get_mut(&id) {
                 self.open(&mut host, id, reflection, &mut pending);
             }
@@ -182,7 +200,7 @@ impl Client {
                 }
             }
         };
-        self.stop_stream(host, reflection);
+        self.stop_stream(host, reflection, pending);
         let outcome = match (ended, reflection.loader.take()) {
             (Some(e), _) => Err(e),
             (None, Some(loader)) => loader.finish(),
@@ -231,26 +249,56 @@ impl Client {
         }
     }
 
-    /// Cancels a reflection stream still in flight; what the cancel
-    /// produces is for nobody.
-    fn stop_stream(&self, host: &mut ProxyHost, reflection: &mut Reflection) {
+    /// Cancels a reflection stream still in flight. What the cancel
+    /// produces joins `pending`: on a wire connection it is every call's
+    /// events that the connection had ready, not only this stream's.
+    fn stop_stream(
+        &self,
+        host: &mut ProxyHost,
+        reflection: &mut Reflection,
+        pending: &mut VecDeque<(Token, GrpcEvent)>,
+    ) {
         if let Some(token) = reflection.token.take() {
             if let Some(call) = lock(&self.inner.calls).remove(&token) {
-                drop(call.cancel());
+                super::module::queue(call.cancel(), pending);
             }
             host.release_token(token);
         }
     }
 
     /// A reflection call its caller closes: its stream ends, its load is
-    /// forgotten.
-    pub(super) fn forget_reflection(&self, host: &mut ProxyHost, id: CallId) {
+    /// forgotten. Returns the transport events to run.
+    pub(super) fn forget_reflection(
+        &self,
+        host: &mut ProxyHost,
+        id: CallId,
+    ) -> VecDeque<(Token, GrpcEvent)> {
+        let mut pending = VecDeque::new();
         let mut reflections = lock(&self.inner.reflections);
         if let Some(mut reflection) = reflections.remove(&id) {
-            self.stop_stream(host, &mut reflection);
+            self.stop_stream(host, &mut reflection, &mut pending);
         }
         self.inner
             .reflecting
             .store(reflections.len(), Ordering::Release);
+        pending
+    }
+
+    /// Forgets the loads whose caller let their deadline pass by more than
+    /// [`ABANDONED_AFTER`] without closing them (a killed Lua thread), so
+    /// that they hold no slot, stream or set for good.
+    fn sweep_abandoned(&self, host: &mut ProxyHost) -> VecDeque<(Token, GrpcEvent)> {
+        let now = Instant::now();
+        let abandoned: Vec<CallId> = lock(&self.inner.reflections)
+            .iter()
+            .filter(|(_, r)| now > r.deadline + ABANDONED_AFTER)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut pending = VecDeque::new();
+        for id in abandoned {
+            pending.extend(self.forget_reflection(host, id));
+            lock(&self.inner.events).remove(&id);
+        }
+        pending
     }
 }

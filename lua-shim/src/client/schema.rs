@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use grpc_wasm::Registry;
 
-use crate::host::ProxyHost;
+use crate::call::CallId;
+use crate::host::{HostError, ProxyHost};
 use crate::sync::lock;
 
 impl Client {
@@ -152,14 +153,10 @@ impl Client {
             let mut host = lock(&self.inner.host);
             let result = host.configure(config.as_bytes());
             let (result, woken) = self.checked(&mut host, result);
-            let result = result.map_err(ClientError::from).and_then(|()| {
-                check(&mut host).inspect_err(|_| {
-                    let current = self.config();
-                    if let Err(e) = host.configure(current.as_bytes()) {
-                        eprintln!("[grpc-wasm] the module refused its current set again: {e}");
-                    }
-                })
-            });
+            let (result, woken) = match result.map_err(ClientError::from) {
+                Ok(()) => self.check_change(&mut host, check, woken),
+                Err(e) => (Err(e), woken),
+            };
             if result.is_ok() {
                 *lock(&self.inner.loaded) = None;
                 // Kept while the module is still locked: a trap on another
@@ -171,6 +168,33 @@ impl Client {
         };
         self.wake(woken);
         result
+    }
+
+    /// `check` on the module configured with a change; when it fails, the
+    /// module goes back to the current set (a trap in it rebuilds the
+    /// instance with that set, as any trap does).
+    fn check_change(
+        &self,
+        host: &mut ProxyHost,
+        check: impl FnOnce(&mut ProxyHost) -> Result<(), ClientError>,
+        woken: Vec<CallId>,
+    ) -> (Result<(), ClientError>, Vec<CallId>) {
+        match check(host) {
+            Ok(()) => (Ok(()), woken),
+            Err(ClientError::Host(e @ HostError::Trap(_))) => {
+                let more = self.recover(host, &e);
+                (Err(ClientError::Host(e)), super::merge(woken, more))
+            }
+            Err(e) => {
+                let current = self.config();
+                let back = host.configure(current.as_bytes());
+                let (back, more) = self.checked(host, back);
+                if let Err(back) = back {
+                    eprintln!("[grpc-wasm] the module refused its current set again: {back}");
+                }
+                (Err(e), super::merge(woken, more))
+            }
+        }
     }
 
     /// The module's configuration for what is loaded now.

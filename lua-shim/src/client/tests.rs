@@ -5,6 +5,7 @@ use super::*;
 use crate::call::{events, HeaderBlock, Token};
 use crate::sync::lock;
 use crate::transport::{Gate, Keepalive, TlsOptions};
+use std::time::Duration;
 
 /// A client of the real module with helloworld.proto loaded: the
 /// module named by `GRPC_WASM_MODULE` (as `make unit` sets it), else
@@ -415,10 +416,13 @@ fn reflection_loads_are_bounded_per_worker_and_a_close_frees_one_with_its_token(
     let tokens = lock(&client.inner.host).live_tokens();
     // No socket feeds the connection: each load stays in flight.
     let loads: Vec<CallId> = (0..crate::limits::MAX_REFLECTIONS)
-        .map(|_| client.reflect(conn, None).unwrap())
+        .map(|_| client.reflect(conn, None, Duration::from_secs(10)).unwrap())
         .collect();
     assert_eq!(lock(&client.inner.host).live_tokens(), tokens + loads.len());
-    let refused = client.reflect(conn, None).unwrap_err().to_string();
+    let refused = client
+        .reflect(conn, None, Duration::from_secs(10))
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         refused,
         "4 reflection loads are running in this worker already; wait for one to end"
@@ -428,7 +432,7 @@ fn reflection_loads_are_bounded_per_worker_and_a_close_frees_one_with_its_token(
         lock(&client.inner.host).live_tokens(),
         tokens + loads.len() - 1
     );
-    let again = client.reflect(conn, None).unwrap();
+    let again = client.reflect(conn, None, Duration::from_secs(10)).unwrap();
     // A load not finished has no set to take.
     assert_eq!(
         client.reflected(again).unwrap_err().to_string(),
@@ -447,7 +451,11 @@ fn a_trap_ends_the_reflection_loads_in_flight_with_the_calls() {
     let client = client();
     let conn = dead_conn(&client);
     let load = client
-        .reflect(conn, Some(&["helloworld.Greeter".to_string()]))
+        .reflect(
+            conn,
+            Some(&["helloworld.Greeter".to_string()]),
+            Duration::from_secs(10),
+        )
         .unwrap();
     let id = trapping_call(&client, conn);
     assert_eq!(end(&client, load), ("13".to_string(), LOST.to_string()));
@@ -461,6 +469,75 @@ fn a_trap_ends_the_reflection_loads_in_flight_with_the_calls() {
 #[test]
 fn an_unknown_connection_cannot_reflect() {
     let client = client();
-    let err = client.reflect(ConnId(999), None).unwrap_err();
+    let err = client
+        .reflect(ConnId(999), None, Duration::from_secs(10))
+        .unwrap_err();
     assert_eq!(err.to_string(), "unknown or closed connection");
+}
+
+#[test]
+fn a_load_its_caller_abandoned_past_its_deadline_gives_its_slot_to_the_next() {
+    let client = client();
+    let conn = dead_conn(&client);
+    let tokens = lock(&client.inner.host).live_tokens();
+    // Callers that never close their loads (killed while they waited).
+    for _ in 0..crate::limits::MAX_REFLECTIONS {
+        client
+            .reflect(conn, None, Duration::from_millis(1))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    let id = client.reflect(conn, None, Duration::from_secs(10)).unwrap();
+    assert_eq!(lock(&client.inner.reflections).len(), 1);
+    assert_eq!(lock(&client.inner.host).live_tokens(), tokens + 1);
+    assert_eq!(lock(&client.inner.events).len(), 1);
+    client.close(id);
+    assert_eq!(lock(&client.inner.host).live_tokens(), tokens);
+}
+
+/// Whether call `id`'s end has arrived (without taking it).
+fn has_ended(client: &Client, id: CallId) -> bool {
+    lock(&client.inner.events)
+        .get(&id)
+        .is_some_and(|queue| queue.ended)
+}
+
+#[test]
+fn closing_failed_reflection_loads_while_calls_start_never_deadlocks() {
+    let client = client();
+    // A load to nowhere fails on the runtime's thread, ending its call.
+    let down = client
+        .connect("127.0.0.1:1", &TlsOptions::default(), &Keepalive::default())
+        .unwrap();
+    let wire = dead_conn(&client);
+    let stop = Arc::new(AtomicBool::new(false));
+    let starter = {
+        let (client, stop) = (client.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let id = in_flight(&client, wire);
+                client.close(id);
+            }
+        })
+    };
+    let (done, finished) = std::sync::mpsc::channel();
+    let closer = client.clone();
+    std::thread::spawn(move || {
+        for _ in 0..100 {
+            let id = closer.reflect(down, None, Duration::from_secs(10)).unwrap();
+            while !has_ended(&closer, id) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Closed before its failure is read, as conn:reflect does.
+            closer.close(id);
+        }
+        let _ = done.send(());
+    });
+    let ended = finished.recv_timeout(Duration::from_secs(60));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        ended.is_ok(),
+        "closing a failed load deadlocked against a starting call"
+    );
+    starter.join().unwrap();
 }

@@ -78,8 +78,12 @@ impl ReflectionError {
     pub fn code(&self) -> Code {
         match self {
             ReflectionError::NoReflection(_) => Code::Unimplemented,
+            // A server that ends the load "OK" unanswered, or answers an
+            // error with code 0, has not succeeded: never OK.
             ReflectionError::Refused { code, .. } | ReflectionError::Closed { code, .. } => {
-                Code::from_name(code).unwrap_or(Code::Unknown)
+                Code::from_name(code)
+                    .filter(|c| *c != Code::Ok)
+                    .unwrap_or(Code::Unknown)
             }
             ReflectionError::TooLarge { .. } => Code::ResourceExhausted,
             ReflectionError::NoServices => Code::NotFound,
@@ -235,6 +239,11 @@ impl Loader {
             self.waiting.push_back(asked);
         }
         out
+    }
+
+    /// Whether every request sent has been answered.
+    pub fn is_answered(&self) -> bool {
+        self.waiting.is_empty()
     }
 
     /// Whether every answer has come and nothing is left to ask.

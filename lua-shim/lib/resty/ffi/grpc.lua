@@ -60,9 +60,9 @@ local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
 --                                       its calls by their deadline)
 --        | "end", body, http status, raw headers (key\0value\0...),
 --          gRPC code (as the shim decided it)
---   reflect(conn, services) -> call id  a reflection load (services: a
---                                       list, or nil for all); its one
---                                       event is its end
+--   reflect(conn, services, timeout)   a reflection load (services: a
+--       -> call id                      list, or nil for all; timeout in
+--                                       ms); its one event is its end
 --   reflected(id) -> json               a finished load's set joins what
 --                                       is loaded; the services, as JSON
 --   describe(name) -> json              what is loaded ("" : the services)
@@ -834,16 +834,24 @@ function Conn:reflect(opts)
         return false, terr
     end
     local timeout = opts and opts.timeout or DEFAULT_TIMEOUT
-    local id, err = backend.reflect(self.id, services)
+    local id, err = backend.reflect(self.id, services, timeout)
     if not id then
         return false, err
+    end
+    -- A thread killed while it waits leaves the load to the collector
+    -- (and the shim takes its slot back once its deadline has passed).
+    local collect = backend.collect_call
+    local handle = ffi_gc(ffi_new("uint32_t[1]", id), function(h) collect(h[0]) end)
+    local function done(ended)
+        ffi_gc(handle, nil)
+        forget(id, ended)
     end
     local deadline = ngx.now() + timeout / 1000
     -- The load's one event is its end, by its deadline: the wait is it
     -- (no module call runs this stream to end it sooner).
     local kind, info = wait_event(id, timeout, 0)
     if kind ~= "end" then
-        forget(id)
+        done()
         if ngx.now() >= deadline then
             return local_failure("deadline of " .. timeout .. " ms exceeded while loading through reflection",
                                  4, "DEADLINE_EXCEEDED")
@@ -851,11 +859,11 @@ function Conn:reflect(opts)
         return local_failure(info)
     end
     if info.code ~= 0 then
-        forget(id, true)
+        done(true)
         return failure(info)
     end
     local json, rerr = backend.reflected(id)
-    forget(id, true)
+    done(true)
     if not json then
         return false, rerr
     end

@@ -497,9 +497,9 @@ function ffi_backend.start(conn, path, body, timeout, metadata, propagated, json
     return with_pump(conn, id)
 end
 
-function ffi_backend.reflect(conn, services)
+function ffi_backend.reflect(conn, services, timeout)
     local list = services and concat(services, "\n")
-    local id = C.grpc_wasm_reflect(conn, list, list and #list or 0)
+    local id = C.grpc_wasm_reflect(conn, list, list and #list or 0, timeout)
     if id < 0 then
         return nil, last_error()
     end

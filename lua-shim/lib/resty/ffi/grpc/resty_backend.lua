@@ -115,8 +115,8 @@ function resty_backend.start(conn, path, body, timeout, metadata, propagated, js
     return tonumber(id), err
 end
 
-function resty_backend.reflect(conn, services)
-    local id, err = task({ op = "reflect", conn = conn, services = services })
+function resty_backend.reflect(conn, services, timeout)
+    local id, err = task({ op = "reflect", conn = conn, services = services, timeout = timeout })
     return tonumber(id), err
 end
 

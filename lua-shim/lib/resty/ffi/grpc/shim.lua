@@ -49,7 +49,7 @@ int32_t grpc_wasm_connect(const grpc_wasm_connect_options *options);
 int32_t grpc_wasm_wire_connect(const grpc_wasm_connect_options *options);
 int32_t grpc_wasm_wire_input(uint32_t conn, const char *data, size_t len, uint32_t *out, int32_t max);
 int32_t grpc_wasm_wire_pending(uint32_t conn);
-int32_t grpc_wasm_reflect(uint32_t conn, const char *services, size_t services_len);
+int32_t grpc_wasm_reflect(uint32_t conn, const char *services, size_t services_len, int64_t timeout_ms);
 const char *grpc_wasm_reflected(uint32_t id, size_t *len);
 const char *grpc_wasm_describe(const char *name, size_t name_len, size_t *len);
 const char *grpc_wasm_metrics(size_t *len);
