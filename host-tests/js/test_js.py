@@ -14,9 +14,12 @@ from typing import ClassVar
 
 import pytest
 
-from harness.envoy import Server
+from harness.envoy import Envoy, Server
 from harness.paths import ROOT
-from harness.web_envoy import ConnectServer, protoc_descriptor_set, web_envoy
+from harness.shelves_server import ShelvesServer
+from harness.shelves_server import descriptor_set as shelves_descriptor_set
+from harness.silent_reflection import SilentReflection
+from harness.web_envoy import ConnectServer, cors_policy, protoc_descriptor_set, web_envoy, web_filters
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.join(ROOT, "js", "npm")
@@ -75,6 +78,29 @@ def test_native_grpc_over_node_http2(servers):
         "ECHO_TLS_URL": f"https://localhost:{servers['echo_tls'].port}",
         "CA_PEM": os.path.join(CERTS, "ca.pem"),
     })
+
+
+def test_schemas_from_reflection_over_grpc_and_grpc_web(tmp_path):
+    """loadFromReflection against tonic's v1 and v1alpha and grpcio's
+    reflection over node:http2, and over gRPC-Web through Envoy's grpc_web
+    filter (routing /grpc.reflection. to the server, as a browser needs)."""
+    started = [Server("routeguide-server", "--reflection", "v1"),
+               Server("greeter-server", "--reflection", "v1alpha"), Server("greeter-server"),
+               ShelvesServer(shelves_descriptor_set(str(tmp_path)), reflection=True), SilentReflection()]
+    routeguide, greeter, plain, shelves, silent = started
+    try:
+        proxy = Envoy(None, [("/grpc.reflection.", "reflection", routeguide.port),
+                             ("/routeguide.", "routeguide", routeguide.port)],
+                      http_filters=web_filters(), virtual_host=cors_policy("http://127.0.0.1"))
+        started.append(proxy)
+        node_test("reflection.test.mjs", {
+            "ROUTEGUIDE_URL": f"http://{routeguide.addr}", "GREETER_V1ALPHA_URL": f"http://{greeter.addr}",
+            "PLAIN_URL": f"http://{plain.addr}", "SHELVES_URL": f"http://127.0.0.1:{shelves.port}",
+            "SILENT_URL": f"http://{silent.addr}", "ENVOY_URL": f"http://127.0.0.1:{proxy.port}",
+        })
+    finally:
+        for one in reversed(started):
+            one.stop()
 
 
 def test_schemas_codecs_and_the_package_as_npm_sees_it(descriptor_set):

@@ -136,7 +136,7 @@ def test_the_lite_module_takes_its_descriptors_through_reflection(tmp_path):
 
 # The npm package's two builds, held the same way (make npm writes them).
 # Raised 6 KB for the public-import guard every descriptor set passes.
-NPM_WASM_BUDGET_BYTES = {"full": 1_004_000, "lite": 770_000}
+NPM_WASM_BUDGET_BYTES = {"full": 1_034_000, "lite": 800_000}
 
 
 @pytest.mark.parametrize("build", sorted(NPM_WASM_BUDGET_BYTES))

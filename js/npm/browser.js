@@ -7,7 +7,7 @@ import { FETCH_OPTIONS, pick } from './lib/options.js';
 
 await init({ module_or_path: new URL('./wasm/full/grpc_wasm_bg.wasm', import.meta.url) });
 
-export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, createClient } = makeApi(wasm, {
+export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, loadFromReflection, createClient } = makeApi(wasm, {
   transport: (options) => fetchTransport(pick(options, FETCH_OPTIONS)),
 });
 export { fetchTransport };

@@ -257,7 +257,7 @@ impl Call {
     }
 }
 
-fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
+pub(crate) fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
     let mut out = Vec::with_capacity(flat.len() / 2);
     let mut items = flat.into_iter();
     while let (Some(name), Some(value)) = (items.next(), items.next()) {

@@ -14,9 +14,11 @@
 mod call;
 mod held;
 mod outcome;
+mod reflection;
 mod schema;
 
 pub use call::Call;
+pub use reflection::Reflection;
 pub use schema::Schema;
 
 use wasm_bindgen::prelude::*;

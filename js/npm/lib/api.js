@@ -6,6 +6,7 @@ import { GrpcError, useCodeNames } from './errors.js';
 import { Client } from './client.js';
 import { JSON_OPTIONS, checkOptions } from './options.js';
 import { Schema } from './schema.js';
+import { reflect } from './reflection.js';
 
 /**
  * What this file calls of a wasm-bindgen build (js/src/lib.rs).
@@ -14,6 +15,7 @@ import { Schema } from './schema.js';
  * @property {(emitDefaults: boolean, enumsAsNumbers: boolean, protoFieldNames: boolean,
  *             ignoreUnknownFields: boolean) => number} jsonOptions
  * @property {{new (): object, hasCompiler(): boolean}} Schema
+ * @property {new (services: string[] | undefined, protocol: string) => object} Reflection
  */
 
 /**
@@ -59,6 +61,25 @@ export function makeApi(wasm, platform) {
   }
 
   /**
+   * A schema of what the server at `options.baseUrl` says it serves,
+   * through gRPC server reflection (`grpc.reflection.v1`, else `v1alpha`),
+   * with every file its services import: no .proto file or descriptor set
+   * needed. `options` are createClient's (protocol 'grpc' over node:http2
+   * in Node; 'grpc-web' over fetch, through a proxy such as Envoy's
+   * grpc_web filter that routes `/grpc.reflection.` to the server).
+   * Rejects with a GrpcError: UNIMPLEMENTED for a server without
+   * reflection, the server's own code for a service it does not know.
+   * @param {import('./client.js').ClientOptions} options
+   * @param {{services?: string[], timeoutMs?: number, signal?: AbortSignal}} [load]
+   *   services: only these (default every service listed); timeoutMs: the whole load (default 10000)
+   * @returns {Promise<Schema>}
+   */
+  async function loadFromReflection(options, load) {
+    const set = await reflect(wasm, platform.transport, options, load);
+    return loadDescriptorSet(set);
+  }
+
+  /**
    * A client for the services of `schema` at `options.baseUrl`.
    * @param {Schema} schema
    * @param {import('./client.js').ClientOptions} options
@@ -75,6 +96,7 @@ export function makeApi(wasm, platform) {
     hasCompiler: wasm.Schema.hasCompiler(),
     loadProto,
     loadDescriptorSet,
+    loadFromReflection,
     createClient,
   };
 }

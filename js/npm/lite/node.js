@@ -10,7 +10,7 @@ import { http2Transport } from '../lib/http2.js';
 
 initSync({ module: await readFile(new URL('../wasm/lite/grpc_wasm_bg.wasm', import.meta.url)) });
 
-export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, createClient } = makeApi(wasm, {
+export const { Code, GrpcError, hasCompiler, loadProto, loadDescriptorSet, loadFromReflection, createClient } = makeApi(wasm, {
   transport: (options) => (options.protocol === 'grpc'
     ? http2Transport(pick(options, HTTP2_OPTIONS))
     : fetchTransport(pick(options, FETCH_OPTIONS))),

@@ -18,7 +18,9 @@ mod request;
 mod text;
 
 pub use reader::{Event, Outcome, ResponseReader};
-pub use request::{encode_message, get_query, has_no_side_effects, request_headers, RequestError};
+pub use request::{
+    encode_message, envelope, get_query, has_no_side_effects, request_headers, RequestError,
+};
 
 use crate::StreamingKind;
 

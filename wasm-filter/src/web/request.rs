@@ -68,6 +68,12 @@ pub fn encode_message(
     options: &JsonOptions,
 ) -> Result<Vec<u8>, Error> {
     let payload = payload(wire.codec, message_type, json, options)?;
+    envelope(wire, payload)
+}
+
+/// An encoded message as the body (or the next piece of it) of a call
+/// on `wire`: enveloped where the wire envelopes, base64 for gRPC-Web text.
+pub fn envelope(wire: &Wire, payload: Vec<u8>) -> Result<Vec<u8>, Error> {
     if !wire.enveloped {
         return Ok(payload);
     }
