@@ -24,6 +24,9 @@ import json
 import urllib.parse
 
 import pytest
+from openapi_core import OpenAPI
+from openapi_core.testing import MockRequest, MockResponse
+from openapi_spec_validator import validate as validate_spec
 
 from harness.envoy import Envoy, scratch_dir, wasm_filter
 from harness.shelves_server import SERVICE, ShelvesServer, descriptor_set
@@ -229,6 +232,39 @@ DIFFERENCES = {
 }
 
 
+# Exchanges the served OpenAPI document cannot describe, each with why.
+TRAILING = "Envoy's path matcher sets trailing slashes aside, as the filter does; an OpenAPI path matches exactly"
+REST = "`**` takes the rest of the path, slashes included; an OpenAPI path parameter holds one segment"
+LENIENT = ("proto3 JSON parsers take an enum's number and a 64-bit integer as a JSON number too; the document "
+           "gives the form the filter prints")
+CLIENT_STREAM = ("a client stream's messages may also be JSON values one after another, or an array with a "
+                 "trailing comma, as Envoy reads them; the document gives a JSON array")
+EMPTY_STREAM = "an empty stream is an empty body, which openapi-core reads as no response at all"
+OPENAPI_DIFFERENCES = {
+    ("defaults", "get-shelf-trailing-slash"): TRAILING,
+    ("defaults", "list-shelves-trailing-slash"): TRAILING,
+    ("defaults", "trailing-slashes"): TRAILING,
+    ("defaults", "auto-mapped-method-trailing-slash"): TRAILING,
+    ("defaults", "multi-beside-single"): REST,
+    ("defaults", "lookup-double-star"): REST,
+    ("unescape-options", "lookup-double-star"): REST,
+    ("defaults", "any-method-with-a-verb"):
+        "a binding of any HTTP method (custom kind \"*\") takes a request with a verb, as Envoy's matcher does; "
+        "its path in the document has none",
+    ("defaults", "create-shelf-enum-number"): LENIENT,
+    ("defaults", "create-shelf-int64-number"): LENIENT,
+    ("defaults", "create-shelf-text-plain"):
+        "the filter reads a request body as JSON whatever its content type, as Envoy's transcoder; the document "
+        "names application/json",
+    ("defaults", "search-bool-without-value"):
+        "`?exact` alone sets a bool to true; an OpenAPI boolean has no empty value",
+    ("defaults", "client-stream-ndjson"): CLIENT_STREAM,
+    ("defaults", "client-stream-trailing-comma"): CLIENT_STREAM,
+    ("ndjson-streams", "stream-no-books"): EMPTY_STREAM,
+    ("sse-streams", "stream-no-books"): EMPTY_STREAM,
+}
+
+
 class Envoys:
     """One Envoy per option set, both filters in it; the cases run grouped
     by option set, so one runs at a time."""
@@ -261,10 +297,11 @@ class Envoys:
         # Envoy's streaming (one JSON array) is "array" here.
         flags = common.get("print_options", {}).keys() & {"stream_newline_delimited", "stream_sse_style_delimited"}
         ours = {"proto_descriptor_bin": self.descriptor_bin, **({} if flags else {"stream_format": "array"}),
-                **common}
+                "openapi": {"path": OPENAPI_PATH}, **common}
         proxy = Envoy(None, [("/", "bookstore", self.server.port)], http_filters=[wasm_filter(ours)],
                       more_filters=[[native]])
         proxy.server, proxy.options = self.server, options
+        proxy.openapi = served_document(proxy.port)
         return proxy
 
     def stop(self):
@@ -274,6 +311,44 @@ class Envoys:
 
 
 TEXT_ERRORS = []
+OPENAPI_PATH = "/openapi.json"
+
+
+def served_document(port):
+    """The filter's OpenAPI document, checked by openapi-spec-validator."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    conn.request("GET", OPENAPI_PATH)
+    response = conn.getresponse()
+    raw = response.read()
+    conn.close()
+    assert response.status == 200, raw[:2000]
+    assert response.getheader("content-type") == "application/json"
+    document = json.loads(raw)
+    validate_spec(document)
+    return OpenAPI.from_dict(document)
+
+
+def openapi_errors(openapi, method, path, body, content_type, answer):
+    """What openapi-core finds wrong with a request the filter took and its
+    answer, against the document the filter serves: a 2xx answer's request
+    and response must both match it; an error answer must be the document's
+    google.rpc.Status (its request was refused, as the document allows)."""
+    url_path, _, query = path.partition("?")
+    args = urllib.parse.parse_qs(query, keep_blank_values=True)
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+    request = MockRequest("http://localhost", method.lower(), url_path, args=args, data=body or b"",
+                          content_type=content_type or "application/json")
+    raw = answer["raw"]
+    response = MockResponse(raw, status_code=answer["status"],
+                            content_type=(answer["content-type"] or "").split(";")[0])
+    ok = 200 <= answer["status"] < 300
+    errors = [f"request: {e}" for e in openapi.iter_request_errors(request)] if ok else []
+    for e in openapi.iter_response_errors(request, response):
+        # A refused request may name no operation of the document at all.
+        if ok or type(e).__name__ not in ("PathNotFound", "OperationNotFound"):
+            errors.append(f"response: {e}")
+    return errors
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +381,7 @@ def exchange(port, case, method, path, body, content_type, via):
     if kind and kind.startswith("application/json"):
         with contextlib.suppress(ValueError):
             value = strict_json(raw)
-    return response.status, kind, value
+    return response.status, kind, value, raw
 
 
 def strict_json(raw):
@@ -327,9 +402,10 @@ def answers(envoy, case, method, path, body, content_type):
     """Each filter's answer and what the upstream received for it."""
     out = {}
     for via, port in (("wasm", envoy.port), ("native", envoy.more_ports[0])):
-        status, kind, value = exchange(port, case, method, path, body, content_type, via)
+        status, kind, value, raw = exchange(port, case, method, path, body, content_type, via)
         out[via] = {"status": status, "content-type": kind, "body": value,
                     "upstream": envoy.server.received.get((case, via), [])}
+        RAW[via] = raw
     return out
 
 
@@ -354,7 +430,10 @@ def differing(native, wasm):
     return sorted(k for k in native if native[k] != wasm[k])
 
 
+pytestmark = pytest.mark.filterwarnings("ignore:Use of allowEmptyValue:DeprecationWarning")
+
 RUN = [(options, case) for options, (_, ids) in OPTIONS.items() for case in ids]
+RAW = {}
 BY_ID = {c[0]: c for c in CASES}
 
 
@@ -376,6 +455,13 @@ def test_the_same_answer_as_envoys_transcoder(envoys, options, case):
         if side["status"] == 200:
             assert side["upstream"], f"{case}: a 200 that reached no upstream (x-case not forwarded?)"
     report = json.dumps(got, indent=1, default=repr)[:4000]
+    # The filter's own document describes what it did.
+    described = openapi_errors(envoy.openapi, method, path, body, content_type, {**wasm, "raw": RAW["wasm"]})
+    undocumented = OPENAPI_DIFFERENCES.get((options, case))
+    if undocumented:
+        assert described, f"{case} is listed as undocumented ({undocumented}) but its exchange matches the document"
+    else:
+        assert not described, f"{case}: the served OpenAPI document does not describe it: {described}\n{report}"
     listed = DIFFERENCES.get((options, case))
     if listed:
         assert parts, f"{case} is listed as a difference ({listed}) but both answer the same: {report}"

@@ -6,6 +6,7 @@ and bodiless requests (the host never says a body is absent)."""
 import hashlib
 import json
 import time
+import urllib.request
 
 import pytest
 
@@ -164,3 +165,21 @@ def test_reflection_is_refused_at_load_with_one_line(started, servers):
     log = proxy.log()
     assert log.count(line) == 1, log
     assert "proxy_grpc_stream" not in log, log
+
+
+def test_the_openapi_document_is_served_here_too(started, servers):
+    """"openapi" needs nothing this host lacks: the same document as in
+    Envoy, valid OpenAPI, and calls go on beside it."""
+    from openapi_spec_validator import validate as validate_spec
+
+    config = {"protos": read_protos("helloworld.proto"), "openapi": {"path": "/openapi.json"}}
+    proxy = started(config, [("/", "greeter", servers["greeter"].port)])
+    workers = proxy.worker_pids()
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.port}/openapi.json", timeout=20) as r:
+        assert (r.status, r.headers.get("content-type")) == (200, "application/json")
+        document = json.loads(r.read())
+    validate_spec(document)
+    assert list(document["paths"]) == ["/helloworld.Greeter/SayHello"]
+    status, body, _ = proxy.post("/helloworld.Greeter/SayHello", {"name": "x"})
+    assert (status, body) == (200, {"message": "Hello x!"}), proxy.log()
+    assert_healthy(proxy, workers)

@@ -7,6 +7,9 @@
 //! - [`metadata`], [`timeout`]: custom metadata and `grpc-timeout`;
 //! - [`limits`]: the bounds put on everything a peer controls;
 //! - [`reflection`]: descriptors asked of a server (gRPC server reflection);
+//! - [`http_rule`], [`http_body`]: `google.api.http` bindings and `HttpBody`;
+//! - [`openapi`]: an OpenAPI 3.1 document of the bindings; [`describe`]:
+//!   what is loaded, as JSON;
 //! - [`held`]: what all the calls of one module instance hold together;
 //! - [`contract`]: what the proxy-wasm filter and its hosts agree on.
 //!
@@ -22,9 +25,12 @@ mod deterministic;
 pub mod error;
 pub mod framing;
 pub mod held;
+pub mod http_body;
+pub mod http_rule;
 pub mod json;
 pub mod limits;
 pub mod metadata;
+pub mod openapi;
 #[cfg(feature = "proxy-module")]
 pub mod proxy;
 pub mod reflection;

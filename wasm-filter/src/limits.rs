@@ -162,3 +162,14 @@ pub const MAX_REFLECTED_BYTES: usize = 16 << 20;
 /// The most bytes of answers one reflection load reads: servers resend a
 /// file's imports with each answer, so more than the files they make.
 pub const MAX_REFLECTION_ANSWER_BYTES: usize = 4 * MAX_REFLECTED_BYTES;
+
+/// Messages an OpenAPI document describes (its component schemas): each
+/// named message once, however often it is used.
+pub const MAX_OPENAPI_SCHEMAS: usize = 4096;
+
+/// The bytes of an OpenAPI document, built once per configuration.
+pub const MAX_OPENAPI_BYTES: usize = 16 << 20;
+
+/// How deep the query parameters of an operation go into nested
+/// messages (`a.b.c`); a message already on the way is not entered again.
+pub const MAX_OPENAPI_QUERY_DEPTH: usize = 8;

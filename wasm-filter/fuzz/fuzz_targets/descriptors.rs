@@ -8,8 +8,8 @@
 
 #![no_main]
 
+use grpc_wasm::http_rule::bindings_of;
 use grpc_wasm::proxy::config::FilterConfig;
-use grpc_wasm::proxy::http_rule::bindings_of;
 use grpc_wasm_fuzz::{fresh_registry, header, on_host_stack};
 use libfuzzer_sys::fuzz_target;
 

@@ -7,8 +7,8 @@
 
 #![no_main]
 
-use grpc_wasm::proxy::http_body;
-use grpc_wasm::proxy::http_rule::{request_message, response_part, Binding, Template};
+use grpc_wasm::http_body;
+use grpc_wasm::http_rule::{request_message, response_part, Binding, Template};
 use grpc_wasm::JsonOptions;
 use grpc_wasm_fuzz::{on_host_stack, registry};
 use libfuzzer_sys::fuzz_target;

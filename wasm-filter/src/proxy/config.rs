@@ -51,8 +51,9 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::Deserialize;
 
-use super::http_rule::{bindings_of, declares_bindings, Binding, UrlUnescape};
 use crate::descriptors::Method;
+pub use crate::http_rule::StreamFormat;
+use crate::http_rule::{bindings_of, declares_bindings, Binding, UrlUnescape};
 use crate::json::JsonOptions;
 use crate::{Metadata, MetadataValue, Registry};
 
@@ -89,6 +90,30 @@ struct RawConfig {
     loopback_cluster: Option<String>,
     #[serde(default)]
     stream_format: StreamFormat,
+    #[serde(default)]
+    openapi: Option<RawOpenApi>,
+}
+
+/// `"openapi"`: where the filter serves the OpenAPI document of what it
+/// transcodes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOpenApi {
+    path: String,
+    #[serde(default = "default_openapi_title")]
+    title: String,
+}
+
+fn default_openapi_title() -> String {
+    "grpc-wasm".into()
+}
+
+/// The OpenAPI document the filter serves, built with its configuration.
+#[derive(Debug)]
+pub struct OpenApi {
+    /// The request path (query aside) that `GET` answers with it.
+    pub path: String,
+    pub document: String,
 }
 
 /// Where the rest of the configuration is fetched from.
@@ -180,19 +205,6 @@ pub enum Loaded {
     Ready(Box<FilterConfig>),
     Fetch(Fetch),
     Reflect(Reflection),
-}
-
-/// How server-streamed messages reach an HTTP client.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StreamFormat {
-    /// One JSON document per line, sent as the messages arrive.
-    #[default]
-    Ndjson,
-    /// Server-sent events (`data: {...}`), sent as the messages arrive.
-    Sse,
-    /// One JSON array, sent at the end (the messages are held).
-    Array,
 }
 
 #[derive(Debug, Deserialize)]
@@ -341,6 +353,7 @@ pub struct FilterConfig {
     /// module's documentation); `None` refuses the requests that need one.
     pub loopback_cluster: Option<String>,
     pub stream_format: StreamFormat,
+    pub openapi: Option<OpenApi>,
 }
 
 /// A replaced configuration's schema leaves with it: the printer's kept
@@ -487,16 +500,28 @@ impl FilterConfig {
             .filter(|(_, method)| declares_bindings(method))
             .map(|(path, _)| path)
             .collect();
+        let json = JsonOptions {
+            emit_defaults: p.emit_defaults,
+            int64_as_number: p.int64_as_number,
+            enums_as_numbers: p.enums_as_numbers,
+            proto_field_names: p.proto_field_names,
+            ignore_unknown_fields: raw.ignore_unknown_fields,
+        };
+        let openapi = raw
+            .openapi
+            .map(|o| {
+                build_openapi(
+                    o,
+                    (&registry, raw.services.as_deref(), &bindings),
+                    &json,
+                    raw.stream_format,
+                )
+            })
+            .transpose()?;
         Ok(FilterConfig {
             methods: registry.methods_by_path(),
             registry,
-            json: JsonOptions {
-                emit_defaults: p.emit_defaults,
-                int64_as_number: p.int64_as_number,
-                enums_as_numbers: p.enums_as_numbers,
-                proto_field_names: p.proto_field_names,
-                ignore_unknown_fields: raw.ignore_unknown_fields,
-            },
+            json,
             services: raw.services,
             reject_unknown_methods: raw.reject_unknown_methods,
             query_param_unescape_plus: raw.query_param_unescape_plus,
@@ -510,6 +535,7 @@ impl FilterConfig {
             callout,
             loopback_cluster,
             stream_format: raw.stream_format,
+            openapi,
         })
     }
 
@@ -518,6 +544,40 @@ impl FilterConfig {
             .as_ref()
             .is_none_or(|list| list.iter().any(|s| s == service))
     }
+}
+
+/// The document of the exposed methods and their bindings.
+fn build_openapi(
+    raw: RawOpenApi,
+    (registry, services, bindings): (&Registry, Option<&[String]>, &[Binding]),
+    json: &JsonOptions,
+    stream_format: StreamFormat,
+) -> Result<OpenApi, String> {
+    if !raw.path.starts_with('/') || raw.path.contains(['?', '#']) {
+        return Err(format!(
+            "openapi.path must be a path such as /openapi.json, not '{}'",
+            raw.path.escape_default()
+        ));
+    }
+    let exposed = |service: &str| services.is_none_or(|list| list.iter().any(|s| s == service));
+    let mut methods: Vec<Method> = registry
+        .methods_by_path()
+        .into_values()
+        .filter(|m| exposed(m.service_name()))
+        .collect();
+    methods.sort_by(|a, b| a.path().cmp(b.path()));
+    let options = crate::openapi::Options {
+        json,
+        stream_format,
+        title: &raw.title,
+    };
+    let document = crate::openapi::document(registry.pool(), &methods, bindings, &options)
+        .map_err(|e| format!("openapi: {e}"))?;
+    Ok(OpenApi {
+        path: raw.path,
+        // The core writes JSON text: UTF-8 always.
+        document: String::from_utf8_lossy(&document).into_owned(),
+    })
 }
 
 fn object(bytes: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, String> {
@@ -774,6 +834,29 @@ mod tests {
         assert!(FilterConfig::from_json(b"not json")
             .unwrap_err()
             .starts_with("invalid plugin configuration: expected"));
+    }
+
+    #[test]
+    fn openapi_is_built_with_the_configuration_and_a_bad_path_refused() {
+        let protos =
+            serde_json::json!({"h.proto": include_str!("../../../protos/helloworld.proto")});
+        let cfg = serde_json::json!({"protos": protos, "openapi": {"path": "/openapi.json"}});
+        let c = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap();
+        let openapi = c.openapi.as_ref().unwrap();
+        assert_eq!(openapi.path, "/openapi.json");
+        let doc: serde_json::Value = serde_json::from_str(&openapi.document).unwrap();
+        assert_eq!(doc["info"]["title"], "grpc-wasm");
+        assert!(doc["paths"]["/helloworld.Greeter/SayHello"]["post"].is_object());
+        for path in ["openapi.json", "/a?b", "/a#b"] {
+            let cfg = serde_json::json!({"protos": protos, "openapi": {"path": path}});
+            assert_eq!(
+                FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err(),
+                format!("openapi.path must be a path such as /openapi.json, not '{path}'")
+            );
+        }
+        let cfg = serde_json::json!({"protos": protos, "openapi": {"path": "/a", "pretty": true}});
+        let err = FilterConfig::from_json(cfg.to_string().as_bytes()).unwrap_err();
+        assert!(err.contains("unknown field `pretty`"), "{err}");
     }
 
     #[test]

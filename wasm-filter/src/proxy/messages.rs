@@ -12,11 +12,11 @@ use crate::json::JsonOptions;
 use crate::status::Status;
 
 use super::config::{FilterConfig, StreamFormat};
-use super::http_body::{At, RawBody};
-use super::http_rule::{
+use super::reply::{bad_request, too_large, Reply, NDJSON};
+use crate::http_body::{At, RawBody};
+use crate::http_rule::{
     check_request_line as check_line, request_message, response_part, Binding, PathVars,
 };
-use super::reply::{bad_request, too_large, Reply, NDJSON};
 
 /// A request the filter transcodes: the method, and the HTTP binding when
 /// the request came through a `google.api.http` rule.

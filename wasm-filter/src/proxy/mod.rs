@@ -13,8 +13,9 @@
 //! The rooms: [`transcode`] (a request turned into a gRPC call on the
 //! proxy's own route, and the response back into JSON) and [`callout`]
 //! (the module's own gRPC call, made through the host) are the two modes,
-//! each with its host-free rules; [`messages`], [`reply`], [`http_rule`],
-//! [`http_body`] and [`json_values`] are what both use. [`filter`] holds
+//! each with its host-free rules; [`messages`], [`reply`], the core's
+//! [`crate::http_rule`] and [`crate::http_body`], and [`json_values`] are
+//! what both use. [`filter`] holds
 //! the exported callbacks of one HTTP stream, which apply those rules;
 //! `callout::host`, `fetch` and `reflection` drive the host's own calls
 //! (gRPC calls, HTTP calls, the reflection stream) and take their
@@ -23,8 +24,6 @@
 pub mod callout;
 pub mod config;
 pub mod envoy_options;
-pub mod http_body;
-pub mod http_rule;
 pub mod id_map;
 pub mod json_values;
 pub mod messages;

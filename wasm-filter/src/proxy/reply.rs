@@ -7,7 +7,7 @@ use crate::details::status_to_json;
 use crate::status::Status;
 
 use super::config::FilterConfig;
-use super::http_body::RawBody;
+use crate::http_body::RawBody;
 
 /// A response the filter writes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,6 @@ use crate::timeout::encode_timeout;
 use super::super::config::{Callout, FilterConfig};
 use super::super::held::Held;
 use super::super::host::{self, *};
-use super::super::http_body::{self, At, RawBody};
 use super::super::id_map::IdMap;
 use super::super::json_values::{check_whole, split_messages, ValueScanner};
 use super::super::messages::{self, Route};
@@ -30,6 +29,7 @@ use crate::contract::{
     BufferType, ContextId, MapType, Token, DELIVER_FUNCTION, JSON_OPTIONS_HEADER, METADATA_PREFIX,
     TRAILER_PREFIX,
 };
+use crate::http_body::{self, At, RawBody};
 
 /// One call in flight for an HTTP stream.
 #[derive(Debug, Default)]

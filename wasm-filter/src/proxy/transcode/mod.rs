@@ -9,13 +9,13 @@ use crate::framing::{encode_frame_into, Compression, FrameDecoder, FrameError, H
 use crate::status::Status;
 
 use super::config::FilterConfig;
-use super::http_rule::{body_message, line_parts, path_verb, Binding, PathVars, RequestPath};
 use super::json_values::{check_whole, each_value, ValueError};
 use super::messages::{
     check_request_size, decode_message, encode_message, reply_from_messages, streams_requests,
     Route,
 };
 use super::reply::{bad_request, response_too_large, Reply};
+use crate::http_rule::{body_message, line_parts, path_verb, Binding, PathVars, RequestPath};
 use std::cmp::Ordering;
 
 /// What to do with a request.
@@ -51,6 +51,11 @@ pub fn plan(
         return Plan::PassThrough;
     }
     let (path, query) = full_path.split_once('?').unwrap_or((full_path, ""));
+    if let Some(openapi) = &config.openapi {
+        if path == openapi.path && matches!(http_method, "GET" | "HEAD") {
+            return Plan::Reply(Reply::ok(openapi.document.clone()));
+        }
+    }
     // Trailing slashes aside, as Envoy's path matcher sets them aside.
     let at_its_path = if http_method == "POST" {
         config.methods.get(path.trim_end_matches('/'))

@@ -7,6 +7,20 @@ mod request;
 mod template;
 
 pub use binding::*;
+
+/// How server-streamed messages reach an HTTP client (the filter's
+/// `stream_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamFormat {
+    /// One JSON document per line, sent as the messages arrive.
+    #[default]
+    Ndjson,
+    /// Server-sent events (`data: {...}`), sent as the messages arrive.
+    Sse,
+    /// One JSON array, sent at the end (the messages are held).
+    Array,
+}
 pub use request::*;
 pub use template::*;
 
@@ -21,7 +35,7 @@ mod tests {
         let mut r = Registry::new().unwrap();
         r.add_sources([(
             "library.proto",
-            include_str!("../../../../protos/library.proto"),
+            include_str!("../../../protos/library.proto"),
         )])
         .unwrap();
         r

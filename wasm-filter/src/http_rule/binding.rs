@@ -3,9 +3,9 @@
 
 use prost_reflect::Value as Reflect;
 
-use super::super::http_body::{self, At};
 use super::*;
 use crate::descriptors::{Method, StreamingKind};
+use crate::http_body::{self, At};
 
 /// The variables a matched path binds: each field path and its text.
 pub type PathVars = Vec<(Vec<String>, String)>;

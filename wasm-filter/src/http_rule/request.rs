@@ -5,8 +5,8 @@
 use prost_reflect::{Kind, MessageDescriptor};
 use serde_json::{Map, Value};
 
-use super::super::http_body;
 use super::*;
+use crate::http_body;
 use crate::json::JsonOptions;
 use crate::limits::{MAX_FIELD_PATH_BYTES, MAX_NESTING};
 

@@ -25,6 +25,39 @@ pub(super) struct Variable {
     end: usize,
 }
 
+/// A parameter of a template's OpenAPI path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathParam {
+    pub name: String,
+    /// The request field it fills (empty for a wildcard outside any
+    /// variable).
+    pub field_path: Vec<String>,
+    /// The field's whole value, or one segment of it.
+    pub whole: bool,
+    /// It stands for `**`: the rest of the path, slashes included.
+    pub rest: bool,
+}
+
+impl PathParam {
+    fn whole(name: String, field_path: &[String]) -> Self {
+        PathParam {
+            name,
+            field_path: field_path.to_vec(),
+            whole: true,
+            rest: false,
+        }
+    }
+
+    fn part(name: String, field_path: &[String], segment: &Segment) -> Self {
+        PathParam {
+            name,
+            field_path: field_path.to_vec(),
+            whole: false,
+            rest: *segment == Segment::Multi,
+        }
+    }
+}
+
 /// A parsed path template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
@@ -196,6 +229,68 @@ impl Template {
             Ok((v.field_path.clone(), value))
         });
         bindings.collect()
+    }
+
+    /// The template as an OpenAPI path, and its parameters in order: a
+    /// variable of one segment is `{field_path}` (its names joined by `_`:
+    /// tools read a dot as an attribute); a variable over several
+    /// segments is written out, its literals as they are and each
+    /// wildcard a parameter of its own (`{name=shelves/*}` is
+    /// `shelves/{name_1}`), since a path parameter holds no `/`; a
+    /// wildcard outside any variable is `{_k}`.
+    pub fn openapi_path(&self) -> (String, Vec<PathParam>) {
+        let mut path = String::new();
+        let mut params = Vec::new();
+        let mut at = 0;
+        while at < self.segments.len() {
+            let variable = self.variables.iter().find(|v| v.start == at);
+            match variable {
+                Some(v) if v.end == v.start + 1 && self.segments[at] == Segment::Single => {
+                    // `_`, not `.`: tools read `{a.b}` as an attribute.
+                    let name = v.field_path.join("_");
+                    path.push_str(&format!("/{{{name}}}"));
+                    params.push(PathParam::whole(name, &v.field_path));
+                    at += 1;
+                }
+                Some(v) => {
+                    let field = v.field_path.join("_");
+                    let mut k = 0;
+                    for segment in &self.segments[v.start..v.end] {
+                        path.push('/');
+                        match segment {
+                            Segment::Literal(literal) => path.push_str(literal),
+                            wildcard => {
+                                k += 1;
+                                let name = format!("{field}_{k}");
+                                path.push_str(&format!("{{{name}}}"));
+                                params.push(PathParam::part(name, &v.field_path, wildcard));
+                            }
+                        }
+                    }
+                    at = v.end;
+                }
+                None => {
+                    path.push('/');
+                    match &self.segments[at] {
+                        Segment::Literal(literal) => path.push_str(literal),
+                        wildcard => {
+                            let name = format!("_{}", at + 1);
+                            path.push_str(&format!("{{{name}}}"));
+                            params.push(PathParam::part(name, &[], wildcard));
+                        }
+                    }
+                    at += 1;
+                }
+            }
+        }
+        if path.is_empty() {
+            path.push('/');
+        }
+        if let Some(verb) = &self.verb {
+            path.push(':');
+            path.push_str(verb);
+        }
+        (path, params)
     }
 
     /// The template with its variables as the segments they match
