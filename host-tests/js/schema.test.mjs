@@ -22,6 +22,24 @@ test('a .proto that does not parse names its file, line and column', () => {
     /import 'missing.proto' not found/);
 });
 
+test('schema.openapi: the document a transcoder serves for the schema, in both builds', () => {
+  const library = loadProto(protos('library.proto'));
+  const document = library.openapi({ title: 'Library', streamFormat: 'sse', json: { protoFieldNames: true } });
+  assert.equal(document.openapi, '3.1.0');
+  assert.equal(document.info.title, 'Library');
+  assert.equal(document.paths['/v1/shelves/{name_1}/books/{name_2}'].get.operationId, 'example_library_v1_Library_GetBook');
+  assert.deepEqual(Object.keys(document.paths['/v1/shelves/{shelf}/books:stream'].get.responses['200'].content),
+    ['text/event-stream']);
+  assert.deepEqual(Object.keys(document.components.schemas['example.library.v1.ListBooksResponse'].properties),
+    ['books', 'next_page_token']);
+  // The lite build, from a descriptor set, writes the same document.
+  const liteDocument = lite.loadDescriptorSet(library.descriptorSet())
+    .openapi({ title: 'Library', streamFormat: 'sse', json: { protoFieldNames: true } });
+  assert.deepEqual(liteDocument, document);
+  assert.throws(() => library.openapi({ streamFormat: 'xml' }), { message: "streamFormat must be 'ndjson', 'sse' or 'array'" });
+  assert.throws(() => library.openapi({ pretty: true }), TypeError);
+});
+
 test('services and descriptions', () => {
   const testing = schema.services().find((s) => s.name === 'grpcwasm.testing.Testing');
   assert.deepEqual(testing.methods.find((m) => m.name === 'EchoMetadata'), {

@@ -10,8 +10,10 @@ import subprocess
 import urllib.parse
 
 import pytest
+from openapi_spec_validator import validate as validate_spec
 
 from harness.nginx import Nginx, Server, check_log, scratch_dir
+from harness.paths import PROTOS
 from harness.shelves_server import ShelvesServer, descriptor_set
 from harness.silent_reflection import SilentReflection
 
@@ -27,7 +29,7 @@ def servers():
         "silent": SilentReflection(),
     }
     env = {name: s.addr for name, s in started.items()}
-    env.update(shelves=f"127.0.0.1:{shelves.port}", dead="127.0.0.1:1")
+    env.update(shelves=f"127.0.0.1:{shelves.port}", dead="127.0.0.1:1", protos=PROTOS)
     yield env
     for s in started.values():
         s.stop()
@@ -200,3 +202,29 @@ def test_the_documented_example_runs(servers, tmp_path):
     finally:
         proxy.stop()
     check_log(proxy)
+
+
+@pytest.mark.parametrize("stream_format", ["ndjson", "sse", "array"])
+def test_grpc_openapi_documents_what_is_loaded(nginx, stream_format):
+    """grpc.openapi: a valid OpenAPI 3.1 document (openapi-spec-validator)
+    of the services asked for, with the stream format asked for."""
+    status, body = nginx.get(f"/t/openapi?format={stream_format}")
+    assert status == 200, body + nginx.log()[-3000:]
+    document = json.loads(body)
+    validate_spec(document)
+    assert document["info"]["title"] == "Library"
+    assert {tag for ops in document["paths"].values() for op in ops.values() for tag in op["tags"]} == \
+        {"example.library.v1.Library"}
+    stream = document["paths"]["/v1/shelves/{shelf}/books:stream"]["get"]["responses"]["200"]["content"]
+    assert list(stream) == [{"ndjson": "application/x-ndjson", "sse": "text/event-stream",
+                             "array": "application/json"}[stream_format]]
+
+
+def test_grpc_openapi_refuses_bad_options(nginx):
+    status, body = nginx.get("/t/openapi?bad=1")
+    assert status == 200, body + nginx.log()[-3000:]
+    assert body.splitlines() == [
+        'bad format: false | openapi options: stream_format must be "ndjson", "sse" or "array"',
+        "unknown: false | openapi options: unknown option 'pretty'; the options are title, stream_format, services",
+        "not a table: false | openapi options must be a table, got string",
+    ]

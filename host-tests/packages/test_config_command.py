@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from openapi_spec_validator import validate as validate_spec
 
 from harness.envoy import Server, envoy_binary, free_port, stop_process
 from harness.ngx_wasm import nginx_binary
@@ -179,6 +180,14 @@ def test_no_argument_writes_a_line_of_its_own(tmp_path, option, value):
     assert not (tmp_path / "nginx.conf").exists()
 
 
+@pytest.mark.parametrize("path", ["openapi.json", "/a?b", "/a#b"])
+def test_an_openapi_path_that_is_no_path_is_refused(path):
+    out = subprocess.run([COMMAND, "--proto", os.path.join(PROTOS, "helloworld.proto"), "--openapi", path],
+                         capture_output=True, text=True)
+    assert out.returncode == 2, out
+    assert f"error: argument --openapi: a path such as /openapi.json, not {path!r}" in out.stderr, out.stderr
+
+
 def test_a_symbolic_link_out_of_the_include_directory_is_refused(tmp_path):
     (tmp_path / "secret").write_text("TOKEN=hunter2\n")
     (tmp_path / "protos").mkdir()
@@ -201,11 +210,15 @@ def test_envoy_runs_the_envoy_yaml_it_writes(library, tmp_path):
     port, admin = free_port(), free_port()
     yaml = config_command("--proto", os.path.join(PROTOS, "library.proto"), "-I", PROTOS, "--format", "envoy",
                           "--upstream", library.addr, "--listen", str(port), "--address", "127.0.0.1",
-                          "--admin-port", str(admin), "--module", MODULE)
+                          "--admin-port", str(admin), "--module", MODULE, "--openapi", "/openapi.json")
     proc = run_envoy(yaml, port, admin, tmp_path)
     try:
         base = f"http://127.0.0.1:{port}"
         assert request("GET", f"{base}/v1/shelves/7") == (200, {"id": "7", "theme": "theme-7"})
+        status, document = request("GET", f"{base}/openapi.json")
+        assert status == 200
+        validate_spec(document)
+        assert "/v1/shelves/{shelf}" in document["paths"]
         assert request("POST", f"{base}/v1/shelves", {"id": 3, "theme": "poetry"}) == (
             200, {"id": "3", "theme": "poetry"})
         status, body = request("GET", f"{base}/v1/shelves/0")

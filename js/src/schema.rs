@@ -103,6 +103,31 @@ impl Schema {
             .ok_or_else(|| JsError::new(&format!("nothing named '{name}' is loaded")))
     }
 
+    /// An OpenAPI 3.1 document (JSON text) of the REST API a transcoder
+    /// serves for this schema: `options` are `JsonOptions::bits` (how it
+    /// prints), `stream_format` `ndjson`, `sse` or `array`, `services`
+    /// only these (all when absent).
+    pub fn openapi(
+        &self,
+        title: &str,
+        stream_format: &str,
+        options: u32,
+        services: Option<Vec<String>>,
+    ) -> Result<String, JsError> {
+        let stream_format = serde_json::from_value(serde_json::Value::from(stream_format))
+            .map_err(|_| JsError::new("streamFormat must be 'ndjson', 'sse' or 'array'"))?;
+        let json = JsonOptions::from_bits(options);
+        let options = grpc_wasm::openapi::Options {
+            json: &json,
+            stream_format,
+            title,
+        };
+        let document =
+            grpc_wasm::openapi::document_of(&self.registry, services.as_deref(), &options)
+                .map_err(|e| JsError::new(&e))?;
+        Ok(String::from_utf8_lossy(&document).into_owned())
+    }
+
     /// JSON → protobuf for the message type `type_name`; `options` are
     /// `JsonOptions::bits`.
     pub fn encode(

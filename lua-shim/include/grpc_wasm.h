@@ -214,6 +214,19 @@ const char *grpc_wasm_reflected(uint32_t id, size_t *len);
 const char *grpc_wasm_describe(const char *name, size_t name_len, size_t *len);
 
 /**
+ * An OpenAPI 3.1 document of what is loaded (NULL on failure, see
+ * [`grpc_wasm_last_error`]): `options` is JSON, `{"title", "stream_format"
+ * ("ndjson", "sse" or "array"), "services" (a list)}`, each optional.
+ * Valid until the next call of this function, `grpc_wasm_describe` or
+ * `grpc_wasm_reflected` on this thread.
+ *
+ * # Safety
+ * `options` addresses `options_len` bytes (or is NULL with 0); `len`
+ * points to a writable size.
+ */
+const char *grpc_wasm_openapi(const char *options, size_t options_len, size_t *len);
+
+/**
  * This worker's metrics as text, one a line (NULL on failure, see
  * [`grpc_wasm_last_error`]); valid until the next call of this function
  * on this thread.

@@ -580,6 +580,67 @@ pub unsafe extern "C" fn grpc_wasm_describe(
     }
 }
 
+/// An OpenAPI 3.1 document of what is loaded (NULL on failure, see
+/// [`grpc_wasm_last_error`]): `options` is JSON, `{"title", "stream_format"
+/// ("ndjson", "sse" or "array"), "services" (a list)}`, each optional.
+/// Valid until the next call of this function, `grpc_wasm_describe` or
+/// `grpc_wasm_reflected` on this thread.
+///
+/// # Safety
+/// `options` addresses `options_len` bytes (or is NULL with 0); `len`
+/// points to a writable size.
+#[no_mangle]
+pub unsafe extern "C" fn grpc_wasm_openapi(
+    options: *const c_char,
+    options_len: usize,
+    len: *mut usize,
+) -> *const c_char {
+    // SAFETY: `options` addresses its length (this function's contract).
+    let options = unsafe { bytes(options, options_len) };
+    // SAFETY: `len` points to a writable size (this function's contract).
+    unsafe { described(len, || openapi(&process()?.client, options)) }
+}
+
+/// The document for the options a caller gave as JSON (both ways in).
+pub(crate) fn openapi(client: &Client, options: &[u8]) -> Result<Vec<u8>, String> {
+    use serde_json::Value;
+    let options: Value = match options {
+        b"" | b"null" => Value::Object(serde_json::Map::new()),
+        text => serde_json::from_slice(text).map_err(|e| format!("openapi options: {e}"))?,
+    };
+    let Value::Object(options) = options else {
+        return Err("openapi options must be an object".into());
+    };
+    if let Some(unknown) = options
+        .keys()
+        .find(|k| !["title", "stream_format", "services"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "openapi options: unknown option '{unknown}'; the options are title, stream_format, services"
+        ));
+    }
+    let title = match options.get("title") {
+        None => "grpc-wasm",
+        Some(Value::String(title)) => title,
+        Some(_) => return Err("openapi options: title must be a string".into()),
+    };
+    let stream_format = match options.get("stream_format") {
+        None => grpc_wasm::http_rule::StreamFormat::default(),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
+            "openapi options: stream_format must be \"ndjson\", \"sse\" or \"array\"".to_string()
+        })?,
+    };
+    let services: Option<Vec<String>> = match options.get("services") {
+        None => None,
+        Some(v) => Some(serde_json::from_value(v.clone()).map_err(|_| {
+            "openapi options: services must be a list of service names".to_string()
+        })?),
+    };
+    client
+        .openapi(title, stream_format, services.as_deref())
+        .map_err(|e| e.to_string())
+}
+
 /// `f`'s bytes, kept in this thread's `DESCRIBED` for the caller to read;
 /// NULL (and the last error) when it fails.
 ///

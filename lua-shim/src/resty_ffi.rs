@@ -435,6 +435,7 @@ impl Runtime {
                 .reflected(CallId(number(r, "id")?))
                 .map(|services| serde_json::to_vec(&services).unwrap_or_default())
                 .map_err(|e| e.to_string()),
+            "openapi" => crate::ffi::openapi(c, r["options"].to_string().as_bytes()),
             "describe" => c
                 .describe(r["name"].as_str().unwrap_or_default())
                 .map_err(|e| e.to_string()),

@@ -232,14 +232,9 @@ impl Registry {
 
     /// Everything loaded, as a binary `FileDescriptorSet`.
     pub fn encode_descriptor_set(&self) -> Vec<u8> {
-        let set = prost_types::FileDescriptorSet {
-            file: self
-                .pool
-                .files()
-                .map(|f| f.file_descriptor_proto().clone())
-                .collect(),
-        };
-        set.encode_to_vec()
+        // The pool's own encoding keeps the options' extensions (such as
+        // google.api.http); prost_types would drop them.
+        self.pool.encode_to_vec()
     }
 
     #[cfg(feature = "compiler")]

@@ -1,6 +1,7 @@
 // A schema: what has been loaded, its descriptions, and messages converted
 // with it (the core's JSON mapping).
 
+import { checkOptions } from './options.js';
 import { int64ToBigInt, toJsonText } from './values.js';
 
 /**
@@ -51,6 +52,22 @@ export class Schema {
     this.#inner.addDescriptorSet(bytes);
     this.#descriptions.clear();
     return this;
+  }
+
+  /**
+   * An OpenAPI 3.1 document of the REST API a transcoder (the grpc-wasm
+   * filter) serves for this schema: every google.api.http binding an
+   * operation, every method at POST /pkg.Service/Method, schemas as JSON
+   * prints with `json`.
+   * @param {{title?: string, streamFormat?: 'ndjson' | 'sse' | 'array', json?: JsonOptions,
+   *          services?: string[]}} [options]
+   * @returns {object}
+   */
+  openapi(options = {}) {
+    checkOptions('schema.openapi', options, ['title', 'streamFormat', 'json', 'services']);
+    const bits = this.#jsonBits(options.json ?? {});
+    return JSON.parse(this.#inner.openapi(options.title ?? 'grpc-wasm', options.streamFormat ?? 'ndjson', bits,
+      options.services));
   }
 
   /** Everything loaded, as a binary FileDescriptorSet. */

@@ -56,6 +56,15 @@ impl ProtoSet {
         Ok(next)
     }
 
+    /// The JSON options calls print with (what `set_print_options` gave).
+    pub(super) fn json_options(&self) -> grpc_wasm::JsonOptions {
+        serde_json::from_value::<grpc_wasm::json::PrintOptions>(Value::Object(
+            self.print_options.clone(),
+        ))
+        .unwrap_or_default()
+        .json_options(false)
+    }
+
     pub(super) fn with_print_options(&self, options: Map<String, Value>) -> ProtoSet {
         ProtoSet {
             print_options: options,

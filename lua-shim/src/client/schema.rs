@@ -101,6 +101,24 @@ impl Client {
         Ok(value.to_string().into_bytes())
     }
 
+    /// An OpenAPI 3.1 document of what is loaded, as a transcoder would
+    /// serve it with the worker's JSON options (the core's `openapi`).
+    pub fn openapi(
+        &self,
+        title: &str,
+        stream_format: grpc_wasm::http_rule::StreamFormat,
+        services: Option<&[String]>,
+    ) -> Result<Vec<u8>, ClientError> {
+        let loaded = self.loaded()?;
+        let json = lock(&self.inner.protos).json_options();
+        let options = grpc_wasm::openapi::Options {
+            json: &json,
+            stream_format,
+            title,
+        };
+        grpc_wasm::openapi::document_of(&loaded, services, &options).map_err(refused)
+    }
+
     /// What the module is configured with, as a registry here, made once
     /// per change: the module's own files, read back.
     fn loaded(&self) -> Result<Arc<Registry>, ClientError> {

@@ -6,6 +6,7 @@ use prost_reflect::Value as Reflect;
 use super::*;
 use crate::descriptors::{Method, StreamingKind};
 use crate::http_body::{self, At};
+use crate::Registry;
 
 /// The variables a matched path binds: each field path and its text.
 pub type PathVars = Vec<(Vec<String>, String)>;
@@ -189,4 +190,52 @@ pub(super) fn check_fields(binding: &Binding) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The bindings of the exposed methods, and the ones left out with why.
+pub fn collect_bindings(
+    registry: &Registry,
+    services: Option<&[String]>,
+) -> Result<(Vec<Binding>, Vec<String>), String> {
+    let (mut out, mut left_out) = (Vec::new(), Vec::new());
+    for service in registry.pool().services() {
+        if services.is_some_and(|list| !list.iter().any(|s| s == service.full_name())) {
+            continue;
+        }
+        for method in service.methods() {
+            let method = registry
+                .method(&format!("/{}/{}", service.full_name(), method.name()))
+                .map_err(|e| e.to_string())?;
+            let (bindings, bad) = bindings_of(&method);
+            out.extend(bindings);
+            left_out.extend(bad);
+        }
+    }
+    left_out.extend(bound_twice(&out));
+    Ok((out, left_out))
+}
+
+/// Bindings of one HTTP method and the same paths: Envoy's transcoder
+/// answers such a path as bound to none of them (see `chosen_binding`), and
+/// so does the filter; an operator is told at load time.
+pub fn bound_twice(bindings: &[Binding]) -> Vec<String> {
+    let mut first = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for binding in bindings {
+        let shape = binding.template.shape();
+        let key = (binding.http_method.as_str(), shape);
+        match first.get(&key) {
+            Some(earlier) => out.push(format!(
+                "{} ({} {}): {} binds the same paths, and Envoy binds such a path to neither",
+                binding.method.path(),
+                key.0,
+                key.1,
+                earlier,
+            )),
+            None => {
+                first.insert(key, binding.method.path());
+            }
+        }
+    }
+    out
 }

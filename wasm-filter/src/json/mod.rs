@@ -98,6 +98,32 @@ impl WellKnown {
     }
 }
 
+/// `print_options` as a configuration gives them (each a boolean).
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrintOptions {
+    #[serde(default)]
+    pub emit_defaults: bool,
+    #[serde(default)]
+    pub int64_as_number: bool,
+    #[serde(default)]
+    pub enums_as_numbers: bool,
+    #[serde(default)]
+    pub proto_field_names: bool,
+}
+
+impl PrintOptions {
+    pub fn json_options(&self, ignore_unknown_fields: bool) -> JsonOptions {
+        JsonOptions {
+            emit_defaults: self.emit_defaults,
+            int64_as_number: self.int64_as_number,
+            enums_as_numbers: self.enums_as_numbers,
+            proto_field_names: self.proto_field_names,
+            ignore_unknown_fields,
+        }
+    }
+}
+
 /// Parses JSON into a message of type `desc`.
 pub fn json_to_message(
     desc: &MessageDescriptor,

@@ -14,9 +14,10 @@ use serde_json::{json, Map, Value};
 
 use crate::descriptors::{Method, StreamingKind};
 use crate::http_body;
-use crate::http_rule::{Binding, PathParam, StreamFormat};
+use crate::http_rule::{collect_bindings, Binding, PathParam, StreamFormat};
 use crate::json::JsonOptions;
 use crate::limits::{MAX_OPENAPI_BYTES, MAX_OPENAPI_QUERY_DEPTH};
+use crate::Registry;
 use schema::{property_name, Components};
 
 /// What shapes the document: the JSON options and stream format the
@@ -30,8 +31,27 @@ pub struct Options<'a> {
 const NDJSON: &str = "application/x-ndjson";
 const STATUS: &str = "google.rpc.Status";
 
+/// The document of `services` of `registry` (all when `None`), as a
+/// transcoder serves them.
+pub fn document_of(
+    registry: &Registry,
+    services: Option<&[String]>,
+    options: &Options,
+) -> Result<Vec<u8>, String> {
+    let (bindings, _) = collect_bindings(registry, services)?;
+    let exposed = |service: &str| services.is_none_or(|list| list.iter().any(|s| s == service));
+    let mut methods: Vec<Method> = registry
+        .methods_by_path()
+        .into_values()
+        .filter(|m| exposed(m.service_name()))
+        .collect();
+    methods.sort_by(|a, b| a.path().cmp(b.path()));
+    document(registry.pool(), &methods, &bindings, options)
+}
+
 /// The document, as JSON text, for `methods` (those served) and their
-/// `bindings`.
+/// `bindings`. A path bound twice alike is left out: Envoy binds it to
+/// neither binding (`http_rule::bound_twice`).
 pub fn document(
     pool: &DescriptorPool,
     methods: &[Method],
@@ -50,8 +70,16 @@ pub fn document(
         .map(|status| builder.components.message(&status))
         .unwrap_or_else(|| json!({}));
     builder.status = status.clone();
+    let mut shapes: BTreeMap<(String, String), usize> = BTreeMap::new();
     for binding in bindings {
-        builder.binding(binding, &status);
+        *shapes
+            .entry((binding.http_method.clone(), binding.template.shape()))
+            .or_default() += 1;
+    }
+    for binding in bindings {
+        if shapes[&(binding.http_method.clone(), binding.template.shape())] == 1 {
+            builder.binding(binding, &status);
+        }
     }
     for method in methods {
         builder.at_its_path(method, &status);

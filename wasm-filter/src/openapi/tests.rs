@@ -1,5 +1,4 @@
 use super::*;
-use crate::http_rule::bindings_of;
 use crate::Registry;
 
 fn registry(name: &str, source: &str) -> Registry {
@@ -9,16 +8,13 @@ fn registry(name: &str, source: &str) -> Registry {
 }
 
 /// The document of every method of `registry`, with these options.
-fn document_of(registry: &Registry, json: &JsonOptions, stream_format: StreamFormat) -> Value {
-    let mut methods: Vec<Method> = registry.methods_by_path().into_values().collect();
-    methods.sort_by(|a, b| a.path().cmp(b.path()));
-    let bindings: Vec<Binding> = methods.iter().flat_map(|m| bindings_of(m).0).collect();
+fn document_for(registry: &Registry, json: &JsonOptions, stream_format: StreamFormat) -> Value {
     let options = Options {
         json,
         stream_format,
         title: "test",
     };
-    let text = document(registry.pool(), &methods, &bindings, &options).unwrap();
+    let text = document_of(registry, None, &options).unwrap();
     if let Ok(dir) = std::env::var("GRPC_WASM_OPENAPI_OUT") {
         std::fs::write(format!("{dir}/{}.json", options.title), &text).unwrap();
     }
@@ -34,7 +30,7 @@ fn library() -> Registry {
 
 #[test]
 fn bindings_become_operations_with_their_path_and_query_parameters() {
-    let doc = document_of(&library(), &JsonOptions::default(), StreamFormat::Ndjson);
+    let doc = document_for(&library(), &JsonOptions::default(), StreamFormat::Ndjson);
     let paths = doc["paths"].as_object().unwrap();
     let get_book = &paths["/v1/shelves/{name_1}/books/{name_2}"]["get"];
     assert_eq!(
@@ -114,7 +110,7 @@ message Node {
 service S { rpc Get(Node) returns (Node); }
 "#;
     let r = registry("t.proto", source);
-    let doc = document_of(&r, &JsonOptions::default(), StreamFormat::Ndjson);
+    let doc = document_for(&r, &JsonOptions::default(), StreamFormat::Ndjson);
     let node = &doc["components"]["schemas"]["t.Node"]["properties"];
     assert_eq!(node["id"]["type"], "string");
     assert_eq!(node["small"]["type"], "integer");
@@ -134,9 +130,27 @@ service S { rpc Get(Node) returns (Node); }
         int64_as_number: true,
         ..JsonOptions::default()
     };
-    let doc = document_of(&r, &names, StreamFormat::Array);
+    let doc = document_for(&r, &names, StreamFormat::Array);
     let node = &doc["components"]["schemas"]["t.Node"]["properties"];
     assert!(node["display_name"].is_object());
     assert_eq!(node["kind"]["type"], "integer");
     assert_eq!(node["id"]["type"], "integer");
+}
+
+#[test]
+fn a_path_bound_twice_alike_is_in_neither_operation() {
+    let r = registry(
+        "shelves.proto",
+        include_str!("../../../protos/shelves.proto"),
+    );
+    let doc = document_for(&r, &JsonOptions::default(), StreamFormat::Ndjson);
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(!paths.contains_key("/twins/{shelf}"));
+    assert!(!paths.contains_key("/twins/{id}"));
+    // Both methods stay at their own paths.
+    assert!(paths["/shelves.Bookstore/TwinA"]["post"].is_object());
+    assert!(paths["/shelves.Bookstore/TwinB"]["post"].is_object());
+    // A dotted path variable is named with `_`; the field it fills is said.
+    let patch = &paths["/shelves/{shelf}/books/{book_id}"]["patch"];
+    assert_eq!(patch["parameters"][1]["description"], "`book.id`");
 }

@@ -53,7 +53,7 @@ use serde::Deserialize;
 
 use crate::descriptors::Method;
 pub use crate::http_rule::StreamFormat;
-use crate::http_rule::{bindings_of, declares_bindings, Binding, UrlUnescape};
+use crate::http_rule::{collect_bindings, declares_bindings, Binding, UrlUnescape};
 use crate::json::JsonOptions;
 use crate::{Metadata, MetadataValue, Registry};
 
@@ -69,7 +69,7 @@ struct RawConfig {
     #[serde(default)]
     services: Option<Vec<String>>,
     #[serde(default)]
-    print_options: PrintOptions,
+    print_options: crate::json::PrintOptions,
     #[serde(default)]
     ignore_unknown_fields: bool,
     #[serde(default = "yes")]
@@ -296,19 +296,6 @@ impl Callout {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PrintOptions {
-    #[serde(default)]
-    emit_defaults: bool,
-    #[serde(default)]
-    int64_as_number: bool,
-    #[serde(default)]
-    enums_as_numbers: bool,
-    #[serde(default)]
-    proto_field_names: bool,
-}
-
 fn yes() -> bool {
     true
 }
@@ -500,19 +487,14 @@ impl FilterConfig {
             .filter(|(_, method)| declares_bindings(method))
             .map(|(path, _)| path)
             .collect();
-        let json = JsonOptions {
-            emit_defaults: p.emit_defaults,
-            int64_as_number: p.int64_as_number,
-            enums_as_numbers: p.enums_as_numbers,
-            proto_field_names: p.proto_field_names,
-            ignore_unknown_fields: raw.ignore_unknown_fields,
-        };
+        let json = p.json_options(raw.ignore_unknown_fields);
         let openapi = raw
             .openapi
             .map(|o| {
                 build_openapi(
                     o,
-                    (&registry, raw.services.as_deref(), &bindings),
+                    &registry,
+                    raw.services.as_deref(),
                     &json,
                     raw.stream_format,
                 )
@@ -549,7 +531,8 @@ impl FilterConfig {
 /// The document of the exposed methods and their bindings.
 fn build_openapi(
     raw: RawOpenApi,
-    (registry, services, bindings): (&Registry, Option<&[String]>, &[Binding]),
+    registry: &Registry,
+    services: Option<&[String]>,
     json: &JsonOptions,
     stream_format: StreamFormat,
 ) -> Result<OpenApi, String> {
@@ -559,19 +542,12 @@ fn build_openapi(
             raw.path.escape_default()
         ));
     }
-    let exposed = |service: &str| services.is_none_or(|list| list.iter().any(|s| s == service));
-    let mut methods: Vec<Method> = registry
-        .methods_by_path()
-        .into_values()
-        .filter(|m| exposed(m.service_name()))
-        .collect();
-    methods.sort_by(|a, b| a.path().cmp(b.path()));
     let options = crate::openapi::Options {
         json,
         stream_format,
         title: &raw.title,
     };
-    let document = crate::openapi::document(registry.pool(), &methods, bindings, &options)
+    let document = crate::openapi::document_of(registry, services, &options)
         .map_err(|e| format!("openapi: {e}"))?;
     Ok(OpenApi {
         path: raw.path,
@@ -714,54 +690,6 @@ fn add_protos(_: &mut Registry, _: &BTreeMap<String, String>) -> Result<(), Stri
          give \"descriptor_set\" (protoc --include_imports -o) or \"reflection\", or load grpc_wasm.wasm"
             .into(),
     )
-}
-
-/// The bindings of the exposed methods, and the ones left out with why.
-fn collect_bindings(
-    registry: &Registry,
-    services: Option<&[String]>,
-) -> Result<(Vec<Binding>, Vec<String>), String> {
-    let (mut out, mut left_out) = (Vec::new(), Vec::new());
-    for service in registry.pool().services() {
-        if services.is_some_and(|list| !list.iter().any(|s| s == service.full_name())) {
-            continue;
-        }
-        for method in service.methods() {
-            let method = registry
-                .method(&format!("/{}/{}", service.full_name(), method.name()))
-                .map_err(|e| e.to_string())?;
-            let (bindings, bad) = bindings_of(&method);
-            out.extend(bindings);
-            left_out.extend(bad);
-        }
-    }
-    left_out.extend(bound_twice(&out));
-    Ok((out, left_out))
-}
-
-/// Bindings of one HTTP method and the same paths: Envoy's transcoder
-/// answers such a path as bound to none of them (see `chosen_binding`), and
-/// so does the filter; an operator is told at load time.
-fn bound_twice(bindings: &[Binding]) -> Vec<String> {
-    let mut first = std::collections::HashMap::new();
-    let mut out = Vec::new();
-    for binding in bindings {
-        let shape = binding.template.shape();
-        let key = (binding.http_method.as_str(), shape);
-        match first.get(&key) {
-            Some(earlier) => out.push(format!(
-                "{} ({} {}): {} binds the same paths, and Envoy binds such a path to neither",
-                binding.method.path(),
-                key.0,
-                key.1,
-                earlier,
-            )),
-            None => {
-                first.insert(key, binding.method.path());
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -66,6 +66,7 @@ local DEFAULT_TIMEOUT = 10000 -- ms; every call ends by its deadline
 --   reflected(id) -> json               a finished load's set joins what
 --                                       is loaded; the services, as JSON
 --   describe(name) -> json              what is loaded ("" : the services)
+--   openapi(options json) -> json       an OpenAPI document of what is loaded
 --   close(id, ended)                    ended: its end was read
 --   collect_conn(conn), collect_call(id)
 --                                       close from a garbage collector's
@@ -868,6 +869,35 @@ function Conn:reflect(opts)
         return false, rerr
     end
     return true, cjson.decode(json)
+end
+
+--- An OpenAPI 3.1 document (JSON text) of the REST API a transcoder
+-- serves for what is loaded: every google.api.http binding an operation,
+-- every method at POST /pkg.Service/Method, schemas as calls print JSON
+-- (grpc.set_json_options). ok, text | false, err. opts: title,
+-- stream_format ("ndjson", "sse" or "array": how the transcoder sends
+-- server streams), services (a list: only these).
+function _M.openapi(opts)
+    local ok, err = ready()
+    if not ok then
+        return false, err
+    end
+    local cok, cerr = check_opts(opts, "openapi")
+    if not cok then
+        return false, cerr
+    end
+    local json, jerr = "{}", nil
+    if opts then
+        json, jerr = cjson.encode(opts)
+    end
+    if not json then
+        return false, "cannot encode the openapi options: " .. tostring(jerr)
+    end
+    local text, derr = backend.openapi(json)
+    if not text then
+        return false, derr
+    end
+    return true, text
 end
 
 --- What is loaded, as grpcurl list shows it: ok, a list of services, each

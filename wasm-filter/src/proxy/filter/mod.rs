@@ -501,5 +501,5 @@ pub fn descriptor_set(root_id: ContextId) -> Result<Vec<u8>, String> {
     let config = ROOTS
         .with(|r| r.borrow().get(&root_id).cloned())
         .ok_or("no configuration is loaded")?;
-    Ok(config.registry.pool().encode_to_vec())
+    Ok(config.registry.encode_descriptor_set())
 }

@@ -523,6 +523,10 @@ function ffi_backend.describe(name)
     return text(C.grpc_wasm_describe(name, #name, text_len))
 end
 
+function ffi_backend.openapi(json)
+    return text(C.grpc_wasm_openapi(json, #json, text_len))
+end
+
 function ffi_backend.send(id, body, compress)
     local rc = C.grpc_wasm_send(id, body, #body, compress and 1 or 0)
     wake_pump(call_pumps[id])

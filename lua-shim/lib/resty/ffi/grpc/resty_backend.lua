@@ -128,6 +128,10 @@ function resty_backend.describe(name)
     return task({ op = "describe", name = name })
 end
 
+function resty_backend.openapi(json)
+    return task({ op = "openapi", options = cjson.decode(json) })
+end
+
 function resty_backend.send(id, body, compress)
     return task({ op = "send", id = id, body = body, compress = compress })
 end

@@ -52,6 +52,7 @@ int32_t grpc_wasm_wire_pending(uint32_t conn);
 int32_t grpc_wasm_reflect(uint32_t conn, const char *services, size_t services_len, int64_t timeout_ms);
 const char *grpc_wasm_reflected(uint32_t id, size_t *len);
 const char *grpc_wasm_describe(const char *name, size_t name_len, size_t *len);
+const char *grpc_wasm_openapi(const char *options, size_t options_len, size_t *len);
 const char *grpc_wasm_metrics(size_t *len);
 const char *grpc_wasm_wire_output(uint32_t conn, size_t *len);
 int32_t grpc_wasm_wire_reset(uint32_t conn, const char *reason, uint32_t *out, int32_t max);
