@@ -6,7 +6,7 @@
    route's upstream is the gRPC server) and in callout mode (the filter
    calls the server itself; a bodiless GET binding), and with no .proto at
    all: the filter asks the server's reflection service for its
-   descriptors.
+   descriptors, and serves the OpenAPI document of what it learnt.
 3. nginx + Kong's ngx_wasm_module: the same filter in front of grpc_pass,
    its configuration fetched over HTTP (scripts/build-ngx-wasm.sh builds
    that nginx once and caches it).
@@ -86,7 +86,8 @@ def envoy_demo(servers):
 
 def reflection_demo():
     server = Server("library-server", "--reflection", "v1")
-    proxy = Envoy({"reflection": {"upstream": "library"}}, [("/", "library", server.port)])
+    proxy = Envoy({"reflection": {"upstream": "library"}, "openapi": {"path": "/openapi.json"}},
+                  [("/", "library", server.port)])
     try:
         print("== Envoy + grpc_wasm.wasm, descriptors from the server's reflection service (no .proto)")
         started = time.time()
@@ -96,6 +97,13 @@ def reflection_demo():
             answer = post(proxy.port, "/v1/shelves/2", None, "GET")
         print(f"GET /v1/shelves/2 -> {answer[0]} {answer[1]} (first answered {time.time() - started:.2f} s "
               "after Envoy was ready)")
+        with urllib.request.urlopen(f"http://127.0.0.1:{proxy.port}/openapi.json", timeout=20) as r:
+            document = json.loads(r.read())
+        print(f"GET /openapi.json -> {r.status}, an OpenAPI {document['openapi']} document of "
+              f"{len(document['paths'])} paths; its start:")
+        start = {"openapi": document["openapi"], "info": document["info"],
+                 "paths": dict(list(document["paths"].items())[:1])}
+        print(json.dumps(start, indent=1)[:900] + "\n ...")
     finally:
         proxy.stop()
         server.stop()

@@ -249,7 +249,7 @@ pub(super) fn default_of(field: &prost_reflect::FieldDescriptor) -> String {
 
 /// The fields a dotted path goes through (each segment a field's name or
 /// JSON name), the last one the field it names.
-pub(super) fn fields_on(
+pub fn fields_on(
     input: &MessageDescriptor,
     path: &[String],
 ) -> Option<Vec<prost_reflect::FieldDescriptor>> {

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::descriptors::{Method, StreamingKind};
 use crate::http_body;
-use crate::http_rule::{collect_bindings, Binding, PathParam, StreamFormat};
+use crate::http_rule::{collect_bindings, fields_on, Binding, PathParam, StreamFormat};
 use crate::json::JsonOptions;
 use crate::limits::{MAX_OPENAPI_BYTES, MAX_OPENAPI_QUERY_DEPTH};
 use crate::Registry;
@@ -245,7 +245,8 @@ impl Builder<'_> {
     }
 
     fn path_param(&mut self, input: &MessageDescriptor, param: &PathParam) -> Value {
-        let schema = match field_at(input, &param.field_path) {
+        let field = fields_on(input, &param.field_path).and_then(|f| f.last().cloned());
+        let schema = match field {
             Some(field) if param.whole => self.components.kind(&field.kind()),
             _ => json!({ "type": "string" }),
         };
@@ -372,28 +373,6 @@ fn verbs(http_method: &str) -> Vec<&'static str> {
         "*" => vec!["get", "put", "post", "delete", "patch"],
         _ => Vec::new(),
     }
-}
-
-/// The field a path of names (proto or JSON) reaches.
-fn field_at(
-    message: &MessageDescriptor,
-    path: &[String],
-) -> Option<prost_reflect::FieldDescriptor> {
-    let mut current = message.clone();
-    let mut found = None;
-    for (i, name) in path.iter().enumerate() {
-        let field = current
-            .get_field_by_name(name)
-            .or_else(|| current.get_field_by_json_name(name))?;
-        if i + 1 < path.len() {
-            let Kind::Message(inner) = field.kind() else {
-                return None;
-            };
-            current = inner;
-        }
-        found = Some(field);
-    }
-    found
 }
 
 /// The query parameters of an operation: the request's fields that the

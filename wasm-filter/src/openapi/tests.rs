@@ -107,7 +107,10 @@ message Node {
   bytes data = 9;
   double ratio = 10;
 }
-service S { rpc Get(Node) returns (Node); }
+service S {
+  rpc Get(Node) returns (Node);
+  rpc Old(Node) returns (Node) { option deprecated = true; }
+}
 "#;
     let r = registry("t.proto", source);
     let doc = document_for(&r, &JsonOptions::default(), StreamFormat::Ndjson);
@@ -124,6 +127,9 @@ service S { rpc Get(Node) returns (Node); }
     assert_eq!(node["at"]["format"], "date-time");
     assert_eq!(node["maybe"]["type"], "string");
     assert_eq!(node["data"]["contentEncoding"], "base64");
+    // `deprecated` marks the method's operations, and only those.
+    assert_eq!(doc["paths"]["/t.S/Old"]["post"]["deprecated"], true);
+    assert!(doc["paths"]["/t.S/Get"]["post"].get("deprecated").is_none());
     let names = JsonOptions {
         proto_field_names: true,
         enums_as_numbers: true,
