@@ -170,6 +170,17 @@ pub const MAX_OPENAPI_SCHEMAS: usize = 4096;
 /// The bytes of an OpenAPI document, built once per configuration.
 pub const MAX_OPENAPI_BYTES: usize = 16 << 20;
 
+/// The request fields one operation's query parameters are looked for
+/// among, nested ones included: past it the rest are left out (and the
+/// operation says so).
+pub const MAX_OPENAPI_QUERY_FIELDS: usize = 1024;
+
+/// The request fields all the operations of a document look at together.
+pub const MAX_OPENAPI_QUERY_FIELDS_ALL: usize = 64 * MAX_OPENAPI_QUERY_FIELDS;
+
+/// The operations of a document: past it, the configuration is refused.
+pub const MAX_OPENAPI_OPERATIONS: usize = 16_384;
+
 /// How deep the query parameters of an operation go into nested
 /// messages (`a.b.c`); a message already on the way is not entered again.
 pub const MAX_OPENAPI_QUERY_DEPTH: usize = 8;

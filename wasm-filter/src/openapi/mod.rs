@@ -16,7 +16,10 @@ use crate::descriptors::{Method, StreamingKind};
 use crate::http_body;
 use crate::http_rule::{collect_bindings, fields_on, Binding, PathParam, StreamFormat};
 use crate::json::JsonOptions;
-use crate::limits::{MAX_OPENAPI_BYTES, MAX_OPENAPI_QUERY_DEPTH};
+use crate::limits::{
+    MAX_OPENAPI_BYTES, MAX_OPENAPI_OPERATIONS, MAX_OPENAPI_QUERY_DEPTH, MAX_OPENAPI_QUERY_FIELDS,
+    MAX_OPENAPI_QUERY_FIELDS_ALL,
+};
 use crate::Registry;
 use schema::{property_name, Components};
 
@@ -59,6 +62,8 @@ pub fn document(
     options: &Options,
 ) -> Result<Vec<u8>, String> {
     let mut builder = Builder {
+        query_budget: MAX_OPENAPI_QUERY_FIELDS_ALL,
+        operations: 0,
         status: json!({}),
         components: Components::new(options.json),
         options,
@@ -84,6 +89,11 @@ pub fn document(
     for method in methods {
         builder.at_its_path(method, &status);
     }
+    if builder.operations > MAX_OPENAPI_OPERATIONS {
+        return Err(format!(
+            "the document would hold more than {MAX_OPENAPI_OPERATIONS} operations"
+        ));
+    }
     let paths: Map<String, Value> = builder
         .paths
         .into_iter()
@@ -107,6 +117,10 @@ pub fn document(
 }
 
 struct Builder<'a> {
+    /// Request fields all operations may still look at for query
+    /// parameters ([`MAX_OPENAPI_QUERY_FIELDS_ALL`]).
+    query_budget: usize,
+    operations: usize,
     components: Components<'a>,
     /// `google.rpc.Status`'s schema.
     status: Value,
@@ -117,6 +131,9 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     fn binding(&mut self, binding: &Binding, status: &Value) {
+        if self.operations > MAX_OPENAPI_OPERATIONS {
+            return;
+        }
         let (path, params) = binding.template.openapi_path();
         for verb in verbs(&binding.http_method) {
             if self
@@ -127,6 +144,7 @@ impl Builder<'_> {
                 // Bound twice alike: the filter binds the path to neither.
                 continue;
             }
+            self.operations += 1;
             let operation = self.operation(binding, &params, status);
             self.paths
                 .entry(path.clone())
@@ -137,6 +155,10 @@ impl Builder<'_> {
 
     /// `POST /pkg.Service/Method`, unless a binding took it.
     fn at_its_path(&mut self, method: &Method, status: &Value) {
+        if self.operations > MAX_OPENAPI_OPERATIONS {
+            return;
+        }
+        self.operations += 1;
         let path = method.path().to_string();
         if self
             .paths
@@ -169,13 +191,23 @@ impl Builder<'_> {
             params.iter().map(|p| self.path_param(&input, p)).collect();
         if binding.body != "*" && binding.request_http_body.is_none() {
             let bound: Vec<Vec<String>> = params.iter().map(|p| p.field_path.clone()).collect();
+            let allowed = MAX_OPENAPI_QUERY_FIELDS.min(self.query_budget);
             let mut query = Query {
+                allowed,
+                looked_at: 0,
                 on_way: vec![input.full_name().to_string()],
                 bound: &bound,
                 body: &binding.body,
                 out: &mut parameters,
             };
             query.walk(self, &input, &mut Vec::new(), &mut Vec::new());
+            let (looked_at, allowed) = (query.looked_at, query.allowed);
+            self.query_budget -= looked_at;
+            if looked_at == allowed {
+                operation["description"] = json!(format!(
+                    "Query parameters past the first {allowed} fields of the request are left out."
+                ));
+            }
         }
         if !parameters.is_empty() {
             operation["parameters"] = Value::Array(parameters);
@@ -380,6 +412,11 @@ fn verbs(http_method: &str) -> Vec<&'static str> {
 struct Query<'q> {
     /// The messages entered, outermost first.
     on_way: Vec<String>,
+    /// Fields looked at, bounded by [`MAX_OPENAPI_QUERY_FIELDS`]: a set
+    /// of many wide messages each holding the next would otherwise make
+    /// an operation of more parameters than memory holds.
+    looked_at: usize,
+    allowed: usize,
     bound: &'q [Vec<String>],
     body: &'q str,
     out: &'q mut Vec<Value>,
@@ -397,6 +434,10 @@ impl Query<'_> {
             return;
         }
         for field in message.fields() {
+            if self.looked_at == self.allowed {
+                return;
+            }
+            self.looked_at += 1;
             proto_names.push(field.name().to_string());
             names.push(property_name(&field, builder.options.json));
             if !self.taken(proto_names) {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::limits::MAX_OPENAPI_QUERY_FIELDS;
 use crate::Registry;
 
 fn registry(name: &str, source: &str) -> Registry {
@@ -159,4 +160,35 @@ fn a_path_bound_twice_alike_is_in_neither_operation() {
     // A dotted path variable is named with `_`; the field it fills is said.
     let patch = &paths["/shelves/{shelf}/books/{book_id}"]["patch"];
     assert_eq!(patch["parameters"][1]["description"], "`book.id`");
+}
+
+#[test]
+fn a_wide_deep_request_is_bounded_in_query_parameters_and_time() {
+    // Eight levels, each message 60 fields of the next: 60^8 field paths.
+    let mut source = String::from("syntax = \"proto3\";\npackage w;\n");
+    for level in 0..8 {
+        source.push_str(&format!("message L{level} {{\n"));
+        for f in 1..=60 {
+            let kind = if level == 7 {
+                "string".to_string()
+            } else {
+                format!("L{}", level + 1)
+            };
+            source.push_str(&format!("  {kind} f{f} = {f};\n"));
+        }
+        source.push_str("}\n");
+    }
+    source.push_str(
+        "import \"google/api/annotations.proto\";\nservice S { rpc Get(L0) returns (L0) { option (google.api.http) = { get: \"/w\" }; } }\n",
+    );
+    let r = registry("w.proto", &source);
+    let started = std::time::Instant::now();
+    let doc = document_for(&r, &JsonOptions::default(), StreamFormat::Ndjson);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let get = &doc["paths"]["/w"]["get"];
+    assert!(get["parameters"].as_array().unwrap().len() <= MAX_OPENAPI_QUERY_FIELDS);
+    assert_eq!(
+        get["description"],
+        "Query parameters past the first 1024 fields of the request are left out."
+    );
 }
