@@ -76,7 +76,7 @@ def greeter():
 # What grpc_wasm.wasm may weigh: a little over its size, so that growth is
 # a decision (the commit that raises it says why) and not a drift. The goal
 # is 1 MiB; docs/benchmarks.md says what stands in the way.
-MODULE_BUDGET_BYTES = 1_766_400
+MODULE_BUDGET_BYTES = 1_766_700
 
 
 def test_the_module_stays_within_its_size_budget():
@@ -89,7 +89,7 @@ def test_the_module_stays_within_its_size_budget():
 
 # grpc_wasm_lite.wasm, the filter without the .proto compiler, held the
 # same way.
-LITE_MODULE_BUDGET_BYTES = 1_428_300
+LITE_MODULE_BUDGET_BYTES = 1_428_700
 
 
 def test_the_lite_module_transcodes_with_a_descriptor_set_within_its_budget(greeter, tmp_path):
@@ -136,7 +136,7 @@ def test_the_lite_module_takes_its_descriptors_through_reflection(tmp_path):
 
 # The npm package's two builds, held the same way (make npm writes them).
 # Raised 6 KB for the public-import guard every descriptor set passes.
-NPM_WASM_BUDGET_BYTES = {"full": 1_108_600, "lite": 872_400}
+NPM_WASM_BUDGET_BYTES = {"full": 1_109_600, "lite": 873_400}
 
 
 @pytest.mark.parametrize("build", sorted(NPM_WASM_BUDGET_BYTES))
